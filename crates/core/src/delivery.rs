@@ -1,0 +1,185 @@
+//! Deliveries and attempts (DESIGN §4 Delivery): the decision after each attempt lives here.
+
+use serde::{Deserialize, Serialize};
+
+use crate::retry::RetryPolicy;
+
+/// Delivery state: `pending -> delivered`, `pending -> retrying -> ... -> delivered | dead-lettered`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeliveryState {
+    Pending,
+    Retrying,
+    Delivered,
+    DeadLettered,
+}
+
+impl DeliveryState {
+    /// Wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryState::Pending => "pending",
+            DeliveryState::Retrying => "retrying",
+            DeliveryState::Delivered => "delivered",
+            DeliveryState::DeadLettered => "dead-lettered",
+        }
+    }
+
+    /// Parses the wire string.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => DeliveryState::Pending,
+            "retrying" => DeliveryState::Retrying,
+            "delivered" => DeliveryState::Delivered,
+            "dead-lettered" => DeliveryState::DeadLettered,
+            _ => return None,
+        })
+    }
+
+    /// True for `delivered` and `dead-lettered`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, DeliveryState::Delivered | DeliveryState::DeadLettered)
+    }
+}
+
+/// Outcome of one attempt, as announced by `trigger.delivery.attempted.outcome` (OpenWOP trigger-bridge §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AttemptOutcome {
+    Delivered,
+    Retrying,
+    DeadLettered,
+}
+
+impl AttemptOutcome {
+    /// Wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Delivered => "delivered",
+            AttemptOutcome::Retrying => "retrying",
+            AttemptOutcome::DeadLettered => "dead-lettered",
+        }
+    }
+}
+
+/// What performing the action gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActionResult {
+    /// The action took effect.
+    Done,
+    /// The action failed. `retry_after_ms` is the target's `Retry-After`, if any; `permanent` failures
+    /// (e.g. the workflow no longer exists) dead-letter without further attempts. `error_class` is a short,
+    /// content-free classification such as `http_500`, `timeout`, `connect`.
+    Failed {
+        error_class: String,
+        retry_after_ms: Option<u64>,
+        permanent: bool,
+    },
+}
+
+/// The decision after attempt number `attempt` (1-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptDecision {
+    Delivered,
+    /// Try again after `delay_ms`.
+    Retry {
+        delay_ms: u64,
+    },
+    DeadLetter,
+}
+
+impl AttemptDecision {
+    /// The announced outcome and the delivery's next state.
+    pub fn outcome(self) -> (AttemptOutcome, DeliveryState) {
+        match self {
+            AttemptDecision::Delivered => (AttemptOutcome::Delivered, DeliveryState::Delivered),
+            AttemptDecision::Retry { .. } => (AttemptOutcome::Retrying, DeliveryState::Retrying),
+            AttemptDecision::DeadLetter => {
+                (AttemptOutcome::DeadLettered, DeliveryState::DeadLettered)
+            }
+        }
+    }
+}
+
+/// Decides what follows attempt `attempt` under `policy`; `unit` in [0, 1) draws the jitter.
+pub fn decide(
+    policy: &RetryPolicy,
+    attempt: u32,
+    result: &ActionResult,
+    unit: f64,
+) -> AttemptDecision {
+    match result {
+        ActionResult::Done => AttemptDecision::Delivered,
+        ActionResult::Failed {
+            permanent: true, ..
+        } => AttemptDecision::DeadLetter,
+        ActionResult::Failed { retry_after_ms, .. } => {
+            if attempt >= policy.max_attempts {
+                AttemptDecision::DeadLetter
+            } else {
+                AttemptDecision::Retry {
+                    delay_ms: policy.delay_ms(attempt + 1, unit, *retry_after_ms),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retry::Backoff;
+
+    fn failed() -> ActionResult {
+        ActionResult::Failed {
+            error_class: "http_500".into(),
+            retry_after_ms: None,
+            permanent: false,
+        }
+    }
+
+    #[test]
+    fn retries_until_max_attempts_then_dead_letters() {
+        let p = RetryPolicy {
+            max_attempts: 3,
+            backoff: Backoff::Fixed,
+            initial_ms: 10,
+            max_ms: 10,
+            jitter: 0.0,
+            schedule_ms: None,
+        };
+        assert_eq!(
+            decide(&p, 1, &failed(), 0.5),
+            AttemptDecision::Retry { delay_ms: 10 }
+        );
+        assert_eq!(
+            decide(&p, 2, &failed(), 0.5),
+            AttemptDecision::Retry { delay_ms: 10 }
+        );
+        assert_eq!(decide(&p, 3, &failed(), 0.5), AttemptDecision::DeadLetter);
+        assert_eq!(
+            decide(&p, 3, &ActionResult::Done, 0.5),
+            AttemptDecision::Delivered
+        );
+        let perm = ActionResult::Failed {
+            error_class: "x".into(),
+            retry_after_ms: None,
+            permanent: true,
+        };
+        assert_eq!(decide(&p, 1, &perm, 0.5), AttemptDecision::DeadLetter);
+    }
+
+    #[test]
+    fn retry_after_feeds_the_delay() {
+        let p = RetryPolicy::default();
+        let r = ActionResult::Failed {
+            error_class: "http_503".into(),
+            retry_after_ms: Some(7_000),
+            permanent: false,
+        };
+        assert_eq!(
+            decide(&p, 1, &r, 0.5),
+            AttemptDecision::Retry { delay_ms: 7_000 }
+        );
+    }
+}

@@ -1,0 +1,82 @@
+//! Stable machine error codes and the HTTP status each maps to (flat envelope `{error, message, details?}`,
+//! OpenWOP core §errors; ingest answers per OpenWOP trigger-bridge §8 / RFC 0230).
+
+use serde::Serialize;
+
+/// A stable, machine-readable error code. The string form (`as_str`) is part of the public API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// 400: the request is malformed or a parameter is invalid.
+    ValidationError,
+    /// 401: the webhook signature is missing, wrong, or its timestamp is outside the tolerance.
+    SignatureInvalid,
+    /// 404: no such resource.
+    NotFound,
+    /// 409: the subscription is paused (or otherwise not accepting work).
+    SubscriptionNotActive,
+    /// 409: a state conflict (e.g. a result for a run that is already terminal).
+    Conflict,
+    /// 413: the body is larger than the subscription's `max_body_bytes`.
+    PayloadTooLarge,
+    /// 415: the connector does not take this content type or content encoding.
+    UnsupportedMediaType,
+    /// 422: the request is authentic but its event cannot be processed (e.g. missing event header).
+    UnprocessableEvent,
+    /// 503: storage is unavailable or shutting down; senders should retry.
+    Unavailable,
+    /// 500: an unexpected internal failure.
+    Internal,
+}
+
+impl ErrorCode {
+    /// The wire string, e.g. `"signature_invalid"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ValidationError => "validation_error",
+            ErrorCode::SignatureInvalid => "signature_invalid",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::SubscriptionNotActive => "subscription_not_active",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::UnprocessableEvent => "unprocessable_event",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    /// The HTTP status code this error is answered with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::ValidationError => 400,
+            ErrorCode::SignatureInvalid => 401,
+            ErrorCode::NotFound => 404,
+            ErrorCode::SubscriptionNotActive | ErrorCode::Conflict => 409,
+            ErrorCode::PayloadTooLarge => 413,
+            ErrorCode::UnsupportedMediaType => 415,
+            ErrorCode::UnprocessableEvent => 422,
+            ErrorCode::Unavailable => 503,
+            ErrorCode::Internal => 500,
+        }
+    }
+}
+
+/// A typed error with its stable code and a human message that says what to fix.
+/// The message never contains inbound content (DESIGN §5.6).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{code:?}: {message}")]
+pub struct TbError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl TbError {
+    /// Builds an error from a code and a message.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        TbError {
+            code,
+            message: message.into(),
+        }
+    }
+}

@@ -1,0 +1,47 @@
+//! Identifiers: a short type prefix plus a UUIDv7 in lowercase hex (time-ordered, so ids sort by creation).
+//!
+//! Shapes: `rcpt_<32 hex>` receipt, `dlv_<32 hex>` delivery, `run_<32 hex>` run, `evt_<32 hex>` event.
+//! All fit the OpenWOP 1..128 character limit for `eventId` / `runId`.
+
+/// Kinds of id this host mints; the prefix makes a pasted id self-describing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    Receipt,
+    Delivery,
+    Run,
+    Event,
+    Attempt,
+}
+
+impl IdKind {
+    /// The prefix written before the underscore.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            IdKind::Receipt => "rcpt",
+            IdKind::Delivery => "dlv",
+            IdKind::Run => "run",
+            IdKind::Event => "evt",
+            IdKind::Attempt => "att",
+        }
+    }
+}
+
+/// Mints a new, time-ordered id of the given kind, e.g. `rcpt_0192f0c3a1e47c2b9d3f6a0b1c2d3e4f`.
+pub fn new_id(kind: IdKind) -> String {
+    format!("{}_{}", kind.prefix(), uuid::Uuid::now_v7().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_prefixed_unique_and_time_ordered() {
+        let a = new_id(IdKind::Receipt);
+        let b = new_id(IdKind::Receipt);
+        assert!(a.starts_with("rcpt_"));
+        assert_eq!(a.len(), 5 + 32);
+        assert_ne!(a, b);
+        assert!(a < b, "uuid v7 ids sort by creation: {a} {b}");
+    }
+}

@@ -1,0 +1,21 @@
+//! Domain core of trigger-bridge (DESIGN §2, §4, §6).
+//!
+//! Everything here is pure data and pure functions: ids, the error codes the API answers with, the retry
+//! policy and its backoff, dedup-key derivation, the normalized event routing may look at, bindings and
+//! their matching, and the subscription / delivery / receipt / run state machines. No I/O, no async.
+
+pub mod binding;
+pub mod connector;
+pub mod dedup;
+pub mod delivery;
+pub mod error;
+pub mod events;
+pub mod ids;
+pub mod normalized;
+pub mod receipt;
+pub mod retry;
+pub mod run;
+pub mod subscription;
+pub mod workflow;
+
+pub use error::{ErrorCode, TbError};

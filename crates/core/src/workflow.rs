@@ -1,0 +1,28 @@
+//! Workflows: the approved definitions a run executes (DESIGN §2). A payload never chooses one.
+
+use serde::{Deserialize, Serialize};
+
+/// How a run's work is carried out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "executor", rename_all = "snake_case")]
+pub enum Executor {
+    /// The run completes at once when its delivery is performed.
+    Noop,
+    /// A Standard Webhooks-signed POST to `url`; 200/201/204 completes the run, 202 leaves it running
+    /// until the worker reports `POST /v1/runs/{runId}/result`. `secret` is the resolved signing key.
+    Http {
+        url: String,
+        #[serde(skip)]
+        secret: Vec<u8>,
+        /// Per-request timeout in ms (default 15 000).
+        timeout_ms: u64,
+    },
+}
+
+/// An approved workflow template.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Workflow {
+    pub id: String,
+    #[serde(flatten)]
+    pub executor: Executor,
+}
