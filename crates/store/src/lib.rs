@@ -1,1 +1,141 @@
-//! placeholder
+//! The Store API (DESIGN §6, §7) and its backends.
+//!
+//! Callers hold an `Arc<dyn Store>` and never see SQL. Every write that must be atomic is ONE method here
+//! (a receipt with its body and deliveries; an attempt with its delivery update, events, run and
+//! subscription transition), so a backend can keep the promises of DESIGN §5 with its own transactions.
+//! The SQLite backend group-commits all writes through one writer thread; the PostgreSQL backend will claim
+//! work with `FOR UPDATE SKIP LOCKED`. One behaviour suite (`tests/behaviour.rs`) runs against every backend.
+
+pub mod model;
+pub mod sqlite;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::Value;
+use tb_core::run::RunStatus;
+use tb_core::subscription::{SubscriptionInput, Transition};
+
+pub use model::*;
+
+/// Store errors. `code()` maps them onto the API's stable error codes.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// A state conflict (e.g. completing a run that is already terminal).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The delivery's lease expired and moved on; the attempt's result is discarded.
+    #[error("lease lost for delivery {0}")]
+    LeaseLost(String),
+    /// The store is shutting down or its writer is gone.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+impl StoreError {
+    /// The API error code for this error.
+    pub fn code(&self) -> tb_core::ErrorCode {
+        use tb_core::ErrorCode as C;
+        match self {
+            StoreError::NotFound(_) => C::NotFound,
+            StoreError::Conflict(_) | StoreError::LeaseLost(_) => C::Conflict,
+            StoreError::Unavailable(_) => C::Unavailable,
+            StoreError::Database(_) => C::Internal,
+        }
+    }
+}
+
+/// Result alias.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The durable state of trigger-bridge. Implemented by [`sqlite::SqliteStore`].
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    // --- subscriptions -------------------------------------------------------------------------
+    /// Creates the subscription (state `active`) or updates its source/connector/config, keeping state.
+    async fn upsert_subscription(
+        &self,
+        def: SubscriptionDef,
+        now: i64,
+    ) -> StoreResult<SubscriptionRecord>;
+    /// Lists subscriptions ordered by id.
+    async fn list_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>>;
+    /// One subscription; `NotFound` if absent.
+    async fn get_subscription(&self, id: &str) -> StoreResult<SubscriptionRecord>;
+    /// Applies an operator input (pause / resume) through the core state machine and records the
+    /// `trigger.subscription.state.changed` event in the same transaction. `None` if nothing changed.
+    async fn apply_subscription_input(
+        &self,
+        id: &str,
+        input: SubscriptionInput,
+        now: i64,
+    ) -> StoreResult<Option<Transition>>;
+
+    // --- ingest ----------------------------------------------------------------------------------
+    /// Read-only dedup probe (no write, no fsync): the first receipt for the key, if any.
+    async fn find_duplicate(
+        &self,
+        subscription_id: &str,
+        dedup_key: &str,
+    ) -> StoreResult<Option<IngestOutcome>>;
+    /// Commits receipt + body + deliveries atomically and durably; a taken dedup key gives `Duplicate`.
+    async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome>;
+
+    // --- delivery worker -----------------------------------------------------------------------------
+    /// Leases up to `limit` due deliveries (`pending`/`retrying`, `due_at <= now`, no live lease) to `owner`
+    /// until `now + lease_ms`.
+    async fn lease_due(
+        &self,
+        owner: &str,
+        now: i64,
+        lease_ms: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<Lease>>;
+    /// Records one attempt and everything that follows from it, atomically (see [`AttemptCommit`]).
+    async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted>;
+    /// Releases a lease without recording an attempt (graceful shutdown).
+    async fn release_lease(&self, delivery_id: &str, owner: &str) -> StoreResult<()>;
+    /// The earliest `due_at` of open deliveries, for the worker's sleep.
+    async fn next_due_at(&self) -> StoreResult<Option<i64>>;
+
+    // --- runs ------------------------------------------------------------------------------------------
+    /// Ends a running run with a terminal status and appends its terminal event.
+    /// Errors: `NotFound`; `Conflict` if already terminal or `status` is not terminal.
+    async fn finish_run(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        output: Option<Value>,
+        now: i64,
+    ) -> StoreResult<RunRecord>;
+    async fn get_run(&self, id: &str) -> StoreResult<RunRecord>;
+    async fn list_runs(&self, q: ListQuery) -> StoreResult<Vec<RunRecord>>;
+    /// Events of a run with `sequence > after` (all when `after` is `None`), ascending, at most `limit`.
+    async fn run_events(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunEventRecord>>;
+
+    // --- inspection ------------------------------------------------------------------------------------
+    async fn get_receipt(&self, id: &str) -> StoreResult<ReceiptRecord>;
+    async fn list_receipts(&self, q: ListQuery) -> StoreResult<Vec<ReceiptRecord>>;
+    /// The exact stored request bytes of a receipt.
+    async fn get_body(&self, receipt_id: &str) -> StoreResult<Bytes>;
+    async fn get_delivery(&self, id: &str) -> StoreResult<DeliveryRecord>;
+    async fn list_deliveries(&self, q: ListQuery) -> StoreResult<Vec<DeliveryRecord>>;
+    async fn deliveries_of_receipt(&self, receipt_id: &str) -> StoreResult<Vec<DeliveryRecord>>;
+    async fn attempts(&self, delivery_id: &str) -> StoreResult<Vec<AttemptRecord>>;
+    async fn subscription_events(
+        &self,
+        subscription_id: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionEventRecord>>;
+    async fn queue_depth(&self) -> StoreResult<QueueDepth>;
+    /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
+    async fn close(&self);
+}

@@ -1,0 +1,246 @@
+//! Records the Store reads and writes. Times are Unix milliseconds; JSON columns are `serde_json::Value`.
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::receipt::ReceiptState;
+use tb_core::run::RunStatus;
+use tb_core::subscription::{Source, SubscriptionState, Transition};
+
+/// A trigger subscription as stored: identity, configuration (no secrets) and state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubscriptionRecord {
+    pub id: String,
+    pub source: Source,
+    /// Connector name (`github`, `standard-webhooks`, `hmac`).
+    pub connector: String,
+    /// Connector spec, retry policy and limits as JSON; never a secret.
+    pub config: Value,
+    pub state: SubscriptionState,
+    /// Consecutive failed attempts that trip `active -> failed`; 0 never trips.
+    pub failure_threshold: u32,
+    pub consecutive_failures: u32,
+    pub last_success_at: Option<i64>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// Definition of a subscription to create or update (state is kept on update).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubscriptionDef {
+    pub id: String,
+    pub source: Source,
+    pub connector: String,
+    pub config: Value,
+    /// Consecutive failed attempts that trip `active -> failed`; 0 never trips.
+    pub failure_threshold: u32,
+}
+
+/// A new delivery written with its receipt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDelivery {
+    pub id: String,
+    pub binding_id: String,
+    /// `start_run`.
+    pub action: String,
+    pub workflow_id: Option<String>,
+    /// Pre-assigned id of the run this delivery starts, so the sender's answer can name it.
+    pub run_id: Option<String>,
+    pub inputs: Value,
+    /// `pending`, or `dead-lettered` when the subscription is dead-lettered.
+    pub state: DeliveryState,
+    pub dead_letter_reason: Option<String>,
+}
+
+/// A receipt to commit with its body and deliveries in one transaction (DESIGN §5.1).
+#[derive(Debug, Clone)]
+pub struct NewReceipt {
+    pub id: String,
+    pub subscription_id: String,
+    pub dedup_key: String,
+    pub provider_event_id: String,
+    pub event_type: String,
+    pub normalized: Value,
+    /// `queued` (deliveries routed), `unmatched` (none) or `dead_lettered`.
+    pub state: ReceiptState,
+    pub content_type: Option<String>,
+    /// The exact request bytes; stored unchanged.
+    pub body: Bytes,
+    pub received_at: i64,
+    pub deliveries: Vec<NewDelivery>,
+}
+
+/// Summary of one delivery in an ingest answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryRef {
+    pub delivery_id: String,
+    pub binding_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+/// What committing a receipt gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IngestOutcome {
+    /// Newly committed.
+    Accepted {
+        receipt_id: String,
+        deliveries: Vec<DeliveryRef>,
+    },
+    /// The dedup key was already taken: the first receipt and its deliveries.
+    Duplicate {
+        receipt_id: String,
+        deliveries: Vec<DeliveryRef>,
+    },
+}
+
+/// A stored receipt (without its body).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReceiptRecord {
+    pub id: String,
+    pub subscription_id: String,
+    pub dedup_key: String,
+    pub provider_event_id: String,
+    pub event_type: String,
+    pub normalized: Value,
+    pub state: ReceiptState,
+    pub content_type: Option<String>,
+    pub body_bytes: u64,
+    pub received_at: i64,
+    pub updated_at: i64,
+}
+
+/// A stored delivery.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeliveryRecord {
+    pub id: String,
+    pub receipt_id: String,
+    pub subscription_id: String,
+    pub binding_id: String,
+    pub dedup_key: String,
+    pub action: String,
+    pub workflow_id: Option<String>,
+    pub run_id: Option<String>,
+    pub inputs: Value,
+    pub state: DeliveryState,
+    pub attempts: u32,
+    pub due_at: Option<i64>,
+    pub lease_until: Option<i64>,
+    pub first_attempt_at: Option<i64>,
+    pub last_error: Option<String>,
+    pub dead_letter_reason: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// A delivery leased to a worker until `lease_until`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub delivery: DeliveryRecord,
+    pub owner: String,
+    pub lease_until: i64,
+}
+
+/// One recorded attempt.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AttemptRecord {
+    pub delivery_id: String,
+    pub attempt: u32,
+    /// Id of this attempt's `trigger.delivery.attempted` event (the started run's `causationId`).
+    pub event_id: String,
+    pub outcome: AttemptOutcome,
+    pub error_class: Option<String>,
+    pub started_at: i64,
+    pub duration_ms: u64,
+    pub next_due_at: Option<i64>,
+}
+
+/// The run a delivered attempt starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub id: String,
+    pub workflow_id: String,
+    pub inputs: Value,
+    /// `completed` (noop, or an http worker answering 200/201/204) or `running` (202).
+    pub status: RunStatus,
+}
+
+/// Everything one attempt writes, in one transaction: the attempt row, the delivery's next state and due
+/// time, the `trigger.delivery.attempted` event, the run (when delivered), the receipt's settled state and
+/// the subscription's counters and state transition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptCommit {
+    pub delivery_id: String,
+    /// The lease holder; the commit is refused with [`StoreError::LeaseLost`] if the lease moved on.
+    pub lease_owner: String,
+    pub attempt: AttemptRecord,
+    /// Next delivery state (`delivered`, `retrying`, `dead-lettered`).
+    pub next_state: DeliveryState,
+    pub run: Option<NewRun>,
+    pub dead_letter_reason: Option<String>,
+    pub now: i64,
+}
+
+/// What an attempt commit changed beyond the attempt itself.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AttemptCommitted {
+    pub subscription_transition: Option<Transition>,
+}
+
+/// A stored run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub workflow_id: String,
+    pub status: RunStatus,
+    pub inputs: Value,
+    pub output: Option<Value>,
+    pub delivery_id: Option<String>,
+    pub receipt_id: Option<String>,
+    pub subscription_id: Option<String>,
+    pub causation_id: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+}
+
+/// One event in a run's log (`sequence` from 0).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunEventRecord {
+    pub run_id: String,
+    pub sequence: u64,
+    pub event_id: String,
+    pub event_type: String,
+    pub payload: Value,
+    pub causation_id: Option<String>,
+    pub timestamp: i64,
+}
+
+/// One run-less trigger event (`trigger.delivery.attempted`, `trigger.subscription.state.changed`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SubscriptionEventRecord {
+    pub event_id: String,
+    pub subscription_id: String,
+    pub event_type: String,
+    pub payload: Value,
+    pub delivery_id: Option<String>,
+    pub timestamp: i64,
+}
+
+/// Filter and page for list queries: newest first, `before` is an exclusive id cursor.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListQuery {
+    pub limit: u32,
+    pub before: Option<String>,
+    pub state: Option<String>,
+    pub subscription_id: Option<String>,
+}
+
+/// Counts for metrics and health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct QueueDepth {
+    pub pending: u64,
+    pub retrying: u64,
+    pub dead_lettered: u64,
+}

@@ -1,0 +1,267 @@
+//! SQLite backend (DESIGN §7): one file under the data dir, WAL, `synchronous=FULL`, one group-commit
+//! writer thread, and a small pool of read-only connections used from blocking tasks.
+
+mod read;
+mod write;
+pub mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rusqlite::Connection;
+use serde_json::Value;
+use tb_core::run::RunStatus;
+use tb_core::subscription::{SubscriptionInput, Transition};
+
+use crate::model::*;
+use crate::{Store, StoreError, StoreResult};
+use read::db;
+use writer::Writer;
+
+/// Versioned migrations, applied in order; `PRAGMA user_version` records the last applied.
+const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))];
+
+/// The newest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// The SQLite store. Cheap to share behind an `Arc<dyn Store>`.
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Writer,
+    readers: Arc<Mutex<Vec<Connection>>>,
+}
+
+fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF; \
+         PRAGMA cache_size = -16000; PRAGMA temp_store = MEMORY;",
+    )?;
+    if read_only {
+        conn.execute_batch("PRAGMA query_only = ON;")?;
+    }
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(())
+}
+
+/// Applies pending migrations; returns `(from_version, to_version)`.
+pub fn migrate(conn: &Connection) -> StoreResult<(i64, i64)> {
+    let from: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(db)?;
+    if from > SCHEMA_VERSION {
+        return Err(StoreError::Database(format!(
+            "database schema version {from} is newer than this build knows ({SCHEMA_VERSION}); upgrade trigger-bridge"
+        )));
+    }
+    for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > from) {
+        let tx = conn.unchecked_transaction().map_err(db)?;
+        tx.execute_batch(sql).map_err(db)?;
+        tx.execute_batch(&format!("PRAGMA user_version = {v}"))
+            .map_err(db)?;
+        tx.commit().map_err(db)?;
+    }
+    Ok((from, SCHEMA_VERSION))
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `dir/trigger-bridge.db`, migrates it, and starts the writer.
+    /// Errors: the directory cannot be created, the file cannot be opened, or a migration failed.
+    pub fn open_dir(dir: &Path) -> StoreResult<SqliteStore> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Database(format!("cannot create data dir {}: {e}", dir.display()))
+        })?;
+        Self::open(&dir.join("trigger-bridge.db"))
+    }
+
+    /// Opens (creating if needed) the database file at `path`, migrates it, and starts the writer.
+    pub fn open(path: &Path) -> StoreResult<SqliteStore> {
+        let conn = Connection::open(path)
+            .map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
+        configure(&conn, false).map_err(db)?;
+        migrate(&conn)?;
+        Ok(SqliteStore {
+            path: path.to_path_buf(),
+            writer: Writer::start(conn),
+            readers: Arc::new(Mutex::new(Vec::new())),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let pool = self.readers.clone();
+        let path = self.path.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = pool.lock().expect("reader pool").pop();
+            let conn = match conn {
+                Some(c) => c,
+                None => {
+                    let c = Connection::open(&path).map_err(db)?;
+                    configure(&c, true).map_err(db)?;
+                    c
+                }
+            };
+            let r = f(&conn);
+            let mut p = pool.lock().expect("reader pool");
+            if p.len() < 8 {
+                p.push(conn);
+            }
+            r
+        })
+        .await
+        .map_err(|e| StoreError::Database(format!("reader task failed: {e}")))?
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn upsert_subscription(
+        &self,
+        def: SubscriptionDef,
+        now: i64,
+    ) -> StoreResult<SubscriptionRecord> {
+        self.writer
+            .write(move |c| write::upsert_subscription(c, &def, now))
+            .await
+    }
+    async fn list_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.read(read::list_subscriptions).await
+    }
+    async fn get_subscription(&self, id: &str) -> StoreResult<SubscriptionRecord> {
+        let id = id.to_string();
+        self.read(move |c| read::get_subscription(c, &id)).await
+    }
+    async fn apply_subscription_input(
+        &self,
+        id: &str,
+        input: SubscriptionInput,
+        now: i64,
+    ) -> StoreResult<Option<Transition>> {
+        let id = id.to_string();
+        self.writer
+            .write(move |c| write::apply_subscription_input(c, &id, input, now))
+            .await
+    }
+    async fn find_duplicate(
+        &self,
+        subscription_id: &str,
+        dedup_key: &str,
+    ) -> StoreResult<Option<IngestOutcome>> {
+        let (s, k) = (subscription_id.to_string(), dedup_key.to_string());
+        self.read(move |c| read::duplicate_of(c, &s, &k)).await
+    }
+    async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome> {
+        self.writer
+            .write(move |c| write::commit_receipt(c, &receipt))
+            .await
+    }
+    async fn lease_due(
+        &self,
+        owner: &str,
+        now: i64,
+        lease_ms: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<Lease>> {
+        let owner = owner.to_string();
+        self.writer
+            .write(move |c| write::lease_due(c, &owner, now, lease_ms, limit))
+            .await
+    }
+    async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted> {
+        self.writer
+            .write(move |c| write::commit_attempt(c, &commit))
+            .await
+    }
+    async fn release_lease(&self, delivery_id: &str, owner: &str) -> StoreResult<()> {
+        let (d, o) = (delivery_id.to_string(), owner.to_string());
+        self.writer
+            .write(move |c| write::release_lease(c, &d, &o))
+            .await
+    }
+    async fn next_due_at(&self) -> StoreResult<Option<i64>> {
+        self.read(read::next_due_at).await
+    }
+    async fn finish_run(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        output: Option<Value>,
+        now: i64,
+    ) -> StoreResult<RunRecord> {
+        let id = run_id.to_string();
+        self.writer
+            .write(move |c| write::finish_run(c, &id, status, output.as_ref(), now))
+            .await
+    }
+    async fn get_run(&self, id: &str) -> StoreResult<RunRecord> {
+        let id = id.to_string();
+        self.read(move |c| read::get_run(c, &id)).await
+    }
+    async fn list_runs(&self, q: ListQuery) -> StoreResult<Vec<RunRecord>> {
+        self.read(move |c| read::list_runs(c, &q)).await
+    }
+    async fn run_events(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunEventRecord>> {
+        let id = run_id.to_string();
+        self.read(move |c| read::run_events(c, &id, after, limit))
+            .await
+    }
+    async fn get_receipt(&self, id: &str) -> StoreResult<ReceiptRecord> {
+        let id = id.to_string();
+        self.read(move |c| read::get_receipt(c, &id)).await
+    }
+    async fn list_receipts(&self, q: ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
+        self.read(move |c| read::list_receipts(c, &q)).await
+    }
+    async fn get_body(&self, receipt_id: &str) -> StoreResult<Bytes> {
+        let id = receipt_id.to_string();
+        self.read(move |c| read::get_body(c, &id))
+            .await
+            .map(Bytes::from)
+    }
+    async fn get_delivery(&self, id: &str) -> StoreResult<DeliveryRecord> {
+        let id = id.to_string();
+        self.read(move |c| read::get_delivery(c, &id)).await
+    }
+    async fn list_deliveries(&self, q: ListQuery) -> StoreResult<Vec<DeliveryRecord>> {
+        self.read(move |c| read::list_deliveries(c, &q)).await
+    }
+    async fn deliveries_of_receipt(&self, receipt_id: &str) -> StoreResult<Vec<DeliveryRecord>> {
+        let id = receipt_id.to_string();
+        self.read(move |c| read::deliveries_of_receipt(c, &id))
+            .await
+    }
+    async fn attempts(&self, delivery_id: &str) -> StoreResult<Vec<AttemptRecord>> {
+        let id = delivery_id.to_string();
+        self.read(move |c| read::attempts(c, &id)).await
+    }
+    async fn subscription_events(
+        &self,
+        subscription_id: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionEventRecord>> {
+        let id = subscription_id.to_string();
+        self.read(move |c| read::subscription_events(c, &id, limit))
+            .await
+    }
+    async fn queue_depth(&self) -> StoreResult<QueueDepth> {
+        self.read(read::queue_depth).await
+    }
+    async fn close(&self) {
+        self.writer.close().await;
+    }
+}

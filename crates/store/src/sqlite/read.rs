@@ -1,0 +1,389 @@
+//! Row mapping and read queries of the SQLite backend.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use serde_json::Value;
+use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::receipt::ReceiptState;
+use tb_core::run::RunStatus;
+use tb_core::subscription::{Source, SubscriptionState};
+
+use crate::model::*;
+use crate::{StoreError, StoreResult};
+
+pub(crate) fn db(e: rusqlite::Error) -> StoreError {
+    StoreError::Database(e.to_string())
+}
+
+fn json(s: String) -> Value {
+    serde_json::from_str(&s).unwrap_or(Value::Null)
+}
+
+fn bad(what: &str, v: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Text,
+        format!("bad {what}: {v}").into(),
+    )
+}
+
+pub(crate) const SUB_COLS: &str = "id, source, connector, config, state, failure_threshold, consecutive_failures, last_success_at, created_at, updated_at";
+
+pub(crate) fn sub_row(r: &Row) -> rusqlite::Result<SubscriptionRecord> {
+    let source: String = r.get(1)?;
+    let state: String = r.get(4)?;
+    Ok(SubscriptionRecord {
+        id: r.get(0)?,
+        source: serde_json::from_value(Value::String(source.clone()))
+            .map_err(|_| bad("source", &source))?,
+        connector: r.get(2)?,
+        config: json(r.get(3)?),
+        state: SubscriptionState::parse(&state).ok_or_else(|| bad("state", &state))?,
+        failure_threshold: r.get(5)?,
+        consecutive_failures: r.get(6)?,
+        last_success_at: r.get(7)?,
+        created_at: r.get(8)?,
+        updated_at: r.get(9)?,
+    })
+}
+
+pub(crate) fn source_str(s: Source) -> &'static str {
+    s.as_str()
+}
+
+pub(crate) const RECEIPT_COLS: &str = "id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at";
+
+fn receipt_row(r: &Row) -> rusqlite::Result<ReceiptRecord> {
+    let state: String = r.get(6)?;
+    Ok(ReceiptRecord {
+        id: r.get(0)?,
+        subscription_id: r.get(1)?,
+        dedup_key: r.get(2)?,
+        provider_event_id: r.get(3)?,
+        event_type: r.get(4)?,
+        normalized: json(r.get(5)?),
+        state: ReceiptState::parse(&state).ok_or_else(|| bad("receipt state", &state))?,
+        content_type: r.get(7)?,
+        body_bytes: r.get(8)?,
+        received_at: r.get(9)?,
+        updated_at: r.get(10)?,
+    })
+}
+
+pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner";
+
+pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
+    let state: String = r.get(9)?;
+    Ok(DeliveryRecord {
+        id: r.get(0)?,
+        receipt_id: r.get(1)?,
+        subscription_id: r.get(2)?,
+        binding_id: r.get(3)?,
+        dedup_key: r.get(4)?,
+        action: r.get(5)?,
+        workflow_id: r.get(6)?,
+        run_id: r.get(7)?,
+        inputs: json(r.get(8)?),
+        state: DeliveryState::parse(&state).ok_or_else(|| bad("delivery state", &state))?,
+        attempts: r.get(10)?,
+        due_at: r.get(11)?,
+        lease_until: r.get(12)?,
+        first_attempt_at: r.get(13)?,
+        last_error: r.get(14)?,
+        dead_letter_reason: r.get(15)?,
+        created_at: r.get(16)?,
+        updated_at: r.get(17)?,
+    })
+}
+
+const RUN_COLS: &str = "id, workflow_id, status, inputs, output, delivery_id, receipt_id, subscription_id, causation_id, created_at, updated_at";
+
+pub(crate) fn run_row(r: &Row) -> rusqlite::Result<RunRecord> {
+    let status: String = r.get(2)?;
+    let output: Option<String> = r.get(4)?;
+    Ok(RunRecord {
+        id: r.get(0)?,
+        workflow_id: r.get(1)?,
+        status: RunStatus::parse(&status).ok_or_else(|| bad("run status", &status))?,
+        inputs: json(r.get(3)?),
+        output: output.map(json),
+        delivery_id: r.get(5)?,
+        receipt_id: r.get(6)?,
+        subscription_id: r.get(7)?,
+        causation_id: r.get(8)?,
+        created_at: r.get(9)?,
+        updated_at: r.get(10)?,
+    })
+}
+
+fn attempt_row(r: &Row) -> rusqlite::Result<AttemptRecord> {
+    let outcome: String = r.get(3)?;
+    Ok(AttemptRecord {
+        delivery_id: r.get(0)?,
+        attempt: r.get(1)?,
+        event_id: r.get(2)?,
+        outcome: serde_json::from_value::<AttemptOutcome>(Value::String(outcome.clone()))
+            .map_err(|_| bad("outcome", &outcome))?,
+        error_class: r.get(4)?,
+        started_at: r.get(5)?,
+        duration_ms: r.get(6)?,
+        next_due_at: r.get(7)?,
+    })
+}
+
+pub(crate) fn get_subscription(c: &Connection, id: &str) -> StoreResult<SubscriptionRecord> {
+    c.prepare_cached(&format!(
+        "SELECT {SUB_COLS} FROM subscriptions WHERE id = ?1"
+    ))
+    .map_err(db)?
+    .query_row([id], sub_row)
+    .optional()
+    .map_err(db)?
+    .ok_or_else(|| StoreError::NotFound(format!("subscription {id}")))
+}
+
+pub(crate) fn list_subscriptions(c: &Connection) -> StoreResult<Vec<SubscriptionRecord>> {
+    let mut st = c
+        .prepare_cached(&format!("SELECT {SUB_COLS} FROM subscriptions ORDER BY id"))
+        .map_err(db)?;
+    let rows = st.query_map([], sub_row).map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+/// The receipt holding `(subscription, dedup_key)` and its deliveries, as a `Duplicate` outcome.
+pub(crate) fn duplicate_of(
+    c: &Connection,
+    sub: &str,
+    key: &str,
+) -> StoreResult<Option<IngestOutcome>> {
+    let id: Option<String> = c
+        .prepare_cached("SELECT id FROM receipts WHERE subscription_id = ?1 AND dedup_key = ?2")
+        .map_err(db)?
+        .query_row([sub, key], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    let Some(receipt_id) = id else {
+        return Ok(None);
+    };
+    let deliveries = delivery_refs(c, &receipt_id)?;
+    Ok(Some(IngestOutcome::Duplicate {
+        receipt_id,
+        deliveries,
+    }))
+}
+
+fn delivery_refs(c: &Connection, receipt_id: &str) -> StoreResult<Vec<DeliveryRef>> {
+    let mut st = c
+        .prepare_cached("SELECT id, binding_id, run_id FROM deliveries WHERE receipt_id = ?1 ORDER BY binding_id")
+        .map_err(db)?;
+    let rows = st
+        .query_map([receipt_id], |r| {
+            Ok(DeliveryRef {
+                delivery_id: r.get(0)?,
+                binding_id: r.get(1)?,
+                run_id: r.get(2)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn get_receipt(c: &Connection, id: &str) -> StoreResult<ReceiptRecord> {
+    c.prepare_cached(&format!(
+        "SELECT {RECEIPT_COLS} FROM receipts WHERE id = ?1"
+    ))
+    .map_err(db)?
+    .query_row([id], receipt_row)
+    .optional()
+    .map_err(db)?
+    .ok_or_else(|| StoreError::NotFound(format!("receipt {id}")))
+}
+
+/// Builds `WHERE` clauses for a newest-first list on a table whose ids are time-ordered.
+fn list_sql(cols: &str, table: &str, q: &ListQuery, state_col: bool) -> (String, Vec<String>) {
+    let mut sql = format!("SELECT {cols} FROM {table} WHERE 1=1");
+    let mut args = Vec::new();
+    if let Some(b) = &q.before {
+        args.push(b.clone());
+        sql.push_str(&format!(" AND id < ?{}", args.len()));
+    }
+    if let (Some(s), true) = (&q.state, state_col) {
+        args.push(s.clone());
+        sql.push_str(&format!(
+            " AND {} = ?{}",
+            if table == "runs" { "status" } else { "state" },
+            args.len()
+        ));
+    }
+    if let Some(s) = &q.subscription_id {
+        args.push(s.clone());
+        sql.push_str(&format!(" AND subscription_id = ?{}", args.len()));
+    }
+    sql.push_str(&format!(
+        " ORDER BY id DESC LIMIT {}",
+        q.limit.clamp(1, 1000)
+    ));
+    (sql, args)
+}
+
+pub(crate) fn list_receipts(c: &Connection, q: &ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
+    let (sql, args) = list_sql(RECEIPT_COLS, "receipts", q, true);
+    let mut st = c.prepare(&sql).map_err(db)?;
+    let rows = st
+        .query_map(rusqlite::params_from_iter(args.iter()), receipt_row)
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn get_body(c: &Connection, receipt_id: &str) -> StoreResult<Vec<u8>> {
+    c.prepare_cached("SELECT body FROM bodies WHERE receipt_id = ?1")
+        .map_err(db)?
+        .query_row([receipt_id], |r| r.get(0))
+        .optional()
+        .map_err(db)?
+        .ok_or_else(|| StoreError::NotFound(format!("body of receipt {receipt_id}")))
+}
+
+pub(crate) fn get_delivery(c: &Connection, id: &str) -> StoreResult<DeliveryRecord> {
+    c.prepare_cached(&format!(
+        "SELECT {DELIVERY_COLS} FROM deliveries WHERE id = ?1"
+    ))
+    .map_err(db)?
+    .query_row([id], delivery_row)
+    .optional()
+    .map_err(db)?
+    .ok_or_else(|| StoreError::NotFound(format!("delivery {id}")))
+}
+
+pub(crate) fn list_deliveries(c: &Connection, q: &ListQuery) -> StoreResult<Vec<DeliveryRecord>> {
+    let (sql, args) = list_sql(DELIVERY_COLS, "deliveries", q, true);
+    let mut st = c.prepare(&sql).map_err(db)?;
+    let rows = st
+        .query_map(rusqlite::params_from_iter(args.iter()), delivery_row)
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn deliveries_of_receipt(
+    c: &Connection,
+    receipt_id: &str,
+) -> StoreResult<Vec<DeliveryRecord>> {
+    let mut st = c
+        .prepare_cached(&format!(
+            "SELECT {DELIVERY_COLS} FROM deliveries WHERE receipt_id = ?1 ORDER BY binding_id"
+        ))
+        .map_err(db)?;
+    let rows = st.query_map([receipt_id], delivery_row).map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn attempts(c: &Connection, delivery_id: &str) -> StoreResult<Vec<AttemptRecord>> {
+    let mut st = c
+        .prepare_cached(
+            "SELECT delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at \
+             FROM attempts WHERE delivery_id = ?1 ORDER BY attempt",
+        )
+        .map_err(db)?;
+    let rows = st.query_map([delivery_id], attempt_row).map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn get_run(c: &Connection, id: &str) -> StoreResult<RunRecord> {
+    c.prepare_cached(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"))
+        .map_err(db)?
+        .query_row([id], run_row)
+        .optional()
+        .map_err(db)?
+        .ok_or_else(|| StoreError::NotFound(format!("run {id}")))
+}
+
+pub(crate) fn list_runs(c: &Connection, q: &ListQuery) -> StoreResult<Vec<RunRecord>> {
+    let (sql, args) = list_sql(RUN_COLS, "runs", q, true);
+    let mut st = c.prepare(&sql).map_err(db)?;
+    let rows = st
+        .query_map(rusqlite::params_from_iter(args.iter()), run_row)
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn run_events(
+    c: &Connection,
+    run_id: &str,
+    after: Option<u64>,
+    limit: u32,
+) -> StoreResult<Vec<RunEventRecord>> {
+    let after: i64 = after.map(|a| a as i64).unwrap_or(-1);
+    let mut st = c
+        .prepare_cached(
+            "SELECT run_id, sequence, event_id, type, payload, causation_id, timestamp FROM run_events \
+             WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
+        )
+        .map_err(db)?;
+    let rows = st
+        .query_map(params![run_id, after, limit.clamp(1, 10_000)], |r| {
+            Ok(RunEventRecord {
+                run_id: r.get(0)?,
+                sequence: r.get(1)?,
+                event_id: r.get(2)?,
+                event_type: r.get(3)?,
+                payload: json(r.get(4)?),
+                causation_id: r.get(5)?,
+                timestamp: r.get(6)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn subscription_events(
+    c: &Connection,
+    sub: &str,
+    limit: u32,
+) -> StoreResult<Vec<SubscriptionEventRecord>> {
+    let mut st = c
+        .prepare_cached(
+            "SELECT event_id, subscription_id, type, payload, delivery_id, timestamp FROM subscription_events \
+             WHERE subscription_id = ?1 ORDER BY timestamp, event_id LIMIT ?2",
+        )
+        .map_err(db)?;
+    let rows = st
+        .query_map(params![sub, limit.clamp(1, 10_000)], |r| {
+            Ok(SubscriptionEventRecord {
+                event_id: r.get(0)?,
+                subscription_id: r.get(1)?,
+                event_type: r.get(2)?,
+                payload: json(r.get(3)?),
+                delivery_id: r.get(4)?,
+                timestamp: r.get(5)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn queue_depth(c: &Connection) -> StoreResult<QueueDepth> {
+    let mut st = c
+        .prepare_cached("SELECT state, COUNT(*) FROM deliveries WHERE state IN ('pending','retrying','dead-lettered') GROUP BY state")
+        .map_err(db)?;
+    let mut d = QueueDepth::default();
+    let rows = st
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))
+        .map_err(db)?;
+    for row in rows {
+        let (s, n) = row.map_err(db)?;
+        match s.as_str() {
+            "pending" => d.pending = n,
+            "retrying" => d.retrying = n,
+            _ => d.dead_lettered = n,
+        }
+    }
+    Ok(d)
+}
+
+pub(crate) fn next_due_at(c: &Connection) -> StoreResult<Option<i64>> {
+    c.prepare_cached(
+        "SELECT MIN(MAX(due_at, COALESCE(lease_until, 0))) FROM deliveries WHERE state IN ('pending','retrying')",
+    )
+    .map_err(db)?
+    .query_row([], |r| r.get(0))
+    .map_err(db)
+}

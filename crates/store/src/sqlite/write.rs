@@ -1,0 +1,445 @@
+//! Write transactions of the SQLite backend. Each function runs inside the writer's batch transaction (in
+//! its own savepoint); an `Err` rolls back just that function's writes.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde_json::Value;
+use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::events::{self, DeliveryAttempted, RunStarted, SubscriptionStateChanged};
+use tb_core::ids::{new_id, IdKind};
+use tb_core::receipt;
+use tb_core::run::RunStatus;
+use tb_core::subscription::{transition, SubscriptionInput, SubscriptionState, Transition};
+
+use super::read::{self, db};
+use crate::model::*;
+use crate::{StoreError, StoreResult};
+
+pub(crate) fn upsert_subscription(
+    c: &Connection,
+    d: &SubscriptionDef,
+    now: i64,
+) -> StoreResult<SubscriptionRecord> {
+    c.prepare_cached(
+        "INSERT INTO subscriptions (id, source, connector, config, state, failure_threshold, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?6) \
+         ON CONFLICT(id) DO UPDATE SET source = excluded.source, connector = excluded.connector, \
+         config = excluded.config, failure_threshold = excluded.failure_threshold, updated_at = excluded.updated_at",
+    )
+    .map_err(db)?
+    .execute(params![d.id, read::source_str(d.source), d.connector, d.config.to_string(), d.failure_threshold, now])
+    .map_err(db)?;
+    read::get_subscription(c, &d.id)
+}
+
+pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<IngestOutcome> {
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
+             content_type, body_bytes, received_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) \
+             ON CONFLICT(subscription_id, dedup_key) DO NOTHING",
+        )
+        .map_err(db)?
+        .execute(params![
+            r.id,
+            r.subscription_id,
+            r.dedup_key,
+            r.provider_event_id,
+            r.event_type,
+            r.normalized.to_string(),
+            r.state.as_str(),
+            r.content_type,
+            r.body.len() as i64,
+            r.received_at
+        ])
+        .map_err(db)?;
+    if inserted == 0 {
+        return read::duplicate_of(c, &r.subscription_id, &r.dedup_key)?
+            .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
+    }
+    c.prepare_cached("INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)")
+        .map_err(db)?
+        .execute(params![r.id, &r.body[..]])
+        .map_err(db)?;
+    let mut ins = c
+        .prepare_cached(
+            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+             inputs, state, due_at, dead_letter_reason, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
+        )
+        .map_err(db)?;
+    let mut refs = Vec::with_capacity(r.deliveries.len());
+    for d in &r.deliveries {
+        let due = (d.state == DeliveryState::Pending).then_some(r.received_at);
+        ins.execute(params![
+            d.id,
+            r.id,
+            r.subscription_id,
+            d.binding_id,
+            r.dedup_key,
+            d.action,
+            d.workflow_id,
+            d.run_id,
+            d.inputs.to_string(),
+            d.state.as_str(),
+            due,
+            d.dead_letter_reason,
+            r.received_at
+        ])
+        .map_err(db)?;
+        refs.push(DeliveryRef {
+            delivery_id: d.id.clone(),
+            binding_id: d.binding_id.clone(),
+            run_id: d.run_id.clone(),
+        });
+    }
+    Ok(IngestOutcome::Accepted {
+        receipt_id: r.id.clone(),
+        deliveries: refs,
+    })
+}
+
+pub(crate) fn lease_due(
+    c: &Connection,
+    owner: &str,
+    now: i64,
+    lease_ms: u64,
+    limit: u32,
+) -> StoreResult<Vec<Lease>> {
+    let until = now + lease_ms as i64;
+    let mut st = c
+        .prepare_cached(&format!(
+            "UPDATE deliveries SET lease_owner = ?1, lease_until = ?2 WHERE id IN ( \
+               SELECT id FROM deliveries WHERE state IN ('pending','retrying') AND due_at <= ?3 \
+               AND (lease_until IS NULL OR lease_until <= ?3) ORDER BY due_at LIMIT ?4) \
+             RETURNING {}",
+            read::DELIVERY_COLS
+        ))
+        .map_err(db)?;
+    let rows = st
+        .query_map(params![owner, until, now, limit], read::delivery_row)
+        .map_err(db)?;
+    let mut out = Vec::new();
+    for r in rows {
+        out.push(Lease {
+            delivery: r.map_err(db)?,
+            owner: owner.to_string(),
+            lease_until: until,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn release_lease(c: &Connection, id: &str, owner: &str) -> StoreResult<()> {
+    c.prepare_cached("UPDATE deliveries SET lease_owner = NULL, lease_until = NULL WHERE id = ?1 AND lease_owner = ?2")
+        .map_err(db)?
+        .execute([id, owner])
+        .map_err(db)?;
+    Ok(())
+}
+
+fn insert_sub_event(
+    c: &Connection,
+    sub: &str,
+    ty: &str,
+    payload: &Value,
+    delivery: Option<&str>,
+    id: &str,
+    now: i64,
+) -> StoreResult<()> {
+    c.prepare_cached(
+        "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .map_err(db)?
+    .execute(params![id, sub, ty, payload.to_string(), delivery, now])
+    .map_err(db)?;
+    Ok(())
+}
+
+fn insert_run_event(
+    c: &Connection,
+    run: &str,
+    seq: u64,
+    ty: &str,
+    payload: &Value,
+    causation: Option<&str>,
+    now: i64,
+) -> StoreResult<()> {
+    c.prepare_cached(
+        "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .map_err(db)?
+    .execute(params![run, seq as i64, new_id(IdKind::Event), ty, payload.to_string(), causation, now])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// Persists a subscription transition and its `state.changed` event.
+fn apply_transition(
+    c: &Connection,
+    sub: &SubscriptionRecord,
+    t: &Transition,
+    now: i64,
+) -> StoreResult<()> {
+    c.prepare_cached("UPDATE subscriptions SET state = ?2, updated_at = ?3 WHERE id = ?1")
+        .map_err(db)?
+        .execute(params![sub.id, t.to.as_str(), now])
+        .map_err(db)?;
+    let payload = serde_json::to_value(SubscriptionStateChanged {
+        subscription_id: sub.id.clone(),
+        source: sub.source.as_str().to_string(),
+        from_state: t.from,
+        to_state: t.to,
+        reason: t.reason,
+    })
+    .expect("serializable");
+    insert_sub_event(
+        c,
+        &sub.id,
+        events::SUBSCRIPTION_STATE_CHANGED,
+        &payload,
+        None,
+        &new_id(IdKind::Event),
+        now,
+    )
+}
+
+pub(crate) fn apply_subscription_input(
+    c: &Connection,
+    id: &str,
+    input: SubscriptionInput,
+    now: i64,
+) -> StoreResult<Option<Transition>> {
+    let sub = read::get_subscription(c, id)?;
+    let t = transition(sub.state, input);
+    if let Some(t) = &t {
+        apply_transition(c, &sub, t, now)?;
+        if t.to == SubscriptionState::Active {
+            c.execute(
+                "UPDATE subscriptions SET consecutive_failures = 0 WHERE id = ?1",
+                [id],
+            )
+            .map_err(db)?;
+        }
+    }
+    Ok(t)
+}
+
+pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<AttemptCommitted> {
+    let d = read::get_delivery(c, &a.delivery_id)?;
+    let owner: Option<String> = c
+        .prepare_cached("SELECT lease_owner FROM deliveries WHERE id = ?1")
+        .map_err(db)?
+        .query_row([&a.delivery_id], |r| r.get(0))
+        .map_err(db)?;
+    if d.state.is_terminal()
+        || owner.as_deref() != Some(a.lease_owner.as_str())
+        || d.attempts + 1 != a.attempt.attempt
+    {
+        return Err(StoreError::LeaseLost(a.delivery_id.clone()));
+    }
+    let at = &a.attempt;
+    c.prepare_cached(
+        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .map_err(db)?
+    .execute(params![
+        a.delivery_id,
+        at.attempt,
+        at.event_id,
+        at.outcome.as_str(),
+        at.error_class,
+        at.started_at,
+        at.duration_ms as i64,
+        at.next_due_at
+    ])
+    .map_err(db)?;
+    c.prepare_cached(
+        "UPDATE deliveries SET state = ?2, attempts = ?3, due_at = ?4, lease_owner = NULL, lease_until = NULL, \
+         first_attempt_at = COALESCE(first_attempt_at, ?5), last_error = ?6, dead_letter_reason = ?7, updated_at = ?8 \
+         WHERE id = ?1",
+    )
+    .map_err(db)?
+    .execute(params![
+        a.delivery_id,
+        a.next_state.as_str(),
+        at.attempt,
+        at.next_due_at,
+        at.started_at,
+        at.error_class,
+        a.dead_letter_reason,
+        a.now
+    ])
+    .map_err(db)?;
+    let run_id = a.run.as_ref().map(|r| r.id.clone());
+    let attempted = serde_json::to_value(DeliveryAttempted {
+        subscription_id: d.subscription_id.clone(),
+        dedup_key: d.dedup_key.clone(),
+        attempt: at.attempt,
+        outcome: at.outcome,
+        run_id: if at.outcome == AttemptOutcome::Delivered {
+            run_id.clone()
+        } else {
+            None
+        },
+    })
+    .expect("serializable");
+    insert_sub_event(
+        c,
+        &d.subscription_id,
+        events::DELIVERY_ATTEMPTED,
+        &attempted,
+        Some(&d.id),
+        &at.event_id,
+        a.now,
+    )?;
+
+    if let Some(run) = &a.run {
+        insert_run(c, run, &d, &at.event_id, a.now)?;
+    }
+    if a.next_state.is_terminal() {
+        settle_receipt(c, &d.receipt_id, a.now)?;
+    }
+
+    // Subscription counters and state machine (the rules live in tb_core::subscription).
+    let sub = read::get_subscription(c, &d.subscription_id)?;
+    let mut inputs = Vec::new();
+    let (failures, last_success) = if at.outcome == AttemptOutcome::Delivered {
+        inputs.push(SubscriptionInput::AttemptDelivered);
+        (0, Some(a.now))
+    } else {
+        let n = sub.consecutive_failures + 1;
+        inputs.push(SubscriptionInput::AttemptFailed {
+            consecutive_failures: n,
+            threshold: sub.failure_threshold,
+        });
+        if at.outcome == AttemptOutcome::DeadLettered {
+            let first = d.first_attempt_at.unwrap_or(at.started_at);
+            let continuous = sub.last_success_at.is_none_or(|t| t < first);
+            inputs.push(SubscriptionInput::DeliveryExhausted {
+                continuous_failure: continuous,
+            });
+        }
+        (n, sub.last_success_at)
+    };
+    c.prepare_cached(
+        "UPDATE subscriptions SET consecutive_failures = ?2, last_success_at = ?3 WHERE id = ?1",
+    )
+    .map_err(db)?
+    .execute(params![sub.id, failures, last_success])
+    .map_err(db)?;
+    let mut state = sub.state;
+    let mut last = None;
+    for input in inputs {
+        if let Some(t) = transition(state, input) {
+            apply_transition(c, &sub, &t, a.now)?;
+            state = t.to;
+            last = Some(Transition {
+                from: sub.state,
+                ..t
+            });
+        }
+    }
+    Ok(AttemptCommitted {
+        subscription_transition: last,
+    })
+}
+
+fn insert_run(
+    c: &Connection,
+    run: &NewRun,
+    d: &DeliveryRecord,
+    causation: &str,
+    now: i64,
+) -> StoreResult<()> {
+    let terminal = run.status.terminal_event();
+    let next_seq = if terminal.is_some() { 2 } else { 1 };
+    c.prepare_cached(
+        "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, causation_id, \
+         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+    )
+    .map_err(db)?
+    .execute(params![
+        run.id,
+        run.workflow_id,
+        run.status.as_str(),
+        run.inputs.to_string(),
+        d.id,
+        d.receipt_id,
+        d.subscription_id,
+        causation,
+        next_seq,
+        now
+    ])
+    .map_err(db)?;
+    let started = serde_json::to_value(RunStarted {
+        workflow_id: run.workflow_id.clone(),
+        inputs: run.inputs.clone(),
+    })
+    .expect("serializable");
+    insert_run_event(
+        c,
+        &run.id,
+        0,
+        events::RUN_STARTED,
+        &started,
+        Some(causation),
+        now,
+    )?;
+    if let Some(ty) = terminal {
+        insert_run_event(c, &run.id, 1, ty, &serde_json::json!({}), None, now)?;
+    }
+    Ok(())
+}
+
+fn settle_receipt(c: &Connection, receipt_id: &str, now: i64) -> StoreResult<()> {
+    let mut st = c
+        .prepare_cached("SELECT state FROM deliveries WHERE receipt_id = ?1")
+        .map_err(db)?;
+    let states = st
+        .query_map([receipt_id], |r| r.get::<_, String>(0))
+        .map_err(db)?
+        .map(|s| s.map(|s| DeliveryState::parse(&s).unwrap_or(DeliveryState::Pending)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(db)?;
+    if let Some(settled) = receipt::settle(&states) {
+        c.prepare_cached("UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1")
+            .map_err(db)?
+            .execute(params![receipt_id, settled.as_str(), now])
+            .map_err(db)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn finish_run(
+    c: &Connection,
+    run_id: &str,
+    status: RunStatus,
+    output: Option<&Value>,
+    now: i64,
+) -> StoreResult<RunRecord> {
+    let Some(ty) = status.terminal_event() else {
+        return Err(StoreError::Conflict(format!(
+            "{} is not a terminal status",
+            status.as_str()
+        )));
+    };
+    let run = read::get_run(c, run_id)?;
+    if run.status.is_terminal() {
+        return Err(StoreError::Conflict(format!(
+            "run {run_id} is already {}",
+            run.status.as_str()
+        )));
+    }
+    let seq: i64 = c
+        .prepare_cached("UPDATE runs SET status = ?2, output = ?3, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1")
+        .map_err(db)?
+        .query_row(params![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))
+        .optional()
+        .map_err(db)?
+        .ok_or_else(|| StoreError::NotFound(format!("run {run_id}")))?;
+    insert_run_event(c, run_id, seq as u64, ty, &serde_json::json!({}), None, now)?;
+    read::get_run(c, run_id)
+}

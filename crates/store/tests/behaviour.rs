@@ -1,0 +1,421 @@
+//! The shared Store behaviour suite (DESIGN §12): every backend must pass every case here.
+//! Each case takes a fresh `Arc<dyn Store>`; `backends()` lists the backends to run.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde_json::json;
+use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::ids::{new_id, IdKind};
+use tb_core::receipt::ReceiptState;
+use tb_core::run::RunStatus;
+use tb_core::subscription::{Source, SubscriptionInput, SubscriptionState};
+use trigger_bridge_store::sqlite::SqliteStore;
+use trigger_bridge_store::*;
+
+/// Fresh stores of every backend available here. The tempdir guard keeps the SQLite file alive.
+fn backends() -> Vec<(Arc<dyn Store>, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = SqliteStore::open_dir(dir.path()).expect("open sqlite");
+    vec![(Arc::new(s), dir)]
+}
+
+async fn sub(store: &dyn Store, id: &str, threshold: u32) {
+    store
+        .upsert_subscription(
+            SubscriptionDef {
+                id: id.into(),
+                source: Source::Webhook,
+                connector: "github".into(),
+                config: json!({}),
+                failure_threshold: threshold,
+            },
+            1_000,
+        )
+        .await
+        .unwrap();
+}
+
+fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewReceipt {
+    NewReceipt {
+        id: new_id(IdKind::Receipt),
+        subscription_id: sub.into(),
+        dedup_key: key.into(),
+        provider_event_id: format!("pe-{key}"),
+        event_type: "pull_request.opened".into(),
+        normalized: json!({"event":"pull_request","action":"opened"}),
+        state: if bindings.is_empty() {
+            ReceiptState::Unmatched
+        } else {
+            ReceiptState::Queued
+        },
+        content_type: Some("application/json".into()),
+        body: Bytes::from_static(body),
+        received_at: 2_000,
+        deliveries: bindings
+            .iter()
+            .map(|b| NewDelivery {
+                id: new_id(IdKind::Delivery),
+                binding_id: b.to_string(),
+                action: "start_run".into(),
+                workflow_id: Some("noop".into()),
+                run_id: Some(new_id(IdKind::Run)),
+                inputs: json!({"pr": 1}),
+                state: DeliveryState::Pending,
+                dead_letter_reason: None,
+            })
+            .collect(),
+    }
+}
+
+fn commit_for(
+    lease: &Lease,
+    outcome: AttemptOutcome,
+    next: DeliveryState,
+    run: Option<NewRun>,
+    now: i64,
+) -> AttemptCommit {
+    AttemptCommit {
+        delivery_id: lease.delivery.id.clone(),
+        lease_owner: lease.owner.clone(),
+        attempt: AttemptRecord {
+            delivery_id: lease.delivery.id.clone(),
+            attempt: lease.delivery.attempts + 1,
+            event_id: new_id(IdKind::Event),
+            outcome,
+            error_class: (outcome != AttemptOutcome::Delivered).then(|| "http_500".to_string()),
+            started_at: now,
+            duration_ms: 3,
+            next_due_at: (next == DeliveryState::Retrying).then_some(now),
+        },
+        next_state: next,
+        run,
+        dead_letter_reason: (next == DeliveryState::DeadLettered)
+            .then(|| "retries_exhausted".to_string()),
+        now,
+    }
+}
+
+#[tokio::test]
+async fn receipt_commit_dedup_and_exact_bytes() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        let body: &'static [u8] = b"{ \"b\":1,\n  \"a\" : \"\\u00e9\xc3\xa9\" }  \r\n";
+        let first = receipt("s", "dk_1", body, &["b1"]);
+        let rid = first.id.clone();
+        let run_id = first.deliveries[0].run_id.clone();
+        let IngestOutcome::Accepted {
+            receipt_id,
+            deliveries,
+        } = store.commit_receipt(first).await.unwrap()
+        else {
+            panic!("first commit must be accepted")
+        };
+        assert_eq!(receipt_id, rid);
+        assert_eq!(deliveries.len(), 1);
+        assert_eq!(deliveries[0].run_id, run_id);
+        assert_eq!(
+            &store.get_body(&rid).await.unwrap()[..],
+            body,
+            "stored body is byte-identical"
+        );
+
+        let again = receipt("s", "dk_1", b"other", &["b1"]);
+        match store.commit_receipt(again).await.unwrap() {
+            IngestOutcome::Duplicate {
+                receipt_id,
+                deliveries,
+            } => {
+                assert_eq!(receipt_id, rid);
+                assert_eq!(deliveries[0].run_id, run_id);
+            }
+            o => panic!("expected duplicate, got {o:?}"),
+        }
+        assert!(matches!(
+            store.find_duplicate("s", "dk_1").await.unwrap(),
+            Some(IngestOutcome::Duplicate { .. })
+        ));
+        assert!(store.find_duplicate("s", "dk_2").await.unwrap().is_none());
+        assert_eq!(
+            store
+                .list_receipts(ListQuery {
+                    limit: 10,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().body_bytes,
+            body.len() as u64
+        );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_commits_of_one_key_give_one_receipt() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        let mut tasks = Vec::new();
+        for _ in 0..50 {
+            let st = store.clone();
+            tasks.push(tokio::spawn(async move {
+                st.commit_receipt(receipt("s", "dk_same", b"{}", &["b1"]))
+                    .await
+                    .unwrap()
+            }));
+        }
+        let mut accepted = 0;
+        for t in tasks {
+            if matches!(t.await.unwrap(), IngestOutcome::Accepted { .. }) {
+                accepted += 1;
+            }
+        }
+        assert_eq!(accepted, 1);
+        let all = store
+            .list_deliveries(ListQuery {
+                limit: 100,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 1, "one delivery for one key");
+    }
+}
+
+#[tokio::test]
+async fn delivered_attempt_starts_the_run_with_causation() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        let r = receipt("s", "dk_1", b"{}", &["b1"]);
+        let rid = r.id.clone();
+        let run_id = r.deliveries[0].run_id.clone().unwrap();
+        store.commit_receipt(r).await.unwrap();
+        let leases = store.lease_due("w1", 2_000, 60_000, 10).await.unwrap();
+        assert_eq!(leases.len(), 1);
+        assert!(
+            store
+                .lease_due("w2", 2_001, 60_000, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "a live lease is exclusive"
+        );
+        let run = NewRun {
+            id: run_id.clone(),
+            workflow_id: "noop".into(),
+            inputs: json!({"pr": 1}),
+            status: RunStatus::Completed,
+        };
+        let c = commit_for(
+            &leases[0],
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            Some(run),
+            2_010,
+        );
+        let event_id = c.attempt.event_id.clone();
+        store.commit_attempt(c).await.unwrap();
+
+        let run = store.get_run(&run_id).await.unwrap();
+        assert_eq!(run.status, RunStatus::Completed);
+        assert_eq!(run.causation_id.as_deref(), Some(event_id.as_str()));
+        let evs = store.run_events(&run_id, None, 100).await.unwrap();
+        assert_eq!(
+            evs.iter()
+                .map(|e| (e.sequence, e.event_type.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(0, "run.started"), (1, "run.completed")]
+        );
+        assert_eq!(evs[0].causation_id.as_deref(), Some(event_id.as_str()));
+        assert_eq!(
+            evs[0].payload,
+            json!({"workflowId": "noop", "inputs": {"pr": 1}})
+        );
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Consumed
+        );
+        let sev = store.subscription_events("s", 100).await.unwrap();
+        assert_eq!(sev.len(), 1);
+        assert_eq!(sev[0].event_id, event_id);
+        assert_eq!(
+            sev[0].payload,
+            json!({"subscriptionId":"s","dedupKey":"dk_1","attempt":1,"outcome":"delivered","runId": run_id})
+        );
+        assert!(
+            store
+                .lease_due("w1", 999_999, 60_000, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "delivered is terminal"
+        );
+        assert!(matches!(
+            store
+                .finish_run(&run_id, RunStatus::Failed, None, 3_000)
+                .await,
+            Err(StoreError::Conflict(_))
+        ));
+    }
+}
+
+#[tokio::test]
+async fn lapsed_lease_moves_on_and_the_old_holder_loses() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        store
+            .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
+            .await
+            .unwrap();
+        let old = store
+            .lease_due("w1", 2_000, 1_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert!(store
+            .lease_due("w2", 2_500, 1_000, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let new = store
+            .lease_due("w2", 3_000, 1_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        let late = commit_for(
+            &old,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_100,
+        );
+        assert!(matches!(
+            store.commit_attempt(late).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        store
+            .commit_attempt(commit_for(
+                &new,
+                AttemptOutcome::Delivered,
+                DeliveryState::Delivered,
+                None,
+                3_100,
+            ))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.attempts(&new.delivery.id).await.unwrap().len(),
+            1,
+            "exactly one attempt recorded"
+        );
+    }
+}
+
+#[tokio::test]
+async fn exhaustion_dead_letters_and_moves_the_subscription() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 2).await;
+        let r = receipt("s", "dk_1", b"{}", &["b1"]);
+        let rid = r.id.clone();
+        store.commit_receipt(r).await.unwrap();
+        let mut now = 2_000;
+        for (n, (outcome, next)) in [
+            (AttemptOutcome::Retrying, DeliveryState::Retrying),
+            (AttemptOutcome::Retrying, DeliveryState::Retrying),
+            (AttemptOutcome::DeadLettered, DeliveryState::DeadLettered),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let lease = store
+                .lease_due("w", now, 60_000, 10)
+                .await
+                .unwrap()
+                .remove(0);
+            assert_eq!(lease.delivery.attempts, n as u32);
+            store
+                .commit_attempt(commit_for(&lease, outcome, next, None, now))
+                .await
+                .unwrap();
+            now += 10;
+        }
+        let d = store
+            .list_deliveries(ListQuery {
+                limit: 10,
+                state: Some("dead-lettered".into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].attempts, 3);
+        assert_eq!(store.attempts(&d[0].id).await.unwrap().len(), 3);
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::DeadLettered
+        );
+        let s = store.get_subscription("s").await.unwrap();
+        assert_eq!(s.state, SubscriptionState::DeadLettered);
+        let changes: Vec<_> = store
+            .subscription_events("s", 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.event_type == "trigger.subscription.state.changed")
+            .map(|e| (e.payload["fromState"].clone(), e.payload["toState"].clone()))
+            .collect();
+        assert_eq!(
+            changes,
+            vec![
+                (json!("active"), json!("failed")),
+                (json!("failed"), json!("dead-lettered"))
+            ]
+        );
+        assert_eq!(
+            store.queue_depth().await.unwrap(),
+            QueueDepth {
+                pending: 0,
+                retrying: 0,
+                dead_lettered: 1
+            }
+        );
+
+        let t = store
+            .apply_subscription_input("s", SubscriptionInput::OperatorResume, now)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (t.from, t.to),
+            (SubscriptionState::DeadLettered, SubscriptionState::Active)
+        );
+        assert!(store
+            .apply_subscription_input("s", SubscriptionInput::OperatorResume, now)
+            .await
+            .unwrap()
+            .is_none());
+    }
+}
+
+#[tokio::test]
+async fn reopening_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let rid = {
+        let s = SqliteStore::open_dir(dir.path()).unwrap();
+        sub(&s, "s", 0).await;
+        let r = receipt("s", "dk_1", b"{\"x\":1}", &["b1"]);
+        let rid = r.id.clone();
+        s.commit_receipt(r).await.unwrap();
+        s.close().await;
+        rid
+    };
+    let s = SqliteStore::open_dir(dir.path()).unwrap();
+    assert_eq!(
+        s.get_receipt(&rid).await.unwrap().state,
+        ReceiptState::Queued
+    );
+    assert_eq!(s.lease_due("w", 5_000, 1_000, 10).await.unwrap().len(), 1);
+}
