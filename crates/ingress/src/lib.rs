@@ -4,6 +4,9 @@
 //! Order is fixed: content checks, then the signature over the RAW bytes (constant time), and only then
 //! parsing of allowlisted fields. Nothing here allocates a copy of the body or rewrites it.
 
+#![warn(missing_docs)]
+
+mod common;
 pub mod github;
 pub mod hmac_generic;
 pub mod secret;
@@ -46,7 +49,7 @@ impl IngressError {
         match self {
             IngressError::SignatureInvalid(_) => ErrorCode::SignatureInvalid,
             IngressError::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
-            IngressError::Malformed(_) => ErrorCode::ValidationError,
+            IngressError::Malformed(_) => ErrorCode::UnprocessableEvent,
         }
     }
 }

@@ -1,0 +1,94 @@
+//! The operator catalog: subscriptions (with resolved secrets), bindings and workflows, as loaded from the
+//! config file. Immutable once the engine starts; states live in the store.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tb_core::binding::Binding;
+use tb_core::connector::ConnectorSpec;
+use tb_core::retry::RetryPolicy;
+use tb_core::subscription::Source;
+use tb_core::workflow::Workflow;
+use tb_store::SubscriptionDef;
+
+/// One subscription's runtime configuration.
+#[derive(Debug, Clone)]
+pub struct SubscriptionConfig {
+    pub id: String,
+    pub source: Source,
+    pub connector: ConnectorSpec,
+    /// Resolved key bytes (never stored, never logged).
+    pub secret: Vec<u8>,
+    pub retry: RetryPolicy,
+    /// How long a dedup key is remembered, in seconds (receipts are kept at least this long).
+    pub dedup_window_s: u64,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Consecutive failed attempts that trip `active -> failed`; 0 never trips.
+    pub failure_threshold: u32,
+}
+
+impl SubscriptionConfig {
+    /// The secret-free definition persisted in the store.
+    pub fn store_def(&self) -> SubscriptionDef {
+        SubscriptionDef {
+            id: self.id.clone(),
+            source: self.source,
+            connector: self.connector.name().to_string(),
+            config: serde_json::json!({
+                "connector": self.connector,
+                "retryPolicy": self.retry,
+                "dedupWindowS": self.dedup_window_s,
+                "maxBodyBytes": self.max_body_bytes,
+            }),
+            failure_threshold: self.failure_threshold,
+        }
+    }
+}
+
+/// Subscriptions, bindings (grouped by subscription, in config order) and workflows.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    subs: HashMap<String, Arc<SubscriptionConfig>>,
+    order: Vec<String>,
+    bindings: HashMap<String, Vec<Binding>>,
+    workflows: HashMap<String, Workflow>,
+}
+
+impl Catalog {
+    /// Builds a catalog. The caller (config validation) has already checked references.
+    pub fn new(subs: Vec<SubscriptionConfig>, bindings: Vec<Binding>, workflows: Vec<Workflow>) -> Catalog {
+        let mut c = Catalog::default();
+        for s in subs {
+            c.order.push(s.id.clone());
+            c.subs.insert(s.id.clone(), Arc::new(s));
+        }
+        for b in bindings {
+            c.bindings.entry(b.subscription.clone()).or_default().push(b);
+        }
+        for w in workflows {
+            c.workflows.insert(w.id.clone(), w);
+        }
+        c
+    }
+
+    /// Subscriptions in config order.
+    pub fn subscriptions(&self) -> impl Iterator<Item = &Arc<SubscriptionConfig>> {
+        self.order.iter().filter_map(|id| self.subs.get(id))
+    }
+
+    /// One subscription.
+    pub fn subscription(&self, id: &str) -> Option<&Arc<SubscriptionConfig>> {
+        self.subs.get(id)
+    }
+
+    /// Bindings of a subscription, in config order.
+    pub fn bindings_of(&self, subscription: &str) -> &[Binding] {
+        self.bindings.get(subscription).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// One workflow.
+    pub fn workflow(&self, id: &str) -> Option<&Workflow> {
+        self.workflows.get(id)
+    }
+}

@@ -1,0 +1,84 @@
+//! Run executors (DESIGN §2 executor): `noop` completes at once; `http` makes a Standard Webhooks-signed
+//! POST to the workflow's worker URL with the delivery id as the idempotency key.
+
+use serde_json::{json, Value};
+use tb_core::delivery::ActionResult;
+use tb_core::run::RunStatus;
+use tb_core::workflow::{Executor, Workflow};
+
+use crate::clock;
+
+/// What a run's executor is handed.
+#[derive(Debug, Clone)]
+pub struct StartRequest<'a> {
+    pub run_id: &'a str,
+    pub delivery_id: &'a str,
+    /// Id of the attempt's `trigger.delivery.attempted` event (the run's `causationId`).
+    pub causation_id: &'a str,
+    pub inputs: &'a Value,
+    pub subscription_id: &'a str,
+    pub event_type: &'a str,
+    pub receipt_id: &'a str,
+}
+
+/// Largest `Retry-After` honoured before clamping by the retry policy: 1 day, in seconds.
+const MAX_RETRY_AFTER_S: u64 = 86_400;
+
+/// Starts a run of `workflow`. `Ok` gives the run's status after the start (`completed` or `running`);
+/// `Err` is a failed attempt with a content-free `error_class` (`http_<status>`, `timeout`, `connect`,
+/// `request`) and the worker's `Retry-After` (seconds or HTTP date are both read; only seconds are honoured).
+///
+/// The `http` executor POSTs `{runId, workflowId, inputs, causationId, trigger: {subscriptionId,
+/// eventType, receiptId}}` with `webhook-id` = the delivery id (stable across attempts, also sent as
+/// `Idempotency-Key`), `webhook-timestamp` = now (per attempt) and `webhook-signature` (Standard Webhooks
+/// §3.5 sender rules). 200/201/204 complete the run; 202 leaves it running until
+/// `POST /v1/runs/{runId}/result`; anything else, a redirect included, is a failure.
+pub async fn start_run(http: &reqwest::Client, workflow: &Workflow, req: &StartRequest<'_>) -> Result<RunStatus, ActionResult> {
+    match &workflow.executor {
+        Executor::Noop => Ok(RunStatus::Completed),
+        Executor::Http { url, secret, timeout_ms } => {
+            let body = json!({
+                "runId": req.run_id,
+                "workflowId": workflow.id,
+                "inputs": req.inputs,
+                "causationId": req.causation_id,
+                "trigger": {"subscriptionId": req.subscription_id, "eventType": req.event_type, "receiptId": req.receipt_id},
+            })
+            .to_string();
+            let ts = clock::now_s();
+            let sig = tb_ingress::standard_webhooks::sign(secret, req.delivery_id, ts, body.as_bytes());
+            let resp = http
+                .post(url)
+                .timeout(std::time::Duration::from_millis(*timeout_ms))
+                .header("content-type", "application/json")
+                .header("webhook-id", req.delivery_id)
+                .header("webhook-timestamp", ts.to_string())
+                .header("webhook-signature", sig)
+                .header("idempotency-key", req.delivery_id)
+                .body(body)
+                .send()
+                .await;
+            let resp = match resp {
+                Ok(r) => r,
+                Err(e) => {
+                    let class = if e.is_timeout() { "timeout" } else if e.is_connect() { "connect" } else { "request" };
+                    return Err(ActionResult::Failed { error_class: class.into(), retry_after_ms: None, permanent: false });
+                }
+            };
+            let status = resp.status().as_u16();
+            match status {
+                200 | 201 | 204 => Ok(RunStatus::Completed),
+                202 => Ok(RunStatus::Running),
+                _ => {
+                    let retry_after_ms = resp
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .map(|s| s.min(MAX_RETRY_AFTER_S) * 1000);
+                    Err(ActionResult::Failed { error_class: format!("http_{status}"), retry_after_ms, permanent: false })
+                }
+            }
+        }
+    }
+}

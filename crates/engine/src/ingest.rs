@@ -1,0 +1,132 @@
+//! The ingest pipeline (DESIGN §3, §5.1): limits -> connector verifies the RAW bytes -> dedup probe ->
+//! route -> ONE group-committed transaction (receipt + body + deliveries) -> answer.
+//!
+//! The answer is built only after the commit returned; a duplicate found by the read-only probe never
+//! touches the writer (no fsync on the duplicate path).
+
+use bytes::Bytes;
+use http::HeaderMap;
+use tb_core::dedup::dedup_key;
+use tb_core::ids::{new_id, IdKind};
+use tb_core::receipt::ReceiptState;
+use tb_core::subscription::{admission, Admission};
+use tb_core::{ErrorCode, TbError};
+use tb_store::{DeliveryRef, IngestOutcome, NewReceipt};
+
+use crate::{clock, router, store_err, Engine};
+
+/// What the sender is told (OpenWOP trigger-bridge §8; issue #2 ingest contract).
+#[derive(Debug, Clone, PartialEq)]
+pub enum IngestAnswer {
+    /// Committed with at least one delivery (202). `run_id` when exactly one run is started.
+    Accepted { receipt_id: String, deliveries: Vec<DeliveryRef>, run_id: Option<String> },
+    /// Committed; no binding matched (202).
+    Unmatched { receipt_id: String },
+    /// Committed while the subscription is dead-lettered: its deliveries went straight to dead letters (202).
+    DeadLettered { receipt_id: String, deliveries: Vec<DeliveryRef> },
+    /// The dedup key was seen before (200): the first receipt and its run.
+    Duplicate { receipt_id: String, run_id: Option<String> },
+}
+
+fn single_run(d: &[DeliveryRef]) -> Option<String> {
+    match d {
+        [one] => one.run_id.clone(),
+        _ => None,
+    }
+}
+
+fn count(connector: &'static str, outcome: &'static str) {
+    metrics::counter!("tb_receipts_total", "connector" => connector, "outcome" => outcome).increment(1);
+}
+
+/// Runs one request through the pipeline.
+///
+/// Errors (stable codes): `not_found` (404) unknown subscription; `subscription_not_active` (409) paused;
+/// `payload_too_large` (413); `unsupported_media_type` (415); `signature_invalid` (401) bad or missing
+/// signature or stale timestamp; `validation_error` (400) malformed after authentication; `unavailable`
+/// (503) the store cannot commit. A refused request writes nothing and changes no state.
+pub async fn ingest(engine: &Engine, subscription_id: &str, headers: &HeaderMap, body: Bytes) -> Result<IngestAnswer, TbError> {
+    let Some(sub) = engine.catalog.subscription(subscription_id).cloned() else {
+        return Err(TbError::new(ErrorCode::NotFound, format!("no trigger subscription {subscription_id:?}")));
+    };
+    let connector = sub.connector.name();
+    let state = engine.subscription_state(&sub.id).unwrap_or(tb_core::subscription::SubscriptionState::Active);
+    let admit = admission(state);
+    if admit == Admission::Refuse {
+        count(connector, "not_active");
+        return Err(TbError::new(
+            ErrorCode::SubscriptionNotActive,
+            format!("subscription {:?} is {}; resume it to accept deliveries", sub.id, state.as_str()),
+        ));
+    }
+    if body.len() > sub.max_body_bytes {
+        count(connector, "too_large");
+        return Err(TbError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("body is {} bytes; this subscription accepts at most {}", body.len(), sub.max_body_bytes),
+        ));
+    }
+    let verified = match tb_ingress::verify(&sub.connector, &sub.secret, headers, &body, clock::now_s()) {
+        Ok(v) => v,
+        Err(e) => {
+            count(connector, "rejected");
+            tracing::info!(subscription = %sub.id, error = %e, "request refused");
+            return Err(TbError::new(e.code(), e.to_string()));
+        }
+    };
+    let key = dedup_key(&sub.id, &verified.provider_event_id);
+    let answer_dup = |o: IngestOutcome| match o {
+        IngestOutcome::Duplicate { receipt_id, deliveries } | IngestOutcome::Accepted { receipt_id, deliveries } => {
+            IngestAnswer::Duplicate { run_id: single_run(&deliveries), receipt_id }
+        }
+    };
+    if let Some(first) = engine.store.find_duplicate(&sub.id, &key).await.map_err(store_err)? {
+        count(connector, "duplicate");
+        return Ok(answer_dup(first));
+    }
+    let dead = admit == Admission::AcceptAsDeadLetter;
+    let deliveries = router::route(&engine.catalog, &sub.id, &verified.event, dead);
+    let receipt_state = match (deliveries.is_empty(), dead) {
+        (true, _) => ReceiptState::Unmatched,
+        (false, true) => ReceiptState::DeadLettered,
+        (false, false) => ReceiptState::Queued,
+    };
+    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(|s| s.chars().take(128).collect());
+    let receipt = NewReceipt {
+        id: new_id(IdKind::Receipt),
+        subscription_id: sub.id.clone(),
+        dedup_key: key,
+        provider_event_id: verified.provider_event_id,
+        event_type: verified.event.event_type(),
+        normalized: serde_json::to_value(&verified.event).unwrap_or_default(),
+        state: receipt_state,
+        content_type,
+        body,
+        received_at: clock::now_ms(),
+        deliveries,
+    };
+    match engine.store.commit_receipt(receipt).await.map_err(store_err)? {
+        IngestOutcome::Accepted { receipt_id, deliveries } => {
+            let answer = match receipt_state {
+                ReceiptState::Unmatched => {
+                    count(connector, "unmatched");
+                    IngestAnswer::Unmatched { receipt_id }
+                }
+                ReceiptState::DeadLettered => {
+                    count(connector, "dead_lettered");
+                    IngestAnswer::DeadLettered { receipt_id, deliveries }
+                }
+                _ => {
+                    count(connector, "accepted");
+                    engine.work_ready.notify_one();
+                    IngestAnswer::Accepted { run_id: single_run(&deliveries), receipt_id, deliveries }
+                }
+            };
+            Ok(answer)
+        }
+        dup @ IngestOutcome::Duplicate { .. } => {
+            count(connector, "duplicate");
+            Ok(answer_dup(dup))
+        }
+    }
+}

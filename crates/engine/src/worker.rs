@@ -1,0 +1,181 @@
+//! The delivery worker (DESIGN §3, §5.7): leases due deliveries, performs each delivery's action, and
+//! records the attempt, the next due time and everything that follows in ONE store transaction.
+//!
+//! New work is picked up at once through [`Engine::work_ready`]; otherwise the worker sleeps until the
+//! earliest due time (at most `idle_poll`). A crash mid-attempt leaves the lease to lapse; another
+//! worker (or this one after restart) then performs the delivery again under the same idempotency key.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tb_core::delivery::{decide, ActionResult, AttemptDecision};
+use tb_core::ids::{new_id, IdKind};
+use tb_core::run::RunStatus;
+use tb_store::{AttemptCommit, AttemptRecord, Lease, NewRun, StoreError};
+use tokio::sync::{watch, Semaphore};
+
+use crate::executor::{self, StartRequest};
+use crate::{clock, Engine};
+
+/// Worker settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// This worker's lease owner id.
+    pub owner: String,
+    /// Lease length in ms; a crashed attempt is retried after this.
+    pub lease_ms: u64,
+    /// Deliveries leased per round.
+    pub batch: u32,
+    /// Attempts in flight at once.
+    pub concurrency: usize,
+    /// Longest sleep without a notification, as a safety net.
+    pub idle_poll: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            owner: format!("worker-{}", new_id(IdKind::Attempt)),
+            lease_ms: 60_000,
+            batch: 256,
+            concurrency: 256,
+            idle_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Runs the worker until `shutdown` becomes true, then waits for attempts in flight to be recorded.
+pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Receiver<bool>) {
+    let permits = Arc::new(Semaphore::new(cfg.concurrency));
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let now = clock::now_ms();
+        let want = (permits.available_permits() as u32).min(cfg.batch);
+        let leases = if want == 0 {
+            Vec::new()
+        } else {
+            match engine.store.lease_due(&cfg.owner, now, cfg.lease_ms, want).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(error = %e, "leasing due deliveries failed");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            }
+        };
+        if leases.is_empty() {
+            let sleep = match engine.store.next_due_at().await {
+                Ok(Some(due)) => Duration::from_millis((due - now).clamp(1, cfg.idle_poll.as_millis() as i64) as u64),
+                _ => cfg.idle_poll,
+            };
+            tokio::select! {
+                _ = engine.work_ready.notified() => {}
+                _ = tokio::time::sleep(sleep) => {}
+                _ = shutdown.changed() => {}
+            }
+            continue;
+        }
+        for lease in leases {
+            let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                attempt(&engine, lease).await;
+                drop(permit);
+            });
+        }
+    }
+    // Wait for attempts in flight to record their outcome.
+    let _ = permits.acquire_many(cfg.concurrency as u32).await;
+}
+
+/// Performs one leased delivery and records the attempt.
+pub async fn attempt(engine: &Engine, lease: Lease) {
+    let d = &lease.delivery;
+    let started = clock::now_ms();
+    let t0 = Instant::now();
+    let number = d.attempts + 1;
+    let event_id = new_id(IdKind::Event);
+    let Some(sub) = engine.catalog.subscription(&d.subscription_id) else {
+        tracing::warn!(delivery = %d.id, "subscription no longer configured; releasing lease");
+        let _ = engine.store.release_lease(&d.id, &lease.owner).await;
+        return;
+    };
+    let run_id = d.run_id.clone().unwrap_or_else(|| new_id(IdKind::Run));
+    let workflow = d.workflow_id.as_deref().and_then(|w| engine.catalog.workflow(w));
+    let result: Result<RunStatus, ActionResult> = match workflow {
+        None => Err(ActionResult::Failed { error_class: "workflow_missing".into(), retry_after_ms: None, permanent: true }),
+        Some(w) => {
+            let event_type = match engine.store.get_receipt(&d.receipt_id).await {
+                Ok(r) => r.event_type,
+                Err(_) => String::new(),
+            };
+            let req = StartRequest {
+                run_id: &run_id,
+                delivery_id: &d.id,
+                causation_id: &event_id,
+                inputs: &d.inputs,
+                subscription_id: &d.subscription_id,
+                event_type: &event_type,
+                receipt_id: &d.receipt_id,
+            };
+            executor::start_run(&engine.http, w, &req).await
+        }
+    };
+    let action = match &result {
+        Ok(_) => ActionResult::Done,
+        Err(f) => f.clone(),
+    };
+    let decision = decide(&sub.retry, number, &action, rand::random::<f64>());
+    let (outcome, next_state) = decision.outcome();
+    let now = clock::now_ms();
+    let next_due_at = match decision {
+        AttemptDecision::Retry { delay_ms } => Some(now + delay_ms as i64),
+        _ => None,
+    };
+    let error_class = match &action {
+        ActionResult::Failed { error_class, .. } => Some(error_class.clone()),
+        ActionResult::Done => None,
+    };
+    let run = match (&result, d.workflow_id.as_ref()) {
+        (Ok(status), Some(w)) => Some(NewRun { id: run_id.clone(), workflow_id: w.clone(), inputs: d.inputs.clone(), status: *status }),
+        _ => None,
+    };
+    let elapsed = t0.elapsed();
+    let commit = AttemptCommit {
+        delivery_id: d.id.clone(),
+        lease_owner: lease.owner.clone(),
+        attempt: AttemptRecord {
+            delivery_id: d.id.clone(),
+            attempt: number,
+            event_id,
+            outcome,
+            error_class: error_class.clone(),
+            started_at: started,
+            duration_ms: elapsed.as_millis() as u64,
+            next_due_at,
+        },
+        next_state,
+        run,
+        dead_letter_reason: matches!(decision, AttemptDecision::DeadLetter).then(|| "retries_exhausted".to_string()),
+        now,
+    };
+    metrics::histogram!("tb_attempt_duration_seconds").record(elapsed.as_secs_f64());
+    match engine.store.commit_attempt(commit).await {
+        Ok(done) => {
+            metrics::counter!("tb_deliveries_total", "outcome" => outcome.as_str()).increment(1);
+            tracing::debug!(delivery = %d.id, attempt = number, outcome = outcome.as_str(), error = ?error_class, "attempt recorded");
+            if let Some(t) = done.subscription_transition {
+                engine.note_transition(&d.subscription_id, &t);
+            }
+            if next_due_at.is_some() {
+                engine.work_ready.notify_one();
+            }
+        }
+        Err(StoreError::LeaseLost(_)) => {
+            tracing::warn!(delivery = %d.id, attempt = number, "lease lapsed before the attempt was recorded; result discarded");
+        }
+        Err(e) => tracing::error!(delivery = %d.id, error = %e, "recording the attempt failed; the lease will lapse"),
+    }
+}
