@@ -1,1 +1,47 @@
-//! placeholder
+//! HTTP surface (DESIGN §8): ingest endpoints, runs and their events, receipts, deliveries,
+//! subscriptions, `/health` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
+//! No response ever echoes inbound content.
+
+pub mod error;
+pub mod ingest;
+pub mod inspect;
+pub mod ops;
+pub mod runs;
+pub mod wire;
+
+use std::sync::Arc;
+
+use axum::routing::{get, post};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tb_engine::Engine;
+
+/// Shared state of every handler.
+#[derive(Clone)]
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    /// Renders `/metrics`; `None` when no recorder is installed (tests).
+    pub metrics: Option<PrometheusHandle>,
+}
+
+/// The whole API router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(ops::health))
+        .route("/metrics", get(ops::metrics))
+        .route("/v1/trigger-subscriptions", get(inspect::list_subscriptions))
+        .route("/v1/trigger-subscriptions/{id}", get(inspect::get_subscription))
+        .route("/v1/trigger-subscriptions/{id}/pause", post(inspect::pause_subscription))
+        .route("/v1/trigger-subscriptions/{id}/resume", post(inspect::resume_subscription))
+        .route("/v1/trigger-subscriptions/{id}/ingest", post(ingest::ingest))
+        .route("/v1/receipts", get(inspect::list_receipts))
+        .route("/v1/receipts/{id}", get(inspect::get_receipt))
+        .route("/v1/deliveries", get(inspect::list_deliveries))
+        .route("/v1/deliveries/{id}", get(inspect::get_delivery))
+        .route("/v1/runs", get(runs::list_runs))
+        .route("/v1/runs/{id}", get(runs::get_run))
+        .route("/v1/runs/{id}/events/poll", get(runs::poll_events))
+        .route("/v1/runs/{id}/result", post(runs::post_result))
+        .fallback(error::not_found)
+        .with_state(state)
+}

@@ -1,0 +1,45 @@
+//! The flat error envelope `{error, message, details?}` with stable codes (OpenWOP core errors).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use tb_core::{ErrorCode, TbError};
+
+/// An API error: a typed [`TbError`] rendered as the flat envelope with its HTTP status.
+#[derive(Debug)]
+pub struct ApiError(pub TbError);
+
+impl From<TbError> for ApiError {
+    fn from(e: TbError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl From<tb_store::StoreError> for ApiError {
+    fn from(e: tb_store::StoreError) -> Self {
+        ApiError(tb_engine::store_err(e))
+    }
+}
+
+impl ApiError {
+    /// Shorthand constructor.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError(TbError::new(code, message))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        if status.is_server_error() {
+            tracing::error!(code = self.0.code.as_str(), message = %self.0.message, "request failed");
+        }
+        (status, Json(json!({"error": self.0.code.as_str(), "message": self.0.message}))).into_response()
+    }
+}
+
+/// Fallback for unknown routes: 404 `not_found` in the envelope.
+pub async fn not_found() -> ApiError {
+    ApiError::new(ErrorCode::NotFound, "no such endpoint; see README.md for the API")
+}

@@ -1,0 +1,115 @@
+//! Read endpoints for operators: subscriptions (and pause / resume), receipts, deliveries.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tb_core::delivery::DeliveryState;
+use tb_core::receipt::ReceiptState;
+use tb_core::subscription::SubscriptionInput;
+use tb_core::ErrorCode;
+use tb_store::ListQuery;
+
+use crate::error::ApiError;
+use crate::{wire, AppState};
+
+/// Query of list endpoints: `limit` (1..=500, default 50), `before` (cursor: the last id of the previous
+/// page), `state`, `subscription`.
+#[derive(Debug, Deserialize, Default)]
+pub struct ListParams {
+    pub limit: Option<u32>,
+    pub before: Option<String>,
+    pub state: Option<String>,
+    pub status: Option<String>,
+    pub subscription: Option<String>,
+}
+
+impl ListParams {
+    pub(crate) fn query(self, state: Option<String>) -> ListQuery {
+        ListQuery { limit: self.limit.unwrap_or(50).clamp(1, 500), before: self.before, state, subscription_id: self.subscription }
+    }
+}
+
+/// `{items..., nextCursor?}`: a cursor is given when the page is full.
+pub(crate) fn page(key: &str, items: Vec<Value>, limit: u32, id_key: &str) -> Value {
+    let mut body = json!({});
+    if items.len() as u32 >= limit {
+        if let Some(last) = items.last().and_then(|i| i[id_key].as_str()) {
+            body["nextCursor"] = json!(last);
+        }
+    }
+    body[key] = Value::Array(items);
+    body
+}
+
+/// `GET /v1/trigger-subscriptions` -> `{subscriptions: [TriggerSubscription]}`.
+pub async fn list_subscriptions(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let subs = st.engine.store.list_subscriptions().await?;
+    Ok(Json(json!({"subscriptions": subs.iter().map(wire::subscription).collect::<Vec<_>>()})))
+}
+
+/// `GET /v1/trigger-subscriptions/{id}` -> `{subscription}`.
+pub async fn get_subscription(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let s = st.engine.store.get_subscription(&id).await?;
+    Ok(Json(json!({"subscription": wire::subscription(&s)})))
+}
+
+async fn operate(st: AppState, id: String, input: SubscriptionInput) -> Result<Json<Value>, ApiError> {
+    st.engine.operate(&id, input).await?;
+    get_subscription(State(st), Path(id)).await
+}
+
+/// `POST /v1/trigger-subscriptions/{id}/pause` -> `{subscription}` (emits `state.changed`, `operator-paused`).
+pub async fn pause_subscription(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    operate(st, id, SubscriptionInput::OperatorPause).await
+}
+
+/// `POST /v1/trigger-subscriptions/{id}/resume` -> `{subscription}`.
+pub async fn resume_subscription(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    operate(st, id, SubscriptionInput::OperatorResume).await
+}
+
+/// `GET /v1/receipts` -> `{receipts, nextCursor?}`. Errors: 400 for an unknown `state`.
+pub async fn list_receipts(State(st): State<AppState>, Query(p): Query<ListParams>) -> Result<Json<Value>, ApiError> {
+    if let Some(s) = p.state.as_deref() {
+        if ReceiptState::parse(s).is_none() {
+            return Err(ApiError::new(ErrorCode::ValidationError, format!("unknown receipt state {s:?}")));
+        }
+    }
+    let state = p.state.clone();
+    let q = p.query(state);
+    let limit = q.limit;
+    let rs = st.engine.store.list_receipts(q).await?;
+    Ok(Json(page("receipts", rs.iter().map(wire::receipt).collect(), limit, "receiptId")))
+}
+
+/// `GET /v1/receipts/{id}` -> `{receipt, deliveries}`.
+pub async fn get_receipt(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let r = st.engine.store.get_receipt(&id).await?;
+    let ds = st.engine.store.deliveries_of_receipt(&id).await?;
+    Ok(Json(json!({"receipt": wire::receipt(&r), "deliveries": ds.iter().map(wire::delivery).collect::<Vec<_>>()})))
+}
+
+/// `GET /v1/deliveries` -> `{deliveries, nextCursor?}`. Errors: 400 for an unknown `state`.
+pub async fn list_deliveries(State(st): State<AppState>, Query(p): Query<ListParams>) -> Result<Json<Value>, ApiError> {
+    if let Some(s) = p.state.as_deref() {
+        if DeliveryState::parse(s).is_none() {
+            return Err(ApiError::new(
+                ErrorCode::ValidationError,
+                format!("unknown delivery state {s:?}; use pending, retrying, delivered or dead-lettered"),
+            ));
+        }
+    }
+    let state = p.state.clone();
+    let q = p.query(state);
+    let limit = q.limit;
+    let ds = st.engine.store.list_deliveries(q).await?;
+    Ok(Json(page("deliveries", ds.iter().map(wire::delivery).collect(), limit, "deliveryId")))
+}
+
+/// `GET /v1/deliveries/{id}` -> `{delivery, attempts}`.
+pub async fn get_delivery(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let d = st.engine.store.get_delivery(&id).await?;
+    let a = st.engine.store.attempts(&id).await?;
+    Ok(Json(json!({"delivery": wire::delivery(&d), "attempts": a.iter().map(wire::attempt).collect::<Vec<_>>()})))
+}

@@ -1,0 +1,125 @@
+//! Wire shapes (camelCase JSON, RFC 3339 times) built from store records. Domain and store types never
+//! reach the wire directly.
+
+use chrono::{SecondsFormat, TimeZone, Utc};
+use serde_json::{json, Map, Value};
+use tb_store::*;
+
+/// Unix ms -> RFC 3339 with milliseconds, UTC (`2026-11-29T22:24:36.123Z`).
+pub fn time(ms: i64) -> String {
+    Utc.timestamp_millis_opt(ms).single().map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)).unwrap_or_default()
+}
+
+fn put(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {
+    if let Some(v) = v {
+        m.insert(k.into(), v);
+    }
+}
+
+/// OpenWOP `TriggerSubscription` (closed object: `subscriptionId, source, state, dedupEnabled, retryPolicy`).
+pub fn subscription(s: &SubscriptionRecord) -> Value {
+    let rp = &s.config["retryPolicy"];
+    json!({
+        "subscriptionId": s.id,
+        "source": s.source.as_str(),
+        "state": s.state.as_str(),
+        "dedupEnabled": true,
+        "retryPolicy": {"maxAttempts": rp["max_attempts"], "backoff": rp["backoff"]},
+    })
+}
+
+/// A receipt (no body, no headers).
+pub fn receipt(r: &ReceiptRecord) -> Value {
+    let mut m = json!({
+        "receiptId": r.id,
+        "subscriptionId": r.subscription_id,
+        "dedupKey": r.dedup_key,
+        "providerEventId": r.provider_event_id,
+        "eventType": r.event_type,
+        "state": r.state.as_str(),
+        "bodyBytes": r.body_bytes,
+        "receivedAt": time(r.received_at),
+        "updatedAt": time(r.updated_at),
+    });
+    let o = m.as_object_mut().expect("object");
+    put(o, "contentType", r.content_type.clone().map(Value::String));
+    m
+}
+
+/// A delivery.
+pub fn delivery(d: &DeliveryRecord) -> Value {
+    let mut m = json!({
+        "deliveryId": d.id,
+        "receiptId": d.receipt_id,
+        "subscriptionId": d.subscription_id,
+        "bindingId": d.binding_id,
+        "dedupKey": d.dedup_key,
+        "action": d.action,
+        "state": d.state.as_str(),
+        "attempts": d.attempts,
+        "createdAt": time(d.created_at),
+        "updatedAt": time(d.updated_at),
+    });
+    let o = m.as_object_mut().expect("object");
+    put(o, "workflowId", d.workflow_id.clone().map(Value::String));
+    put(o, "runId", d.run_id.clone().map(Value::String));
+    if !d.state.is_terminal() {
+        put(o, "nextAttemptAt", d.due_at.map(|t| Value::String(time(t))));
+    }
+    put(o, "lastError", d.last_error.clone().map(Value::String));
+    put(o, "deadLetterReason", d.dead_letter_reason.clone().map(Value::String));
+    m
+}
+
+/// One attempt.
+pub fn attempt(a: &AttemptRecord) -> Value {
+    let mut m = json!({
+        "attempt": a.attempt,
+        "eventId": a.event_id,
+        "outcome": a.outcome.as_str(),
+        "startedAt": time(a.started_at),
+        "durationMs": a.duration_ms,
+    });
+    let o = m.as_object_mut().expect("object");
+    put(o, "errorClass", a.error_class.clone().map(Value::String));
+    put(o, "nextAttemptAt", a.next_due_at.map(|t| Value::String(time(t))));
+    m
+}
+
+/// A run.
+pub fn run(r: &RunRecord) -> Value {
+    let mut m = json!({
+        "runId": r.id,
+        "workflowId": r.workflow_id,
+        "status": r.status.as_str(),
+        "inputs": r.inputs,
+        "createdAt": time(r.created_at),
+        "updatedAt": time(r.updated_at),
+    });
+    let o = m.as_object_mut().expect("object");
+    put(o, "output", r.output.clone());
+    put(o, "causationId", r.causation_id.clone().map(Value::String));
+    if let (Some(s), Some(rc), Some(d)) = (&r.subscription_id, &r.receipt_id, &r.delivery_id) {
+        o.insert("trigger".into(), json!({"subscriptionId": s, "receiptId": rc, "deliveryId": d}));
+    }
+    m
+}
+
+/// OpenWOP `RunEventDoc` (`eventId, runId, type, payload, timestamp, sequence, causationId?`).
+pub fn run_event(e: &RunEventRecord) -> Value {
+    let mut m = json!({
+        "eventId": e.event_id,
+        "runId": e.run_id,
+        "type": e.event_type,
+        "payload": e.payload,
+        "timestamp": time(e.timestamp),
+        "sequence": e.sequence,
+    });
+    put(m.as_object_mut().expect("object"), "causationId", e.causation_id.clone().map(Value::String));
+    m
+}
+
+/// A run-less trigger event in the same envelope, without `runId`/`sequence`.
+pub fn subscription_event(e: &SubscriptionEventRecord) -> Value {
+    json!({"eventId": e.event_id, "type": e.event_type, "payload": e.payload, "timestamp": time(e.timestamp)})
+}
