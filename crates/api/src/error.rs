@@ -31,15 +31,23 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.0.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
             tracing::error!(code = self.0.code.as_str(), message = %self.0.message, "request failed");
         }
-        (status, Json(json!({"error": self.0.code.as_str(), "message": self.0.message}))).into_response()
+        (
+            status,
+            Json(json!({"error": self.0.code.as_str(), "message": self.0.message})),
+        )
+            .into_response()
     }
 }
 
 /// Fallback for unknown routes: 404 `not_found` in the envelope.
 pub async fn not_found() -> ApiError {
-    ApiError::new(ErrorCode::NotFound, "no such endpoint; see README.md for the API")
+    ApiError::new(
+        ErrorCode::NotFound,
+        "no such endpoint; see README.md for the API",
+    )
 }

@@ -19,16 +19,30 @@ use crate::error::ApiError;
 use crate::AppState;
 
 fn too_large(limit: usize) -> ApiError {
-    ApiError::new(ErrorCode::PayloadTooLarge, format!("body exceeds this subscription's limit of {limit} bytes"))
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("body exceeds this subscription's limit of {limit} bytes"),
+    )
 }
 
 /// The ingest handler: reads at most the subscription's `max_body_bytes`, then runs the pipeline.
-pub async fn ingest(State(st): State<AppState>, Path(id): Path<String>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+pub async fn ingest(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let Some(sub) = st.engine.catalog.subscription(&id) else {
-        return Err(ApiError::new(ErrorCode::NotFound, format!("no trigger subscription {id:?}")));
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("no trigger subscription {id:?}"),
+        ));
     };
     let limit = sub.max_body_bytes;
-    let declared = headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > limit) {
         metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => "too_large").increment(1);
         return Err(too_large(limit));
@@ -42,17 +56,29 @@ pub async fn ingest(State(st): State<AppState>, Path(id): Path<String>, headers:
     };
     let answer = run_ingest(&st.engine, &id, &headers, bytes).await?;
     let (status, body) = match answer {
-        IngestAnswer::Accepted { receipt_id, deliveries, run_id } => {
-            let mut b = json!({"outcome": "accepted", "receiptId": receipt_id, "deliveries": deliveries});
+        IngestAnswer::Accepted {
+            receipt_id,
+            deliveries,
+            run_id,
+        } => {
+            let mut b =
+                json!({"outcome": "accepted", "receiptId": receipt_id, "deliveries": deliveries});
             if let Some(r) = run_id {
                 b["runId"] = json!(r);
             }
             (StatusCode::ACCEPTED, b)
         }
-        IngestAnswer::Unmatched { receipt_id } => (StatusCode::ACCEPTED, json!({"outcome": "unmatched", "receiptId": receipt_id})),
-        IngestAnswer::DeadLettered { receipt_id, deliveries } => {
-            (StatusCode::ACCEPTED, json!({"outcome": "dead_lettered", "receiptId": receipt_id, "deliveries": deliveries}))
-        }
+        IngestAnswer::Unmatched { receipt_id } => (
+            StatusCode::ACCEPTED,
+            json!({"outcome": "unmatched", "receiptId": receipt_id}),
+        ),
+        IngestAnswer::DeadLettered {
+            receipt_id,
+            deliveries,
+        } => (
+            StatusCode::ACCEPTED,
+            json!({"outcome": "dead_lettered", "receiptId": receipt_id, "deliveries": deliveries}),
+        ),
         IngestAnswer::Duplicate { receipt_id, run_id } => {
             let mut b = json!({"outcome": "duplicate", "receiptId": receipt_id});
             if let Some(r) = run_id {

@@ -26,7 +26,12 @@ pub struct ListParams {
 
 impl ListParams {
     pub(crate) fn query(self, state: Option<String>) -> ListQuery {
-        ListQuery { limit: self.limit.unwrap_or(50).clamp(1, 500), before: self.before, state, subscription_id: self.subscription }
+        ListQuery {
+            limit: self.limit.unwrap_or(50).clamp(1, 500),
+            before: self.before,
+            state,
+            subscription_id: self.subscription,
+        }
     }
 }
 
@@ -45,53 +50,87 @@ pub(crate) fn page(key: &str, items: Vec<Value>, limit: u32, id_key: &str) -> Va
 /// `GET /v1/trigger-subscriptions` -> `{subscriptions: [TriggerSubscription]}`.
 pub async fn list_subscriptions(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let subs = st.engine.store.list_subscriptions().await?;
-    Ok(Json(json!({"subscriptions": subs.iter().map(wire::subscription).collect::<Vec<_>>()})))
+    Ok(Json(
+        json!({"subscriptions": subs.iter().map(wire::subscription).collect::<Vec<_>>()}),
+    ))
 }
 
 /// `GET /v1/trigger-subscriptions/{id}` -> `{subscription}`.
-pub async fn get_subscription(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_subscription(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let s = st.engine.store.get_subscription(&id).await?;
     Ok(Json(json!({"subscription": wire::subscription(&s)})))
 }
 
-async fn operate(st: AppState, id: String, input: SubscriptionInput) -> Result<Json<Value>, ApiError> {
+async fn operate(
+    st: AppState,
+    id: String,
+    input: SubscriptionInput,
+) -> Result<Json<Value>, ApiError> {
     st.engine.operate(&id, input).await?;
     get_subscription(State(st), Path(id)).await
 }
 
 /// `POST /v1/trigger-subscriptions/{id}/pause` -> `{subscription}` (emits `state.changed`, `operator-paused`).
-pub async fn pause_subscription(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn pause_subscription(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     operate(st, id, SubscriptionInput::OperatorPause).await
 }
 
 /// `POST /v1/trigger-subscriptions/{id}/resume` -> `{subscription}`.
-pub async fn resume_subscription(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn resume_subscription(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     operate(st, id, SubscriptionInput::OperatorResume).await
 }
 
 /// `GET /v1/receipts` -> `{receipts, nextCursor?}`. Errors: 400 for an unknown `state`.
-pub async fn list_receipts(State(st): State<AppState>, Query(p): Query<ListParams>) -> Result<Json<Value>, ApiError> {
+pub async fn list_receipts(
+    State(st): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
     if let Some(s) = p.state.as_deref() {
         if ReceiptState::parse(s).is_none() {
-            return Err(ApiError::new(ErrorCode::ValidationError, format!("unknown receipt state {s:?}")));
+            return Err(ApiError::new(
+                ErrorCode::ValidationError,
+                format!("unknown receipt state {s:?}"),
+            ));
         }
     }
     let state = p.state.clone();
     let q = p.query(state);
     let limit = q.limit;
     let rs = st.engine.store.list_receipts(q).await?;
-    Ok(Json(page("receipts", rs.iter().map(wire::receipt).collect(), limit, "receiptId")))
+    Ok(Json(page(
+        "receipts",
+        rs.iter().map(wire::receipt).collect(),
+        limit,
+        "receiptId",
+    )))
 }
 
 /// `GET /v1/receipts/{id}` -> `{receipt, deliveries}`.
-pub async fn get_receipt(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_receipt(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let r = st.engine.store.get_receipt(&id).await?;
     let ds = st.engine.store.deliveries_of_receipt(&id).await?;
-    Ok(Json(json!({"receipt": wire::receipt(&r), "deliveries": ds.iter().map(wire::delivery).collect::<Vec<_>>()})))
+    Ok(Json(
+        json!({"receipt": wire::receipt(&r), "deliveries": ds.iter().map(wire::delivery).collect::<Vec<_>>()}),
+    ))
 }
 
 /// `GET /v1/deliveries` -> `{deliveries, nextCursor?}`. Errors: 400 for an unknown `state`.
-pub async fn list_deliveries(State(st): State<AppState>, Query(p): Query<ListParams>) -> Result<Json<Value>, ApiError> {
+pub async fn list_deliveries(
+    State(st): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
     if let Some(s) = p.state.as_deref() {
         if DeliveryState::parse(s).is_none() {
             return Err(ApiError::new(
@@ -104,12 +143,22 @@ pub async fn list_deliveries(State(st): State<AppState>, Query(p): Query<ListPar
     let q = p.query(state);
     let limit = q.limit;
     let ds = st.engine.store.list_deliveries(q).await?;
-    Ok(Json(page("deliveries", ds.iter().map(wire::delivery).collect(), limit, "deliveryId")))
+    Ok(Json(page(
+        "deliveries",
+        ds.iter().map(wire::delivery).collect(),
+        limit,
+        "deliveryId",
+    )))
 }
 
 /// `GET /v1/deliveries/{id}` -> `{delivery, attempts}`.
-pub async fn get_delivery(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_delivery(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let d = st.engine.store.get_delivery(&id).await?;
     let a = st.engine.store.attempts(&id).await?;
-    Ok(Json(json!({"delivery": wire::delivery(&d), "attempts": a.iter().map(wire::attempt).collect::<Vec<_>>()})))
+    Ok(Json(
+        json!({"delivery": wire::delivery(&d), "attempts": a.iter().map(wire::attempt).collect::<Vec<_>>()}),
+    ))
 }

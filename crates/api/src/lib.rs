@@ -29,11 +29,26 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
-        .route("/v1/trigger-subscriptions", get(inspect::list_subscriptions))
-        .route("/v1/trigger-subscriptions/{id}", get(inspect::get_subscription))
-        .route("/v1/trigger-subscriptions/{id}/pause", post(inspect::pause_subscription))
-        .route("/v1/trigger-subscriptions/{id}/resume", post(inspect::resume_subscription))
-        .route("/v1/trigger-subscriptions/{id}/ingest", post(ingest::ingest))
+        .route(
+            "/v1/trigger-subscriptions",
+            get(inspect::list_subscriptions),
+        )
+        .route(
+            "/v1/trigger-subscriptions/{id}",
+            get(inspect::get_subscription),
+        )
+        .route(
+            "/v1/trigger-subscriptions/{id}/pause",
+            post(inspect::pause_subscription),
+        )
+        .route(
+            "/v1/trigger-subscriptions/{id}/resume",
+            post(inspect::resume_subscription),
+        )
+        .route(
+            "/v1/trigger-subscriptions/{id}/ingest",
+            post(ingest::ingest),
+        )
         .route("/v1/receipts", get(inspect::list_receipts))
         .route("/v1/receipts/{id}", get(inspect::get_receipt))
         .route("/v1/deliveries", get(inspect::list_deliveries))

@@ -15,21 +15,35 @@ use crate::inspect::{page, ListParams};
 use crate::{wire, AppState};
 
 /// `GET /v1/runs` -> `{runs, nextCursor?}` (`status` filters). Errors: 400 for an unknown status.
-pub async fn list_runs(State(st): State<AppState>, Query(p): Query<ListParams>) -> Result<Json<Value>, ApiError> {
+pub async fn list_runs(
+    State(st): State<AppState>,
+    Query(p): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
     if let Some(s) = p.status.as_deref() {
         if RunStatus::parse(s).is_none() {
-            return Err(ApiError::new(ErrorCode::ValidationError, format!("unknown run status {s:?}")));
+            return Err(ApiError::new(
+                ErrorCode::ValidationError,
+                format!("unknown run status {s:?}"),
+            ));
         }
     }
     let status = p.status.clone();
     let q = p.query(status);
     let limit = q.limit;
     let runs = st.engine.store.list_runs(q).await?;
-    Ok(Json(page("runs", runs.iter().map(wire::run).collect(), limit, "runId")))
+    Ok(Json(page(
+        "runs",
+        runs.iter().map(wire::run).collect(),
+        limit,
+        "runId",
+    )))
 }
 
 /// `GET /v1/runs/{id}` -> the run.
-pub async fn get_run(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get_run(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     Ok(Json(wire::run(&st.engine.store.get_run(&id).await?)))
 }
 
@@ -44,16 +58,30 @@ pub struct PollParams {
 }
 
 /// `GET /v1/runs/{id}/events/poll` -> `{events: [RunEventDoc], isComplete}`.
-pub async fn poll_events(State(st): State<AppState>, Path(id): Path<String>, Query(p): Query<PollParams>) -> Result<Json<Value>, ApiError> {
+pub async fn poll_events(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    Query(p): Query<PollParams>,
+) -> Result<Json<Value>, ApiError> {
     let run = st.engine.store.get_run(&id).await?;
     let deadline = Instant::now() + Duration::from_secs(p.timeout.unwrap_or(0).min(30));
     let limit = p.limit.unwrap_or(500).clamp(1, 1000);
     loop {
-        let evs = st.engine.store.run_events(&id, p.last_sequence, limit).await?;
-        let done = evs.iter().any(|e| e.event_type == "run.completed" || e.event_type == "run.failed" || e.event_type == "run.cancelled");
+        let evs = st
+            .engine
+            .store
+            .run_events(&id, p.last_sequence, limit)
+            .await?;
+        let done = evs.iter().any(|e| {
+            e.event_type == "run.completed"
+                || e.event_type == "run.failed"
+                || e.event_type == "run.cancelled"
+        });
         if !evs.is_empty() || Instant::now() >= deadline {
             let complete = done || (evs.is_empty() && run.status.is_terminal());
-            return Ok(Json(json!({"events": evs.iter().map(wire::run_event).collect::<Vec<_>>(), "isComplete": complete})));
+            return Ok(Json(
+                json!({"events": evs.iter().map(wire::run_event).collect::<Vec<_>>(), "isComplete": complete}),
+            ));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -76,8 +104,18 @@ pub async fn post_result(
     Path(id): Path<String>,
     body: Result<Json<ResultBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Json(body) = body.map_err(|e| ApiError::new(ErrorCode::ValidationError, format!("invalid result body: {}", e.body_text())))?;
-    let status = parse_result_status(&body.status).map_err(|m| ApiError::new(ErrorCode::ValidationError, m))?;
-    let run = st.engine.store.finish_run(&id, status, body.output, tb_engine::clock::now_ms()).await?;
+    let Json(body) = body.map_err(|e| {
+        ApiError::new(
+            ErrorCode::ValidationError,
+            format!("invalid result body: {}", e.body_text()),
+        )
+    })?;
+    let status = parse_result_status(&body.status)
+        .map_err(|m| ApiError::new(ErrorCode::ValidationError, m))?;
+    let run = st
+        .engine
+        .store
+        .finish_run(&id, status, body.output, tb_engine::clock::now_ms())
+        .await?;
     Ok(Json(wire::run(&run)))
 }

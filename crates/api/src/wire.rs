@@ -7,7 +7,10 @@ use tb_store::*;
 
 /// Unix ms -> RFC 3339 with milliseconds, UTC (`2026-11-29T22:24:36.123Z`).
 pub fn time(ms: i64) -> String {
-    Utc.timestamp_millis_opt(ms).single().map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true)).unwrap_or_default()
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .unwrap_or_default()
 }
 
 fn put(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {
@@ -67,7 +70,11 @@ pub fn delivery(d: &DeliveryRecord) -> Value {
         put(o, "nextAttemptAt", d.due_at.map(|t| Value::String(time(t))));
     }
     put(o, "lastError", d.last_error.clone().map(Value::String));
-    put(o, "deadLetterReason", d.dead_letter_reason.clone().map(Value::String));
+    put(
+        o,
+        "deadLetterReason",
+        d.dead_letter_reason.clone().map(Value::String),
+    );
     m
 }
 
@@ -82,7 +89,11 @@ pub fn attempt(a: &AttemptRecord) -> Value {
     });
     let o = m.as_object_mut().expect("object");
     put(o, "errorClass", a.error_class.clone().map(Value::String));
-    put(o, "nextAttemptAt", a.next_due_at.map(|t| Value::String(time(t))));
+    put(
+        o,
+        "nextAttemptAt",
+        a.next_due_at.map(|t| Value::String(time(t))),
+    );
     m
 }
 
@@ -100,7 +111,10 @@ pub fn run(r: &RunRecord) -> Value {
     put(o, "output", r.output.clone());
     put(o, "causationId", r.causation_id.clone().map(Value::String));
     if let (Some(s), Some(rc), Some(d)) = (&r.subscription_id, &r.receipt_id, &r.delivery_id) {
-        o.insert("trigger".into(), json!({"subscriptionId": s, "receiptId": rc, "deliveryId": d}));
+        o.insert(
+            "trigger".into(),
+            json!({"subscriptionId": s, "receiptId": rc, "deliveryId": d}),
+        );
     }
     m
 }
@@ -115,7 +129,11 @@ pub fn run_event(e: &RunEventRecord) -> Value {
         "timestamp": time(e.timestamp),
         "sequence": e.sequence,
     });
-    put(m.as_object_mut().expect("object"), "causationId", e.causation_id.clone().map(Value::String));
+    put(
+        m.as_object_mut().expect("object"),
+        "causationId",
+        e.causation_id.clone().map(Value::String),
+    );
     m
 }
 

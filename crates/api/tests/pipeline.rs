@@ -22,12 +22,23 @@ const WORKER_KEY: &[u8] = b"0123456789abcdef01234567";
 
 fn fixtures() -> std::path::PathBuf {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
-    assert!(p.is_dir(), "fixtures not found at {} (tests need ../shared next to the repo)", p.display());
+    assert!(
+        p.is_dir(),
+        "fixtures not found at {} (tests need ../shared next to the repo)",
+        p.display()
+    );
     p
 }
 
 fn fast_retry(max: u32) -> RetryPolicy {
-    RetryPolicy { max_attempts: max, backoff: Backoff::Fixed, initial_ms: 20, max_ms: 20, jitter: 0.0, schedule_ms: None }
+    RetryPolicy {
+        max_attempts: max,
+        backoff: Backoff::Fixed,
+        initial_ms: 20,
+        max_ms: 20,
+        jitter: 0.0,
+        schedule_ms: None,
+    }
 }
 
 struct Server {
@@ -52,34 +63,74 @@ async fn start(worker_url: Option<String>, retry: RetryPolicy, threshold: u32) -
         failure_threshold: threshold,
     };
     let wf = match worker_url {
-        Some(url) => Workflow { id: "wf".into(), executor: Executor::Http { url, secret: WORKER_KEY.to_vec(), timeout_ms: 2_000 } },
-        None => Workflow { id: "wf".into(), executor: Executor::Noop },
+        Some(url) => Workflow {
+            id: "wf".into(),
+            executor: Executor::Http {
+                url,
+                secret: WORKER_KEY.to_vec(),
+                timeout_ms: 2_000,
+            },
+        },
+        None => Workflow {
+            id: "wf".into(),
+            executor: Executor::Noop,
+        },
     };
     let binding = Binding {
         id: "pr-opened".into(),
         subscription: "github".into(),
         event_types: vec!["pull_request.opened".into()],
         filter: Default::default(),
-        action: BindingAction::StartRun { workflow: "wf".into() },
-        inputs: [("number".to_string(), "pull_request.number".to_string())].into_iter().collect(),
+        action: BindingAction::StartRun {
+            workflow: "wf".into(),
+        },
+        inputs: [("number".to_string(), "pull_request.number".to_string())]
+            .into_iter()
+            .collect(),
     };
-    let engine = Engine::start(store, Catalog::new(vec![sub], vec![binding], vec![wf])).await.unwrap();
+    let engine = Engine::start(store, Catalog::new(vec![sub], vec![binding], vec![wf]))
+        .await
+        .unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     std::mem::forget(_tx);
-    tokio::spawn(tb_engine::worker::run(engine.clone(), WorkerConfig { lease_ms: 5_000, ..Default::default() }, rx));
-    let app = trigger_bridge_api::router(trigger_bridge_api::AppState { engine: engine.clone(), metrics: None });
+    tokio::spawn(tb_engine::worker::run(
+        engine.clone(),
+        WorkerConfig {
+            lease_ms: 5_000,
+            ..Default::default()
+        },
+        rx,
+    ));
+    let app = trigger_bridge_api::router(trigger_bridge_api::AppState {
+        engine: engine.clone(),
+        metrics: None,
+    });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    Server { base, engine, http: reqwest::Client::new(), _dir: dir }
+    Server {
+        base,
+        engine,
+        http: reqwest::Client::new(),
+        _dir: dir,
+    }
 }
 
 impl Server {
-    async fn post_github(&self, event: &str, delivery: &str, body: Vec<u8>, secret: &str) -> (StatusCode, Value) {
+    async fn post_github(
+        &self,
+        event: &str,
+        delivery: &str,
+        body: Vec<u8>,
+        secret: &str,
+    ) -> (StatusCode, Value) {
         let sig = tb_ingress::github::sign(secret.as_bytes(), &body);
         let r = self
             .http
-            .post(format!("{}/v1/trigger-subscriptions/github/ingest", self.base))
+            .post(format!(
+                "{}/v1/trigger-subscriptions/github/ingest",
+                self.base
+            ))
             .header("content-type", "application/json")
             .header("x-github-event", event)
             .header("x-github-delivery", delivery)
@@ -93,7 +144,14 @@ impl Server {
     }
 
     async fn get(&self, path: &str) -> Value {
-        self.http.get(format!("{}{path}", self.base)).send().await.unwrap().json().await.unwrap()
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
     }
 
     /// Polls until `f` holds on `GET path` (at most 10 s).
@@ -105,7 +163,10 @@ impl Server {
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!("condition on {path} not reached; last: {}", self.get(path).await)
+        panic!(
+            "condition on {path} not reached; last: {}",
+            self.get(path).await
+        )
     }
 }
 
@@ -116,16 +177,23 @@ fn opened() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_then_duplicates_give_the_first_receipt_and_run() {
     let s = start(None, fast_retry(3), 0).await;
-    let (st, first) = s.post_github("pull_request", "dup-1", opened(), GH_SECRET).await;
+    let (st, first) = s
+        .post_github("pull_request", "dup-1", opened(), GH_SECRET)
+        .await;
     assert_eq!(st, StatusCode::ACCEPTED, "{first}");
     assert_eq!(first["outcome"], "accepted");
     let run_id = first["runId"].as_str().unwrap().to_string();
     let receipt_id = first["receiptId"].as_str().unwrap().to_string();
     assert_eq!(first["deliveries"].as_array().unwrap().len(), 1);
 
-    let (st, dup) = s.post_github("pull_request", "dup-1", opened(), GH_SECRET).await;
+    let (st, dup) = s
+        .post_github("pull_request", "dup-1", opened(), GH_SECRET)
+        .await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(dup, json!({"outcome": "duplicate", "receiptId": receipt_id, "runId": run_id}));
+    assert_eq!(
+        dup,
+        json!({"outcome": "duplicate", "receiptId": receipt_id, "runId": run_id})
+    );
 
     // 50 concurrent posts of a new delivery id: one accepted, 49 duplicates, never 5xx, one run.
     let body = opened();
@@ -133,7 +201,10 @@ async fn accepted_then_duplicates_give_the_first_receipt_and_run() {
     let s = Arc::new(s);
     for _ in 0..50 {
         let (s, body) = (s.clone(), body.clone());
-        tasks.push(tokio::spawn(async move { s.post_github("pull_request", "dup-50", body, GH_SECRET).await }));
+        tasks.push(tokio::spawn(async move {
+            s.post_github("pull_request", "dup-50", body, GH_SECRET)
+                .await
+        }));
     }
     let mut statuses = Vec::new();
     let mut runs = std::collections::HashSet::new();
@@ -142,27 +213,56 @@ async fn accepted_then_duplicates_give_the_first_receipt_and_run() {
         statuses.push(st.as_u16());
         runs.insert(v["runId"].as_str().unwrap().to_string());
     }
-    assert_eq!(statuses.iter().filter(|&&c| c == 202).count(), 1, "{statuses:?}");
-    assert_eq!(statuses.iter().filter(|&&c| c == 200).count(), 49, "{statuses:?}");
+    assert_eq!(
+        statuses.iter().filter(|&&c| c == 202).count(),
+        1,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|&&c| c == 200).count(),
+        49,
+        "{statuses:?}"
+    );
     assert_eq!(runs.len(), 1, "every answer names the same run");
     let run_id = runs.into_iter().next().unwrap();
-    let run = s.wait_for(&format!("/v1/runs/{run_id}"), |v| v["status"] == "completed").await;
+    let run = s
+        .wait_for(&format!("/v1/runs/{run_id}"), |v| {
+            v["status"] == "completed"
+        })
+        .await;
     let fixture: Value = serde_json::from_slice(&opened()).unwrap();
-    assert_eq!(run["inputs"], json!({"number": fixture["pull_request"]["number"]}));
+    assert_eq!(
+        run["inputs"],
+        json!({"number": fixture["pull_request"]["number"]})
+    );
     assert!(fixture["pull_request"]["number"].is_u64());
     let all = s.get("/v1/runs?limit=100").await;
-    assert_eq!(all["runs"].as_array().unwrap().len(), 2, "two distinct delivery ids, two runs");
+    assert_eq!(
+        all["runs"].as_array().unwrap().len(),
+        2,
+        "two distinct delivery ids, two runs"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_started_carries_the_delivered_attempts_event_id() {
     let s = start(None, fast_retry(3), 0).await;
-    let (_, a) = s.post_github("pull_request", "cause-1", opened(), GH_SECRET).await;
+    let (_, a) = s
+        .post_github("pull_request", "cause-1", opened(), GH_SECRET)
+        .await;
     let run_id = a["runId"].as_str().unwrap();
-    s.wait_for(&format!("/v1/runs/{run_id}"), |v| v["status"] == "completed").await;
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| {
+        v["status"] == "completed"
+    })
+    .await;
     let evs = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
     let evs = evs["events"].as_array().unwrap();
-    assert_eq!(evs.iter().map(|e| e["type"].as_str().unwrap()).collect::<Vec<_>>(), vec!["run.started", "run.completed"]);
+    assert_eq!(
+        evs.iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["run.started", "run.completed"]
+    );
     assert_eq!(evs[0]["sequence"], 0);
     let delivery_id = a["deliveries"][0]["deliveryId"].as_str().unwrap();
     let d = s.get(&format!("/v1/deliveries/{delivery_id}")).await;
@@ -170,10 +270,24 @@ async fn run_started_carries_the_delivered_attempts_event_id() {
     assert_eq!(d["attempts"].as_array().unwrap().len(), 1);
     assert_eq!(evs[0]["causationId"], d["attempts"][0]["eventId"]);
     // The attempt event is recorded with exactly the spec fields.
-    let sev = s.engine.store.subscription_events("github", 10).await.unwrap();
-    assert_eq!(sev[0].event_id, d["attempts"][0]["eventId"].as_str().unwrap());
+    let sev = s
+        .engine
+        .store
+        .subscription_events("github", 10)
+        .await
+        .unwrap();
     assert_eq!(
-        sev[0].payload.as_object().unwrap().keys().cloned().collect::<Vec<_>>(),
+        sev[0].event_id,
+        d["attempts"][0]["eventId"].as_str().unwrap()
+    );
+    assert_eq!(
+        sev[0]
+            .payload
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>(),
         vec!["attempt", "dedupKey", "outcome", "runId", "subscriptionId"]
     );
 }
@@ -181,7 +295,9 @@ async fn run_started_carries_the_delivered_attempts_event_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_write_nothing() {
     let s = start(None, fast_retry(3), 0).await;
-    let (st, v) = s.post_github("pull_request", "bad-1", opened(), "wrong-secret").await;
+    let (st, v) = s
+        .post_github("pull_request", "bad-1", opened(), "wrong-secret")
+        .await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
     assert_eq!(v["error"], "signature_invalid");
     let r = s
@@ -197,7 +313,10 @@ async fn refusals_write_nothing() {
         .http
         .post(format!("{}/v1/trigger-subscriptions/github/ingest", s.base))
         .header("content-type", "text/plain")
-        .header("x-hub-signature-256", tb_ingress::github::sign(GH_SECRET.as_bytes(), b"hi"))
+        .header(
+            "x-hub-signature-256",
+            tb_ingress::github::sign(GH_SECRET.as_bytes(), b"hi"),
+        )
         .body("hi")
         .send()
         .await
@@ -205,16 +324,44 @@ async fn refusals_write_nothing() {
     assert_eq!(r.status().as_u16(), 415);
     let big = vec![b' '; (1 << 20) + 1];
     let (st, v) = s.post_github("pull_request", "big-1", big, GH_SECRET).await;
-    assert_eq!((st, v["error"].as_str()), (StatusCode::PAYLOAD_TOO_LARGE, Some("payload_too_large")));
-    assert!(s.get("/v1/receipts").await["receipts"].as_array().unwrap().is_empty(), "nothing committed");
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("payload_too_large"))
+    );
+    assert!(
+        s.get("/v1/receipts").await["receipts"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "nothing committed"
+    );
 
     // Paused: 409, nothing committed; resumed: accepted.
-    let p: Value = s.http.post(format!("{}/v1/trigger-subscriptions/github/pause", s.base)).send().await.unwrap().json().await.unwrap();
+    let p: Value = s
+        .http
+        .post(format!("{}/v1/trigger-subscriptions/github/pause", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(p["subscription"]["state"], "paused");
-    let (st, v) = s.post_github("pull_request", "p-1", opened(), GH_SECRET).await;
-    assert_eq!((st, v["error"].as_str()), (StatusCode::CONFLICT, Some("subscription_not_active")));
-    s.http.post(format!("{}/v1/trigger-subscriptions/github/resume", s.base)).send().await.unwrap();
-    let (st, _) = s.post_github("pull_request", "p-1", opened(), GH_SECRET).await;
+    let (st, v) = s
+        .post_github("pull_request", "p-1", opened(), GH_SECRET)
+        .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (StatusCode::CONFLICT, Some("subscription_not_active"))
+    );
+    s.http
+        .post(format!("{}/v1/trigger-subscriptions/github/resume", s.base))
+        .send()
+        .await
+        .unwrap();
+    let (st, _) = s
+        .post_github("pull_request", "p-1", opened(), GH_SECRET)
+        .await;
     assert_eq!(st, StatusCode::ACCEPTED);
     let changes: Vec<_> = s
         .engine
@@ -227,18 +374,34 @@ async fn refusals_write_nothing() {
         .map(|e| e.payload)
         .collect();
     assert_eq!(changes[0]["reason"], "operator-paused");
-    assert_eq!((changes[1]["fromState"].as_str(), changes[1]["toState"].as_str()), (Some("paused"), Some("active")));
+    assert_eq!(
+        (
+            changes[1]["fromState"].as_str(),
+            changes[1]["toState"].as_str()
+        ),
+        (Some("paused"), Some("active"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stored_body_is_byte_identical() {
     let s = start(None, fast_retry(3), 0).await;
     let body = b"{\"zen\" :  \"\\u00e9t\\u00e9 \xc3\xa9\",\n\t\"action\":\"opened\", \"b\":[ 1 ,2 ],\"a\":{}}\r\n\n".to_vec();
-    let (st, v) = s.post_github("pull_request", "bytes-1", body.clone(), GH_SECRET).await;
+    let (st, v) = s
+        .post_github("pull_request", "bytes-1", body.clone(), GH_SECRET)
+        .await;
     assert_eq!(st, StatusCode::ACCEPTED, "{v}");
-    let stored = s.engine.store.get_body(v["receiptId"].as_str().unwrap()).await.unwrap();
+    let stored = s
+        .engine
+        .store
+        .get_body(v["receiptId"].as_str().unwrap())
+        .await
+        .unwrap();
     assert_eq!(&stored[..], &body[..]);
-    assert_eq!(v["outcome"], "accepted", "action opened matches even without repository fields");
+    assert_eq!(
+        v["outcome"], "accepted",
+        "action opened matches even without repository fields"
+    );
 }
 
 /// A local worker answering with `codes` in turn (then 200), counting requests and checking signatures.
@@ -247,17 +410,29 @@ async fn worker(codes: Vec<u16>) -> (String, Arc<AtomicUsize>) {
     let h = hits.clone();
     let app = axum::Router::new().route(
         "/run",
-        axum::routing::post(move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-            let h = h.clone();
-            let codes = codes.clone();
-            async move {
-                let n = h.fetch_add(1, Ordering::SeqCst);
-                let ok = tb_ingress::standard_webhooks::verify(WORKER_KEY, 300, &headers, &body, chrono_now()).is_ok();
-                assert!(ok, "worker request must carry a valid Standard Webhooks signature");
-                assert_eq!(headers["idempotency-key"], headers["webhook-id"]);
-                StatusCode::from_u16(*codes.get(n).unwrap_or(&200)).unwrap()
-            }
-        }),
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let h = h.clone();
+                let codes = codes.clone();
+                async move {
+                    let n = h.fetch_add(1, Ordering::SeqCst);
+                    let ok = tb_ingress::standard_webhooks::verify(
+                        WORKER_KEY,
+                        300,
+                        &headers,
+                        &body,
+                        chrono_now(),
+                    )
+                    .is_ok();
+                    assert!(
+                        ok,
+                        "worker request must carry a valid Standard Webhooks signature"
+                    );
+                    assert_eq!(headers["idempotency-key"], headers["webhook-id"]);
+                    StatusCode::from_u16(*codes.get(n).unwrap_or(&200)).unwrap()
+                }
+            },
+        ),
     );
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/run", l.local_addr().unwrap());
@@ -266,19 +441,43 @@ async fn worker(codes: Vec<u16>) -> (String, Arc<AtomicUsize>) {
 }
 
 fn chrono_now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_failing_twice_then_succeeding_gives_three_attempts_and_one_run() {
     let (url, hits) = worker(vec![500, 503]).await;
     let s = start(Some(url), fast_retry(5), 0).await;
-    let (_, a) = s.post_github("pull_request", "flaky-1", opened(), GH_SECRET).await;
-    let d_id = a["deliveries"][0]["deliveryId"].as_str().unwrap().to_string();
-    let d = s.wait_for(&format!("/v1/deliveries/{d_id}"), |v| v["delivery"]["state"] == "delivered").await;
+    let (_, a) = s
+        .post_github("pull_request", "flaky-1", opened(), GH_SECRET)
+        .await;
+    let d_id = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = s
+        .wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+            v["delivery"]["state"] == "delivered"
+        })
+        .await;
     let attempts = d["attempts"].as_array().unwrap();
-    assert_eq!(attempts.iter().map(|a| a["attempt"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 2, 3]);
-    assert_eq!(attempts.iter().map(|a| a["outcome"].as_str().unwrap()).collect::<Vec<_>>(), vec!["retrying", "retrying", "delivered"]);
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| a["attempt"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        attempts
+            .iter()
+            .map(|a| a["outcome"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["retrying", "retrying", "delivered"]
+    );
     assert_eq!(attempts[0]["errorClass"], "http_500");
     assert_eq!(attempts[1]["errorClass"], "http_503");
     assert_eq!(hits.load(Ordering::SeqCst), 3);
@@ -292,22 +491,47 @@ async fn worker_failing_twice_then_succeeding_gives_three_attempts_and_one_run()
 async fn worker_always_failing_dead_letters_and_moves_the_subscription() {
     let (url, hits) = worker(vec![500; 100]).await;
     let s = start(Some(url), fast_retry(4), 2).await;
-    let (_, a) = s.post_github("pull_request", "dead-1", opened(), GH_SECRET).await;
-    let d_id = a["deliveries"][0]["deliveryId"].as_str().unwrap().to_string();
-    let d = s.wait_for(&format!("/v1/deliveries/{d_id}"), |v| v["delivery"]["state"] == "dead-lettered").await;
+    let (_, a) = s
+        .post_github("pull_request", "dead-1", opened(), GH_SECRET)
+        .await;
+    let d_id = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = s
+        .wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+            v["delivery"]["state"] == "dead-lettered"
+        })
+        .await;
     assert_eq!(d["attempts"].as_array().unwrap().len(), 4);
     assert_eq!(d["delivery"]["deadLetterReason"], "retries_exhausted");
     assert_eq!(hits.load(Ordering::SeqCst), 4);
-    assert!(s.get("/v1/runs").await["runs"].as_array().unwrap().is_empty(), "no run without a delivered attempt");
+    assert!(
+        s.get("/v1/runs").await["runs"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "no run without a delivered attempt"
+    );
     let listed = s.get("/v1/deliveries?state=dead-lettered").await;
     assert_eq!(listed["deliveries"].as_array().unwrap().len(), 1);
-    let r = s.get(&format!("/v1/receipts/{}", a["receiptId"].as_str().unwrap())).await;
+    let r = s
+        .get(&format!(
+            "/v1/receipts/{}",
+            a["receiptId"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(r["receipt"]["state"], "dead_lettered");
     let sub = s.get("/v1/trigger-subscriptions/github").await;
     assert_eq!(sub["subscription"]["state"], "dead-lettered");
     // Dead-lettered subscription: new receipts are still committed, straight to dead letters.
-    let (st, v) = s.post_github("pull_request", "dead-2", opened(), GH_SECRET).await;
-    assert_eq!((st, v["outcome"].as_str()), (StatusCode::ACCEPTED, Some("dead_lettered")));
+    let (st, v) = s
+        .post_github("pull_request", "dead-2", opened(), GH_SECRET)
+        .await;
+    assert_eq!(
+        (st, v["outcome"].as_str()),
+        (StatusCode::ACCEPTED, Some("dead_lettered"))
+    );
     let outcomes: Vec<_> = s
         .engine
         .store
@@ -315,9 +539,17 @@ async fn worker_always_failing_dead_letters_and_moves_the_subscription() {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| (e.event_type, e.payload["outcome"].as_str().map(String::from), e.payload["toState"].as_str().map(String::from)))
+        .map(|e| {
+            (
+                e.event_type,
+                e.payload["outcome"].as_str().map(String::from),
+                e.payload["toState"].as_str().map(String::from),
+            )
+        })
         .collect();
-    let expect = |t: &str, o: Option<&str>, s: Option<&str>| (t.to_string(), o.map(String::from), s.map(String::from));
+    let expect = |t: &str, o: Option<&str>, s: Option<&str>| {
+        (t.to_string(), o.map(String::from), s.map(String::from))
+    };
     assert_eq!(
         outcomes,
         vec![
@@ -326,7 +558,11 @@ async fn worker_always_failing_dead_letters_and_moves_the_subscription() {
             expect("trigger.subscription.state.changed", None, Some("failed")),
             expect("trigger.delivery.attempted", Some("retrying"), None),
             expect("trigger.delivery.attempted", Some("dead-lettered"), None),
-            expect("trigger.subscription.state.changed", None, Some("dead-lettered")),
+            expect(
+                "trigger.subscription.state.changed",
+                None,
+                Some("dead-lettered")
+            ),
         ]
     );
 }

@@ -1,1 +1,134 @@
-fn main() {}
+//! `trigger-bridge`: the server (`serve`), its maintenance commands (`migrate`, `check-config`), the
+//! provider-exact signer (`send`), and client commands over the HTTP API.
+
+mod client;
+mod config;
+mod send;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Durable inbound-work bridge: every webhook that reaches it starts exactly one piece of work.
+#[derive(Parser, Debug)]
+#[command(name = "trigger-bridge", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Run the server: ingest endpoints, delivery worker and API.
+    Serve(serve::ServeArgs),
+    /// Create or upgrade the store's schema, then exit.
+    Migrate {
+        /// Directory of the SQLite store.
+        #[arg(long, default_value = "./data", env = "TRIGGER_BRIDGE_DATA_DIR")]
+        data_dir: PathBuf,
+    },
+    /// Validate a config file (connectors, secrets, workflows, bindings) and say what to fix.
+    CheckConfig {
+        /// Configuration file (TOML).
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Sign and post a payload file exactly as the provider would.
+    Send(send::SendArgs),
+    /// Inspect receipts (one per inbound request).
+    Receipts {
+        #[command(flatten)]
+        opts: client::ClientOpts,
+        #[command(subcommand)]
+        cmd: client::ReceiptsCmd,
+    },
+    /// Inspect deliveries (one per receipt and matching binding) and their attempts.
+    Deliveries {
+        #[command(flatten)]
+        opts: client::ClientOpts,
+        #[command(subcommand)]
+        cmd: client::DeliveriesCmd,
+    },
+    /// Inspect runs and their events.
+    Runs {
+        #[command(flatten)]
+        opts: client::ClientOpts,
+        #[command(subcommand)]
+        cmd: client::RunsCmd,
+    },
+    /// List, pause and resume trigger subscriptions.
+    Subscriptions {
+        #[command(flatten)]
+        opts: client::ClientOpts,
+        #[command(subcommand)]
+        cmd: client::SubscriptionsCmd,
+    },
+}
+
+fn init_tracing() {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let json = std::env::var("TRIGGER_BRIDGE_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: anyhow::Result<i32> = match cli.cmd {
+        Cmd::Serve(a) => {
+            init_tracing();
+            serve::run(a).await.map(|_| 0)
+        }
+        Cmd::Migrate { data_dir } => (|| {
+            let s = tb_store::sqlite::SqliteStore::open_dir(&data_dir)?;
+            println!(
+                "store {} is at schema version {}",
+                s.path().display(),
+                tb_store::sqlite::SCHEMA_VERSION
+            );
+            Ok::<i32, anyhow::Error>(0)
+        })(),
+        Cmd::CheckConfig { config } => match config::load(&config) {
+            Ok(l) => {
+                let (s, b, w) = &l.catalog_parts;
+                println!(
+                    "{}: ok ({} subscriptions, {} workflows, {} bindings)",
+                    config.display(),
+                    s.len(),
+                    w.len(),
+                    b.len()
+                );
+                Ok(0)
+            }
+            Err(errs) => {
+                eprintln!("{} has {} problem(s):", config.display(), errs.len());
+                for e in errs {
+                    eprintln!("  - {e}");
+                }
+                Ok(1)
+            }
+        },
+        Cmd::Send(a) => send::run(a).await,
+        Cmd::Receipts { opts, cmd } => client::receipts(&opts, cmd).await.map(|_| 0),
+        Cmd::Deliveries { opts, cmd } => client::deliveries(&opts, cmd).await.map(|_| 0),
+        Cmd::Runs { opts, cmd } => client::runs(&opts, cmd).await.map(|_| 0),
+        Cmd::Subscriptions { opts, cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -57,14 +57,21 @@ pub struct Catalog {
 
 impl Catalog {
     /// Builds a catalog. The caller (config validation) has already checked references.
-    pub fn new(subs: Vec<SubscriptionConfig>, bindings: Vec<Binding>, workflows: Vec<Workflow>) -> Catalog {
+    pub fn new(
+        subs: Vec<SubscriptionConfig>,
+        bindings: Vec<Binding>,
+        workflows: Vec<Workflow>,
+    ) -> Catalog {
         let mut c = Catalog::default();
         for s in subs {
             c.order.push(s.id.clone());
             c.subs.insert(s.id.clone(), Arc::new(s));
         }
         for b in bindings {
-            c.bindings.entry(b.subscription.clone()).or_default().push(b);
+            c.bindings
+                .entry(b.subscription.clone())
+                .or_default()
+                .push(b);
         }
         for w in workflows {
             c.workflows.insert(w.id.clone(), w);
@@ -84,7 +91,10 @@ impl Catalog {
 
     /// Bindings of a subscription, in config order.
     pub fn bindings_of(&self, subscription: &str) -> &[Binding] {
-        self.bindings.get(subscription).map(Vec::as_slice).unwrap_or(&[])
+        self.bindings
+            .get(subscription)
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 
     /// One workflow.

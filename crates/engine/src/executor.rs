@@ -33,10 +33,18 @@ const MAX_RETRY_AFTER_S: u64 = 86_400;
 /// `Idempotency-Key`), `webhook-timestamp` = now (per attempt) and `webhook-signature` (Standard Webhooks
 /// §3.5 sender rules). 200/201/204 complete the run; 202 leaves it running until
 /// `POST /v1/runs/{runId}/result`; anything else, a redirect included, is a failure.
-pub async fn start_run(http: &reqwest::Client, workflow: &Workflow, req: &StartRequest<'_>) -> Result<RunStatus, ActionResult> {
+pub async fn start_run(
+    http: &reqwest::Client,
+    workflow: &Workflow,
+    req: &StartRequest<'_>,
+) -> Result<RunStatus, ActionResult> {
     match &workflow.executor {
         Executor::Noop => Ok(RunStatus::Completed),
-        Executor::Http { url, secret, timeout_ms } => {
+        Executor::Http {
+            url,
+            secret,
+            timeout_ms,
+        } => {
             let body = json!({
                 "runId": req.run_id,
                 "workflowId": workflow.id,
@@ -46,7 +54,8 @@ pub async fn start_run(http: &reqwest::Client, workflow: &Workflow, req: &StartR
             })
             .to_string();
             let ts = clock::now_s();
-            let sig = tb_ingress::standard_webhooks::sign(secret, req.delivery_id, ts, body.as_bytes());
+            let sig =
+                tb_ingress::standard_webhooks::sign(secret, req.delivery_id, ts, body.as_bytes());
             let resp = http
                 .post(url)
                 .timeout(std::time::Duration::from_millis(*timeout_ms))
@@ -61,8 +70,18 @@ pub async fn start_run(http: &reqwest::Client, workflow: &Workflow, req: &StartR
             let resp = match resp {
                 Ok(r) => r,
                 Err(e) => {
-                    let class = if e.is_timeout() { "timeout" } else if e.is_connect() { "connect" } else { "request" };
-                    return Err(ActionResult::Failed { error_class: class.into(), retry_after_ms: None, permanent: false });
+                    let class = if e.is_timeout() {
+                        "timeout"
+                    } else if e.is_connect() {
+                        "connect"
+                    } else {
+                        "request"
+                    };
+                    return Err(ActionResult::Failed {
+                        error_class: class.into(),
+                        retry_after_ms: None,
+                        permanent: false,
+                    });
                 }
             };
             let status = resp.status().as_u16();
@@ -76,7 +95,11 @@ pub async fn start_run(http: &reqwest::Client, workflow: &Workflow, req: &StartR
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(|s| s.min(MAX_RETRY_AFTER_S) * 1000);
-                    Err(ActionResult::Failed { error_class: format!("http_{status}"), retry_after_ms, permanent: false })
+                    Err(ActionResult::Failed {
+                        error_class: format!("http_{status}"),
+                        retry_after_ms,
+                        permanent: false,
+                    })
                 }
             }
         }

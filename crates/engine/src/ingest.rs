@@ -19,13 +19,23 @@ use crate::{clock, router, store_err, Engine};
 #[derive(Debug, Clone, PartialEq)]
 pub enum IngestAnswer {
     /// Committed with at least one delivery (202). `run_id` when exactly one run is started.
-    Accepted { receipt_id: String, deliveries: Vec<DeliveryRef>, run_id: Option<String> },
+    Accepted {
+        receipt_id: String,
+        deliveries: Vec<DeliveryRef>,
+        run_id: Option<String>,
+    },
     /// Committed; no binding matched (202).
     Unmatched { receipt_id: String },
     /// Committed while the subscription is dead-lettered: its deliveries went straight to dead letters (202).
-    DeadLettered { receipt_id: String, deliveries: Vec<DeliveryRef> },
+    DeadLettered {
+        receipt_id: String,
+        deliveries: Vec<DeliveryRef>,
+    },
     /// The dedup key was seen before (200): the first receipt and its run.
-    Duplicate { receipt_id: String, run_id: Option<String> },
+    Duplicate {
+        receipt_id: String,
+        run_id: Option<String>,
+    },
 }
 
 fn single_run(d: &[DeliveryRef]) -> Option<String> {
@@ -36,7 +46,8 @@ fn single_run(d: &[DeliveryRef]) -> Option<String> {
 }
 
 fn count(connector: &'static str, outcome: &'static str) {
-    metrics::counter!("tb_receipts_total", "connector" => connector, "outcome" => outcome).increment(1);
+    metrics::counter!("tb_receipts_total", "connector" => connector, "outcome" => outcome)
+        .increment(1);
 }
 
 /// Runs one request through the pipeline.
@@ -45,42 +56,74 @@ fn count(connector: &'static str, outcome: &'static str) {
 /// `payload_too_large` (413); `unsupported_media_type` (415); `signature_invalid` (401) bad or missing
 /// signature or stale timestamp; `validation_error` (400) malformed after authentication; `unavailable`
 /// (503) the store cannot commit. A refused request writes nothing and changes no state.
-pub async fn ingest(engine: &Engine, subscription_id: &str, headers: &HeaderMap, body: Bytes) -> Result<IngestAnswer, TbError> {
+pub async fn ingest(
+    engine: &Engine,
+    subscription_id: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<IngestAnswer, TbError> {
     let Some(sub) = engine.catalog.subscription(subscription_id).cloned() else {
-        return Err(TbError::new(ErrorCode::NotFound, format!("no trigger subscription {subscription_id:?}")));
+        return Err(TbError::new(
+            ErrorCode::NotFound,
+            format!("no trigger subscription {subscription_id:?}"),
+        ));
     };
     let connector = sub.connector.name();
-    let state = engine.subscription_state(&sub.id).unwrap_or(tb_core::subscription::SubscriptionState::Active);
+    let state = engine
+        .subscription_state(&sub.id)
+        .unwrap_or(tb_core::subscription::SubscriptionState::Active);
     let admit = admission(state);
     if admit == Admission::Refuse {
         count(connector, "not_active");
         return Err(TbError::new(
             ErrorCode::SubscriptionNotActive,
-            format!("subscription {:?} is {}; resume it to accept deliveries", sub.id, state.as_str()),
+            format!(
+                "subscription {:?} is {}; resume it to accept deliveries",
+                sub.id,
+                state.as_str()
+            ),
         ));
     }
     if body.len() > sub.max_body_bytes {
         count(connector, "too_large");
         return Err(TbError::new(
             ErrorCode::PayloadTooLarge,
-            format!("body is {} bytes; this subscription accepts at most {}", body.len(), sub.max_body_bytes),
+            format!(
+                "body is {} bytes; this subscription accepts at most {}",
+                body.len(),
+                sub.max_body_bytes
+            ),
         ));
     }
-    let verified = match tb_ingress::verify(&sub.connector, &sub.secret, headers, &body, clock::now_s()) {
-        Ok(v) => v,
-        Err(e) => {
-            count(connector, "rejected");
-            tracing::info!(subscription = %sub.id, error = %e, "request refused");
-            return Err(TbError::new(e.code(), e.to_string()));
-        }
-    };
+    let verified =
+        match tb_ingress::verify(&sub.connector, &sub.secret, headers, &body, clock::now_s()) {
+            Ok(v) => v,
+            Err(e) => {
+                count(connector, "rejected");
+                tracing::info!(subscription = %sub.id, error = %e, "request refused");
+                return Err(TbError::new(e.code(), e.to_string()));
+            }
+        };
     let key = dedup_key(&sub.id, &verified.provider_event_id);
     let answer_dup = |o: IngestOutcome| match o {
-        IngestOutcome::Duplicate { receipt_id, deliveries } | IngestOutcome::Accepted { receipt_id, deliveries } => {
-            IngestAnswer::Duplicate { run_id: single_run(&deliveries), receipt_id }
+        IngestOutcome::Duplicate {
+            receipt_id,
+            deliveries,
         }
+        | IngestOutcome::Accepted {
+            receipt_id,
+            deliveries,
+        } => IngestAnswer::Duplicate {
+            run_id: single_run(&deliveries),
+            receipt_id,
+        },
     };
-    if let Some(first) = engine.store.find_duplicate(&sub.id, &key).await.map_err(store_err)? {
+    if let Some(first) = engine
+        .store
+        .find_duplicate(&sub.id, &key)
+        .await
+        .map_err(store_err)?
+    {
         count(connector, "duplicate");
         return Ok(answer_dup(first));
     }
@@ -91,7 +134,10 @@ pub async fn ingest(engine: &Engine, subscription_id: &str, headers: &HeaderMap,
         (false, true) => ReceiptState::DeadLettered,
         (false, false) => ReceiptState::Queued,
     };
-    let content_type = headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(|s| s.chars().take(128).collect());
+    let content_type = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.chars().take(128).collect());
     let receipt = NewReceipt {
         id: new_id(IdKind::Receipt),
         subscription_id: sub.id.clone(),
@@ -105,8 +151,16 @@ pub async fn ingest(engine: &Engine, subscription_id: &str, headers: &HeaderMap,
         received_at: clock::now_ms(),
         deliveries,
     };
-    match engine.store.commit_receipt(receipt).await.map_err(store_err)? {
-        IngestOutcome::Accepted { receipt_id, deliveries } => {
+    match engine
+        .store
+        .commit_receipt(receipt)
+        .await
+        .map_err(store_err)?
+    {
+        IngestOutcome::Accepted {
+            receipt_id,
+            deliveries,
+        } => {
             let answer = match receipt_state {
                 ReceiptState::Unmatched => {
                     count(connector, "unmatched");
@@ -114,12 +168,19 @@ pub async fn ingest(engine: &Engine, subscription_id: &str, headers: &HeaderMap,
                 }
                 ReceiptState::DeadLettered => {
                     count(connector, "dead_lettered");
-                    IngestAnswer::DeadLettered { receipt_id, deliveries }
+                    IngestAnswer::DeadLettered {
+                        receipt_id,
+                        deliveries,
+                    }
                 }
                 _ => {
                     count(connector, "accepted");
                     engine.work_ready.notify_one();
-                    IngestAnswer::Accepted { run_id: single_run(&deliveries), receipt_id, deliveries }
+                    IngestAnswer::Accepted {
+                        run_id: single_run(&deliveries),
+                        receipt_id,
+                        deliveries,
+                    }
                 }
             };
             Ok(answer)

@@ -43,7 +43,10 @@ impl Engine {
         let mut states = HashMap::new();
         let now = clock::now_ms();
         for sub in catalog.subscriptions() {
-            let rec = store.upsert_subscription(sub.store_def(), now).await.map_err(store_err)?;
+            let rec = store
+                .upsert_subscription(sub.store_def(), now)
+                .await
+                .map_err(store_err)?;
             states.insert(rec.id.clone(), rec.state);
         }
         let http = reqwest::Client::builder()
@@ -51,7 +54,13 @@ impl Engine {
             .pool_max_idle_per_host(64)
             .build()
             .map_err(|e| TbError::new(ErrorCode::Internal, format!("http client: {e}")))?;
-        Ok(Arc::new(Engine { store, catalog: Arc::new(catalog), states: RwLock::new(states), work_ready: Notify::new(), http }))
+        Ok(Arc::new(Engine {
+            store,
+            catalog: Arc::new(catalog),
+            states: RwLock::new(states),
+            work_ready: Notify::new(),
+            http,
+        }))
     }
 
     /// The cached state of a subscription, if it exists.
@@ -60,18 +69,37 @@ impl Engine {
     }
 
     pub(crate) fn note_transition(&self, id: &str, t: &Transition) {
-        self.states.write().expect("states lock").insert(id.to_string(), t.to);
-        tracing::info!(subscription = id, from = t.from.as_str(), to = t.to.as_str(), "subscription state changed");
+        self.states
+            .write()
+            .expect("states lock")
+            .insert(id.to_string(), t.to);
+        tracing::info!(
+            subscription = id,
+            from = t.from.as_str(),
+            to = t.to.as_str(),
+            "subscription state changed"
+        );
         metrics::counter!("tb_subscription_transitions_total", "to" => t.to.as_str()).increment(1);
     }
 
     /// Operator pause / resume through the state machine; `None` when nothing changed.
     /// Errors: `not_found` for an unknown subscription.
-    pub async fn operate(&self, id: &str, input: SubscriptionInput) -> Result<Option<Transition>, TbError> {
+    pub async fn operate(
+        &self,
+        id: &str,
+        input: SubscriptionInput,
+    ) -> Result<Option<Transition>, TbError> {
         if self.subscription_state(id).is_none() {
-            return Err(TbError::new(ErrorCode::NotFound, format!("no subscription {id:?}")));
+            return Err(TbError::new(
+                ErrorCode::NotFound,
+                format!("no subscription {id:?}"),
+            ));
         }
-        let t = self.store.apply_subscription_input(id, input, clock::now_ms()).await.map_err(store_err)?;
+        let t = self
+            .store
+            .apply_subscription_input(id, input, clock::now_ms())
+            .await
+            .map_err(store_err)?;
         if let Some(t) = &t {
             self.note_transition(id, t);
         }

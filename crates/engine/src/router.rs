@@ -12,7 +12,12 @@ use crate::catalog::Catalog;
 /// One new delivery per binding of `subscription` that matches `event`, in config order. When
 /// `dead_letter` is set (the subscription is dead-lettered) the deliveries are created dead-lettered with
 /// reason `subscription_dead_lettered`.
-pub fn route(catalog: &Catalog, subscription: &str, event: &NormalizedEvent, dead_letter: bool) -> Vec<NewDelivery> {
+pub fn route(
+    catalog: &Catalog,
+    subscription: &str,
+    event: &NormalizedEvent,
+    dead_letter: bool,
+) -> Vec<NewDelivery> {
     catalog
         .bindings_of(subscription)
         .iter()
@@ -25,7 +30,11 @@ pub fn route(catalog: &Catalog, subscription: &str, event: &NormalizedEvent, dea
                 workflow_id: Some(workflow.clone()),
                 run_id: Some(new_id(IdKind::Run)),
                 inputs: b.map_inputs(event),
-                state: if dead_letter { DeliveryState::DeadLettered } else { DeliveryState::Pending },
+                state: if dead_letter {
+                    DeliveryState::DeadLettered
+                } else {
+                    DeliveryState::Pending
+                },
                 dead_letter_reason: dead_letter.then(|| "subscription_dead_lettered".to_string()),
             },
         })

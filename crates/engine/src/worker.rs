@@ -56,7 +56,11 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
         let leases = if want == 0 {
             Vec::new()
         } else {
-            match engine.store.lease_due(&cfg.owner, now, cfg.lease_ms, want).await {
+            match engine
+                .store
+                .lease_due(&cfg.owner, now, cfg.lease_ms, want)
+                .await
+            {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::error!(error = %e, "leasing due deliveries failed");
@@ -67,7 +71,9 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
         };
         if leases.is_empty() {
             let sleep = match engine.store.next_due_at().await {
-                Ok(Some(due)) => Duration::from_millis((due - now).clamp(1, cfg.idle_poll.as_millis() as i64) as u64),
+                Ok(Some(due)) => Duration::from_millis(
+                    (due - now).clamp(1, cfg.idle_poll.as_millis() as i64) as u64,
+                ),
                 _ => cfg.idle_poll,
             };
             tokio::select! {
@@ -78,7 +84,11 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
             continue;
         }
         for lease in leases {
-            let permit = permits.clone().acquire_owned().await.expect("semaphore open");
+            let permit = permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("semaphore open");
             let engine = engine.clone();
             tokio::spawn(async move {
                 attempt(&engine, lease).await;
@@ -103,9 +113,16 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         return;
     };
     let run_id = d.run_id.clone().unwrap_or_else(|| new_id(IdKind::Run));
-    let workflow = d.workflow_id.as_deref().and_then(|w| engine.catalog.workflow(w));
+    let workflow = d
+        .workflow_id
+        .as_deref()
+        .and_then(|w| engine.catalog.workflow(w));
     let result: Result<RunStatus, ActionResult> = match workflow {
-        None => Err(ActionResult::Failed { error_class: "workflow_missing".into(), retry_after_ms: None, permanent: true }),
+        None => Err(ActionResult::Failed {
+            error_class: "workflow_missing".into(),
+            retry_after_ms: None,
+            permanent: true,
+        }),
         Some(w) => {
             let event_type = match engine.store.get_receipt(&d.receipt_id).await {
                 Ok(r) => r.event_type,
@@ -139,7 +156,12 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         ActionResult::Done => None,
     };
     let run = match (&result, d.workflow_id.as_ref()) {
-        (Ok(status), Some(w)) => Some(NewRun { id: run_id.clone(), workflow_id: w.clone(), inputs: d.inputs.clone(), status: *status }),
+        (Ok(status), Some(w)) => Some(NewRun {
+            id: run_id.clone(),
+            workflow_id: w.clone(),
+            inputs: d.inputs.clone(),
+            status: *status,
+        }),
         _ => None,
     };
     let elapsed = t0.elapsed();
@@ -158,7 +180,8 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         },
         next_state,
         run,
-        dead_letter_reason: matches!(decision, AttemptDecision::DeadLetter).then(|| "retries_exhausted".to_string()),
+        dead_letter_reason: matches!(decision, AttemptDecision::DeadLetter)
+            .then(|| "retries_exhausted".to_string()),
         now,
     };
     metrics::histogram!("tb_attempt_duration_seconds").record(elapsed.as_secs_f64());
@@ -176,6 +199,8 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         Err(StoreError::LeaseLost(_)) => {
             tracing::warn!(delivery = %d.id, attempt = number, "lease lapsed before the attempt was recorded; result discarded");
         }
-        Err(e) => tracing::error!(delivery = %d.id, error = %e, "recording the attempt failed; the lease will lapse"),
+        Err(e) => {
+            tracing::error!(delivery = %d.id, error = %e, "recording the attempt failed; the lease will lapse")
+        }
     }
 }

@@ -1,0 +1,545 @@
+//! Client commands over the HTTP API: `receipts`, `deliveries`, `runs`, `subscriptions`.
+//!
+//! Responses are read as `serde_json::Value` so extra fields are tolerated; `--json` prints the server's
+//! body as sent (re-indented, key order kept).
+
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use reqwest::Method;
+use serde_json::Value;
+
+/// Printed with connection errors.
+pub const SERVE_HINT: &str =
+    "is the server running? (trigger-bridge serve --config examples/quickstart.toml)";
+
+/// Options shared by the client commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClientOpts {
+    /// Base URL of the trigger-bridge HTTP API
+    #[arg(
+        long,
+        global = true,
+        env = "TRIGGER_BRIDGE_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub server: String,
+    /// Print the server's JSON response instead of a table
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `trigger-bridge receipts ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum ReceiptsCmd {
+    /// List receipts, newest first
+    List {
+        /// Only receipts in this state (queued, unmatched, dead_lettered, ...)
+        #[arg(long)]
+        state: Option<String>,
+        /// Only receipts of this trigger subscription
+        #[arg(long)]
+        subscription: Option<String>,
+        /// Most receipts to show
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Page cursor: show receipts older than this (printed as `more: --before ...`)
+        #[arg(long)]
+        before: Option<String>,
+    },
+    /// Show one receipt with its deliveries
+    Show {
+        /// Receipt id (rcpt_...)
+        id: String,
+    },
+}
+
+/// `trigger-bridge deliveries ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum DeliveriesCmd {
+    /// List deliveries, newest first
+    List {
+        /// Only deliveries in this state: pending, retrying, delivered or dead-lettered
+        #[arg(long)]
+        state: Option<String>,
+        /// Only deliveries of this trigger subscription
+        #[arg(long)]
+        subscription: Option<String>,
+        /// Most deliveries to show
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Page cursor: show deliveries older than this (printed as `more: --before ...`)
+        #[arg(long)]
+        before: Option<String>,
+    },
+    /// Show one delivery with its attempts
+    Show {
+        /// Delivery id
+        id: String,
+    },
+}
+
+/// `trigger-bridge runs ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum RunsCmd {
+    /// List workflow runs, newest first
+    List {
+        /// Only runs with this status (pending, running, completed, failed, ...)
+        #[arg(long)]
+        status: Option<String>,
+        /// Most runs to show
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Page cursor: show runs older than this (printed as `more: --before ...`)
+        #[arg(long)]
+        before: Option<String>,
+    },
+    /// Show one run with its events
+    Show {
+        /// Run id
+        id: String,
+    },
+}
+
+/// `trigger-bridge subscriptions ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum SubscriptionsCmd {
+    /// List trigger subscriptions and their state
+    List,
+    /// Pause a subscription: new requests are refused (409) until resumed
+    Pause {
+        /// Subscription id
+        id: String,
+    },
+    /// Resume a paused subscription
+    Resume {
+        /// Subscription id
+        id: String,
+    },
+}
+
+/// Column specs: `LABEL=pointer` pairs; `_` in a label prints as a space; the pointer is a `/`-path into
+/// the item.
+const RECEIPTS: &str = "RECEIPT=receiptId SUBSCRIPTION=subscriptionId EVENT=eventType STATE=state \
+    BYTES=bodyBytes RECEIVED=receivedAt";
+const DELIVERIES: &str = "DELIVERY=deliveryId SUBSCRIPTION=subscriptionId BINDING=bindingId \
+    STATE=state ATTEMPTS=attempts RUN=runId NEXT_ATTEMPT=nextAttemptAt";
+const ATTEMPTS: &str = "ATTEMPT=attempt OUTCOME=outcome ERROR=errorClass STARTED=startedAt \
+    DURATION_MS=durationMs NEXT_ATTEMPT=nextAttemptAt";
+const RUNS: &str =
+    "RUN=runId WORKFLOW=workflowId STATUS=status CAUSATION=causationId CREATED=createdAt";
+const EVENTS: &str = "SEQ=sequence TYPE=type EVENT=eventId TIMESTAMP=timestamp";
+const SUBSCRIPTIONS: &str = "SUBSCRIPTION=subscriptionId SOURCE=source STATE=state \
+    MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff";
+const RECEIPT_KV: &str =
+    "receipt=receiptId subscription=subscriptionId state=state event=eventType \
+    provider_event_id=providerEventId dedup_key=dedupKey content_type=contentType bytes=bodyBytes \
+    received=receivedAt updated=updatedAt";
+const DELIVERY_KV: &str = "delivery=deliveryId receipt=receiptId subscription=subscriptionId \
+    binding=bindingId dedup_key=dedupKey action=action workflow=workflowId run=runId state=state \
+    attempts=attempts next_attempt=nextAttemptAt last_error=lastError \
+    dead-letter_reason=deadLetterReason created=createdAt updated=updatedAt";
+const RUN_KV: &str = "run=runId workflow=workflowId status=status causation=causationId \
+    trigger_subscription=trigger/subscriptionId trigger_receipt=trigger/receiptId \
+    trigger_delivery=trigger/deliveryId created=createdAt updated=updatedAt inputs=inputs output=output";
+
+/// Parses a column spec into (label, JSON pointer) pairs.
+fn cols(spec: &str) -> Vec<(String, String)> {
+    let pair = |c: &str| {
+        c.split_once('=')
+            .map(|(l, p)| (l.replace('_', " "), format!("/{p}")))
+    };
+    spec.split_whitespace().filter_map(pair).collect()
+}
+
+/// The HTTP client used by every command (also `send`).
+pub(crate) fn http_client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .user_agent(concat!("trigger-bridge/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+/// A transport error as a message naming `url`, with the serve hint when nothing answered.
+pub(crate) fn request_error(url: &str, e: reqwest::Error) -> anyhow::Error {
+    let mut cause: &dyn std::error::Error = &e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    if e.is_connect() || e.is_timeout() {
+        anyhow!("cannot reach {url}: {cause}; {SERVE_HINT}")
+    } else {
+        anyhow!("request to {url} failed: {cause}")
+    }
+}
+
+/// Aligned text table: columns separated by two spaces, no trailing blanks.
+pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in &rows {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut s = String::new();
+        for (c, w) in cells.zip(&widths) {
+            s.push_str(&format!("{c:<w$}  "));
+        }
+        s.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&mut headers.iter().copied());
+    for row in &rows {
+        out += &line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// A value as one table cell: strings as given, null/missing as `-`, others as compact JSON.
+fn cell(v: Option<&Value>) -> String {
+    let s = match v {
+        None | Some(Value::Null) => return "-".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+fn render(items: &[Value], spec: &str) -> String {
+    let cols = cols(spec);
+    let headers: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+    let rows = items
+        .iter()
+        .map(|it| cols.iter().map(|(_, p)| cell(it.pointer(p))).collect())
+        .collect();
+    table(&headers, rows)
+}
+
+/// Prints `v[key]` as a table (or `empty` when there are none) and the next page's cursor.
+fn print_list(v: &Value, key: &str, spec: &str, empty: &str) {
+    match v[key].as_array() {
+        Some(items) if !items.is_empty() => print!("{}", render(items, spec)),
+        _ => println!("{empty}"),
+    }
+    if let Some(cursor) = v["nextCursor"].as_str() {
+        println!("more: --before {cursor}");
+    }
+}
+
+/// Prints `label: value` lines, labels aligned.
+fn print_kv(obj: &Value, spec: &str) {
+    let cols = cols(spec);
+    let w = cols.iter().map(|c| c.0.len()).max().unwrap_or(0) + 1;
+    for (label, p) in cols {
+        println!("{:w$} {}", format!("{label}:"), cell(obj.pointer(&p)));
+    }
+}
+
+/// Pretty-prints JSON text keeping the server's key order (a `Value` would sort keys).
+fn pretty(raw: &str) -> String {
+    let (mut out, mut depth, mut in_str, mut esc) = (String::new(), 0usize, false, false);
+    let newline = |out: &mut String, depth: usize| *out += &format!("\n{}", "  ".repeat(depth));
+    let mut chars = raw.trim().chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            (esc, in_str) = (!esc && c == '\\', esc || c != '"');
+            continue;
+        }
+        match c {
+            '"' => {
+                in_str = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                while chars.next_if(|c| c.is_whitespace()).is_some() {}
+                out.push(c);
+                match chars.next_if(|n| matches!(n, '}' | ']')) {
+                    Some(close) => out.push(close),
+                    None => {
+                        depth += 1;
+                        newline(&mut out, depth);
+                    }
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                newline(&mut out, depth);
+                out.push(c);
+            }
+            ',' => {
+                out.push(c);
+                newline(&mut out, depth);
+            }
+            ':' => out.push_str(": "),
+            c if c.is_whitespace() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn seg(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+struct Api<'a> {
+    o: &'a ClientOpts,
+    http: reqwest::Client,
+}
+
+impl Api<'_> {
+    fn new(o: &ClientOpts) -> Result<Api<'_>> {
+        Ok(Api {
+            o,
+            http: http_client()?,
+        })
+    }
+
+    /// Calls the API; returns the parsed body and its raw text. Non-2xx → `"<status> <error>: <message>"`.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, Option<String>)],
+    ) -> Result<(Value, String)> {
+        let url = format!("{}{path}", self.o.server.trim_end_matches('/'));
+        let query: Vec<_> = query
+            .iter()
+            .filter_map(|(k, v)| Some((*k, v.clone()?)))
+            .collect();
+        let resp = self
+            .http
+            .request(method, &url)
+            .query(&query)
+            .send()
+            .await
+            .map_err(|e| request_error(&self.o.server, e))?;
+        let status = resp.status();
+        let raw = resp
+            .text()
+            .await
+            .map_err(|e| request_error(&self.o.server, e))?;
+        let body: Option<Value> = serde_json::from_str(&raw).ok();
+        if !status.is_success() {
+            let field = |k: &str| body.as_ref().and_then(|b| b[k].as_str());
+            match field("error") {
+                Some(code) => bail!(
+                    "{} {code}: {}",
+                    status.as_u16(),
+                    field("message").unwrap_or("")
+                ),
+                None => bail!(
+                    "{status} from {url}: {}",
+                    raw.trim().chars().take(200).collect::<String>()
+                ),
+            }
+        }
+        let body =
+            body.with_context(|| format!("{url} answered {status} with a body that is not JSON"))?;
+        Ok((body, raw))
+    }
+
+    /// GETs `path`; under `--json` prints the body and returns `None`.
+    async fn get(&self, path: &str, query: &[(&str, Option<String>)]) -> Result<Option<Value>> {
+        self.show(self.call(Method::GET, path, query).await?)
+    }
+
+    fn show(&self, (body, raw): (Value, String)) -> Result<Option<Value>> {
+        if self.o.json {
+            println!("{}", pretty(&raw));
+            return Ok(None);
+        }
+        Ok(Some(body))
+    }
+}
+
+/// `receipts list|show`.
+pub async fn receipts(o: &ClientOpts, c: ReceiptsCmd) -> Result<()> {
+    let api = Api::new(o)?;
+    match c {
+        ReceiptsCmd::List {
+            state,
+            subscription,
+            limit,
+            before,
+        } => {
+            let q = [
+                ("limit", Some(limit.to_string())),
+                ("state", state),
+                ("subscription", subscription),
+                ("before", before),
+            ];
+            if let Some(v) = api.get("/v1/receipts", &q).await? {
+                print_list(&v, "receipts", RECEIPTS, "no receipts yet");
+            }
+        }
+        ReceiptsCmd::Show { id } => {
+            if let Some(v) = api.get(&format!("/v1/receipts/{}", seg(&id)), &[]).await? {
+                print_kv(&v["receipt"], RECEIPT_KV);
+                println!();
+                print_list(
+                    &v,
+                    "deliveries",
+                    DELIVERIES,
+                    "no deliveries (no binding matched)",
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `deliveries list|show`.
+pub async fn deliveries(o: &ClientOpts, c: DeliveriesCmd) -> Result<()> {
+    let api = Api::new(o)?;
+    match c {
+        DeliveriesCmd::List {
+            state,
+            subscription,
+            limit,
+            before,
+        } => {
+            if let Some(s) = state
+                .as_deref()
+                .filter(|s| tb_core::delivery::DeliveryState::parse(s).is_none())
+            {
+                bail!("--state {s:?} is not a delivery state; use one of: pending, retrying, delivered, dead-lettered");
+            }
+            let q = [
+                ("state", state),
+                ("subscription", subscription),
+                ("limit", Some(limit.to_string())),
+                ("before", before),
+            ];
+            if let Some(v) = api.get("/v1/deliveries", &q).await? {
+                print_list(&v, "deliveries", DELIVERIES, "no deliveries yet");
+            }
+        }
+        DeliveriesCmd::Show { id } => {
+            if let Some(v) = api
+                .get(&format!("/v1/deliveries/{}", seg(&id)), &[])
+                .await?
+            {
+                print_kv(&v["delivery"], DELIVERY_KV);
+                println!();
+                print_list(&v, "attempts", ATTEMPTS, "no attempts yet");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `runs list|show`; `show` also fetches the run's events.
+pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
+    let api = Api::new(o)?;
+    match c {
+        RunsCmd::List {
+            status,
+            limit,
+            before,
+        } => {
+            let q = [
+                ("status", status),
+                ("limit", Some(limit.to_string())),
+                ("before", before),
+            ];
+            if let Some(v) = api.get("/v1/runs", &q).await? {
+                print_list(&v, "runs", RUNS, "no runs yet");
+            }
+        }
+        RunsCmd::Show { id } => {
+            if let Some(run) = api.get(&format!("/v1/runs/{}", seg(&id)), &[]).await? {
+                print_kv(&run, RUN_KV);
+                println!();
+                let (events, _) = api
+                    .call(
+                        Method::GET,
+                        &format!("/v1/runs/{}/events/poll", seg(&id)),
+                        &[],
+                    )
+                    .await?;
+                print_list(&events, "events", EVENTS, "no events yet");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `subscriptions list|pause|resume`.
+pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
+    let api = Api::new(o)?;
+    let (id, verb) = match c {
+        SubscriptionsCmd::List => {
+            if let Some(v) = api.get("/v1/trigger-subscriptions", &[]).await? {
+                print_list(
+                    &v,
+                    "subscriptions",
+                    SUBSCRIPTIONS,
+                    "no trigger subscriptions configured",
+                );
+            }
+            return Ok(());
+        }
+        SubscriptionsCmd::Pause { id } => (id, "pause"),
+        SubscriptionsCmd::Resume { id } => (id, "resume"),
+    };
+    let path = format!("/v1/trigger-subscriptions/{}/{verb}", seg(&id));
+    if let Some(v) = api.show(api.call(Method::POST, &path, &[]).await?)? {
+        print!(
+            "{}",
+            render(std::slice::from_ref(&v["subscription"]), SUBSCRIPTIONS)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_aligns_columns() {
+        let rows = vec![
+            vec!["rcpt_1".into(), "-".into(), "x".into()],
+            vec!["r".into(), "queued".into(), "".into()],
+        ];
+        assert_eq!(
+            table(&["ID", "STATE", "N"], rows),
+            "ID      STATE   N\nrcpt_1  -       x\nr       queued\n"
+        );
+        assert_eq!(table(&["A"], vec![]), "A\n");
+    }
+
+    #[test]
+    fn pretty_keeps_order_and_strings() {
+        let raw = r#"{"z":1,"a":[],"s":"x,{\"y\":[1]}","o":{"k":[1,2]}}"#;
+        assert_eq!(
+            serde_json::from_str::<Value>(&pretty(raw)).unwrap(),
+            serde_json::from_str::<Value>(raw).unwrap()
+        );
+        assert!(
+            pretty(raw)
+                .starts_with("{\n  \"z\": 1,\n  \"a\": [],\n  \"s\": \"x,{\\\"y\\\":[1]}\","),
+            "{}",
+            pretty(raw)
+        );
+    }
+
+    #[test]
+    fn cells_and_segments() {
+        assert_eq!(cell(None), "-");
+        assert_eq!(cell(Some(&Value::from("a\nb"))), "a b");
+        assert_eq!(cell(Some(&serde_json::json!({"k": 1}))), r#"{"k":1}"#);
+        assert_eq!(seg("run_1/../x y"), "run_1%2F%2E%2E%2Fx%20y");
+    }
+}

@@ -1,0 +1,444 @@
+//! The TOML configuration file (DESIGN §8 Config): server settings, subscriptions, workflows and
+//! bindings, with secrets by reference (`env:NAME`, `file:PATH`), and its validation.
+//!
+//! [`load`] parses and validates everything and returns every problem at once, each naming the entry
+//! and saying what to fix; [`Config::into_catalog`] resolves secrets into the engine's catalog.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use tb_core::binding::{Binding, BindingAction};
+use tb_core::connector::{ConnectorSpec, SignatureEncoding};
+use tb_core::normalized::FieldValue;
+use tb_core::retry::RetryPolicy;
+use tb_core::subscription::Source;
+use tb_core::workflow::{Executor, Workflow};
+use tb_engine::{Catalog, SubscriptionConfig};
+
+/// Default body limit: 25 MiB (GitHub's own cap; signals-and-connectors §1.4).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
+/// Default dedup window: 24 h (the OpenWOP Layer-1 floor), in seconds.
+pub const DEFAULT_DEDUP_WINDOW_S: u64 = 86_400;
+/// Default breaker threshold: consecutive failed attempts before `active -> failed`.
+pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
+
+/// `[server]`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    /// Listen address, e.g. `127.0.0.1:8080`.
+    pub listen: Option<String>,
+    /// Directory of the SQLite store.
+    pub data_dir: Option<PathBuf>,
+    /// Delivery lease in ms (default 60 000): a crashed attempt is retried after this.
+    pub lease_ms: Option<u64>,
+}
+
+/// `[subscriptions.hmac]`: settings of the generic `hmac` connector.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HmacSection {
+    pub signature_header: String,
+    pub signature_prefix: Option<String>,
+    #[serde(default)]
+    pub encoding: SignatureEncoding,
+    pub timestamp_header: Option<String>,
+    pub tolerance_s: Option<u64>,
+    pub id_header: Option<String>,
+    pub event_header: Option<String>,
+}
+
+/// `[subscriptions.retry]`: every field optional, defaulting to the Svix schedule.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RetrySection {
+    pub max_attempts: Option<u32>,
+    pub backoff: Option<tb_core::retry::Backoff>,
+    pub initial_ms: Option<u64>,
+    pub max_ms: Option<u64>,
+    pub jitter: Option<f64>,
+    pub schedule_ms: Option<Vec<u64>>,
+}
+
+impl RetrySection {
+    fn policy(&self) -> RetryPolicy {
+        let d = RetryPolicy::default();
+        let custom_shape =
+            self.backoff.is_some() || self.initial_ms.is_some() || self.max_ms.is_some();
+        RetryPolicy {
+            max_attempts: self.max_attempts.unwrap_or(d.max_attempts),
+            backoff: self.backoff.unwrap_or(d.backoff),
+            initial_ms: self.initial_ms.unwrap_or(d.initial_ms),
+            max_ms: self
+                .max_ms
+                .unwrap_or(d.max_ms.max(self.initial_ms.unwrap_or(0))),
+            jitter: self.jitter.unwrap_or(d.jitter),
+            schedule_ms: if custom_shape {
+                self.schedule_ms.clone()
+            } else {
+                self.schedule_ms.clone().or(d.schedule_ms)
+            },
+        }
+    }
+}
+
+/// `[[subscriptions]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionSection {
+    pub id: String,
+    #[serde(default = "default_source")]
+    pub source: String,
+    pub connector: String,
+    /// `env:NAME` or `file:PATH`.
+    pub secret: String,
+    #[serde(default)]
+    pub retry: RetrySection,
+    pub dedup_window_s: Option<u64>,
+    pub max_body_bytes: Option<usize>,
+    pub failure_threshold: Option<u32>,
+    /// Standard Webhooks / hmac timestamp tolerance in seconds (default 300).
+    pub tolerance_s: Option<u64>,
+    pub hmac: Option<HmacSection>,
+}
+
+fn default_source() -> String {
+    "webhook".into()
+}
+
+/// `[[workflows]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkflowSection {
+    pub id: String,
+    /// `noop` or `http`.
+    pub executor: String,
+    /// Worker URL (http executor).
+    pub url: Option<String>,
+    /// Signing secret reference of the http executor (a `whsec_` value).
+    pub secret: Option<String>,
+    /// Request timeout in ms (http executor; default 15 000).
+    pub timeout_ms: Option<u64>,
+}
+
+/// `[[bindings]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingSection {
+    pub id: String,
+    pub subscription: String,
+    pub event_types: Vec<String>,
+    #[serde(default)]
+    pub filter: BTreeMap<String, OneOrMany>,
+    /// Only `start_run` for now.
+    pub action: String,
+    pub workflow: String,
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+}
+
+/// A filter value: one scalar or a list of scalars.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    Many(Vec<FieldValue>),
+    One(FieldValue),
+}
+
+/// The whole file.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerSection,
+    #[serde(default)]
+    pub subscriptions: Vec<SubscriptionSection>,
+    #[serde(default)]
+    pub workflows: Vec<WorkflowSection>,
+    #[serde(default)]
+    pub bindings: Vec<BindingSection>,
+}
+
+/// Resolves a secret reference. `env:NAME` reads the environment variable (must be set and non-empty);
+/// `file:PATH` reads the file (relative paths against `base`), trimming trailing newlines.
+pub fn resolve_secret(reference: &str, base: &Path) -> Result<String, String> {
+    if let Some(name) = reference.strip_prefix("env:") {
+        match std::env::var(name) {
+            Ok(v) if !v.is_empty() => Ok(v),
+            Ok(_) => Err(format!(
+                "environment variable {name} is empty; set it to the secret"
+            )),
+            Err(_) => Err(format!(
+                "environment variable {name} is not set; export {name}=<secret> before starting"
+            )),
+        }
+    } else if let Some(p) = reference.strip_prefix("file:") {
+        let path = base.join(p);
+        let s = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
+        let s = s.trim_end_matches(['\r', '\n']);
+        if s.is_empty() {
+            return Err(format!("secret file {} is empty", path.display()));
+        }
+        Ok(s.to_string())
+    } else {
+        Err(
+            "secret must be a reference: env:NAME or file:PATH (inline secrets are not accepted)"
+                .into(),
+        )
+    }
+}
+
+fn parse_source(s: &str) -> Option<Source> {
+    match s {
+        "webhook" => Some(Source::Webhook),
+        _ => None,
+    }
+}
+
+/// A validated configuration, with secrets resolved: ready to become the engine's catalog.
+pub struct Loaded {
+    pub server: ServerSection,
+    pub catalog_parts: (Vec<SubscriptionConfig>, Vec<Binding>, Vec<Workflow>),
+}
+
+impl Loaded {
+    /// The engine catalog.
+    pub fn into_catalog(self) -> (ServerSection, Catalog) {
+        let (s, b, w) = self.catalog_parts;
+        (self.server, Catalog::new(s, b, w))
+    }
+}
+
+/// Reads, parses and validates the config file at `path`. Errors: every problem found, one per line,
+/// each prefixed with the entry it concerns.
+pub fn load(path: &Path) -> Result<Loaded, Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| vec![format!("cannot read config {}: {e}", path.display())])?;
+    let cfg: Config =
+        toml::from_str(&text).map_err(|e| vec![format!("{}: {e}", path.display())])?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    validate(cfg, base)
+}
+
+/// Validates a parsed config (see [`load`]).
+pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
+    let mut errs = Vec::new();
+    let mut subs = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, s) in cfg.subscriptions.iter().enumerate() {
+        let at = format!("subscriptions[{i}] ({})", s.id);
+        if s.id.is_empty()
+            || !s
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            errs.push(format!(
+                "{at}: id must be non-empty and use only letters, digits, '-', '_', '.'"
+            ));
+        }
+        if !seen.insert(s.id.clone()) {
+            errs.push(format!("{at}: duplicate subscription id"));
+        }
+        let Some(source) = parse_source(&s.source) else {
+            errs.push(format!(
+                "{at}: source {:?} is not supported yet; use \"webhook\"",
+                s.source
+            ));
+            continue;
+        };
+        let tolerance_s = s.tolerance_s.unwrap_or(300);
+        let connector = match s.connector.as_str() {
+            "github" => ConnectorSpec::Github,
+            "standard-webhooks" => ConnectorSpec::StandardWebhooks { tolerance_s },
+            "hmac" => match &s.hmac {
+                Some(h) => ConnectorSpec::Hmac {
+                    signature_header: h.signature_header.clone(),
+                    signature_prefix: h.signature_prefix.clone(),
+                    encoding: h.encoding,
+                    timestamp_header: h.timestamp_header.clone(),
+                    tolerance_s: h.tolerance_s.unwrap_or(tolerance_s),
+                    id_header: h.id_header.clone(),
+                    event_header: h.event_header.clone(),
+                },
+                None => {
+                    errs.push(format!("{at}: connector \"hmac\" needs a [subscriptions.hmac] table with signature_header"));
+                    continue;
+                }
+            },
+            other => {
+                errs.push(format!(
+                    "{at}: unknown connector {other:?}; use github, standard-webhooks or hmac"
+                ));
+                continue;
+            }
+        };
+        let secret = match resolve_secret(&s.secret, base) {
+            Err(e) => {
+                errs.push(format!("{at}: secret: {e}"));
+                continue;
+            }
+            Ok(v) => match &connector {
+                ConnectorSpec::StandardWebhooks { .. } => match tb_ingress::parse_whsec(&v) {
+                    Ok(k) => k,
+                    Err(e) => {
+                        errs.push(format!("{at}: secret ({}): {e}", s.secret));
+                        continue;
+                    }
+                },
+                _ => v.into_bytes(),
+            },
+        };
+        let retry = s.retry.policy();
+        if let Err(e) = retry.validate() {
+            errs.push(format!("{at}: retry: {e}"));
+        }
+        let max_body_bytes = s.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
+        if max_body_bytes == 0 {
+            errs.push(format!("{at}: max_body_bytes must be at least 1"));
+        }
+        subs.push(SubscriptionConfig {
+            id: s.id.clone(),
+            source,
+            connector,
+            secret,
+            retry,
+            dedup_window_s: s.dedup_window_s.unwrap_or(DEFAULT_DEDUP_WINDOW_S),
+            max_body_bytes,
+            failure_threshold: s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD),
+        });
+    }
+
+    let mut workflows = Vec::new();
+    let mut wf_ids = HashSet::new();
+    for (i, w) in cfg.workflows.iter().enumerate() {
+        let at = format!("workflows[{i}] ({})", w.id);
+        if !wf_ids.insert(w.id.clone()) {
+            errs.push(format!("{at}: duplicate workflow id"));
+        }
+        let executor = match w.executor.as_str() {
+            "noop" => Executor::Noop,
+            "http" => {
+                let url = match &w.url {
+                    Some(u) if u.starts_with("http://") || u.starts_with("https://") => u.clone(),
+                    Some(u) => {
+                        errs.push(format!(
+                            "{at}: url {u:?} must start with http:// or https://"
+                        ));
+                        continue;
+                    }
+                    None => {
+                        errs.push(format!(
+                            "{at}: the http executor needs url = \"https://worker.example/runs\""
+                        ));
+                        continue;
+                    }
+                };
+                let Some(r) = &w.secret else {
+                    errs.push(format!("{at}: the http executor needs secret = \"env:NAME\" (a whsec_ signing secret)"));
+                    continue;
+                };
+                let secret = match resolve_secret(r, base)
+                    .and_then(|v| tb_ingress::parse_whsec(&v).map_err(|e| e.to_string()))
+                {
+                    Ok(k) => k,
+                    Err(e) => {
+                        errs.push(format!("{at}: secret: {e}"));
+                        continue;
+                    }
+                };
+                Executor::Http {
+                    url,
+                    secret,
+                    timeout_ms: w.timeout_ms.unwrap_or(15_000),
+                }
+            }
+            other => {
+                errs.push(format!(
+                    "{at}: unknown executor {other:?}; use noop or http"
+                ));
+                continue;
+            }
+        };
+        workflows.push(Workflow {
+            id: w.id.clone(),
+            executor,
+        });
+    }
+
+    let mut bindings = Vec::new();
+    let mut b_ids = HashSet::new();
+    for (i, b) in cfg.bindings.iter().enumerate() {
+        let at = format!("bindings[{i}] ({})", b.id);
+        if !b_ids.insert(b.id.clone()) {
+            errs.push(format!("{at}: duplicate binding id"));
+        }
+        let sub = subs.iter().find(|s| s.id == b.subscription);
+        if sub.is_none() && !cfg.subscriptions.iter().any(|s| s.id == b.subscription) {
+            errs.push(format!(
+                "{at}: subscription {:?} does not exist",
+                b.subscription
+            ));
+        }
+        if !cfg.workflows.iter().any(|w| w.id == b.workflow) {
+            let known: Vec<_> = cfg.workflows.iter().map(|w| w.id.as_str()).collect();
+            errs.push(format!(
+                "{at}: workflow {:?} does not exist (defined: {})",
+                b.workflow,
+                known.join(", ")
+            ));
+        }
+        if b.action != "start_run" {
+            errs.push(format!(
+                "{at}: action {:?} is not supported; use start_run",
+                b.action
+            ));
+        }
+        if b.event_types.is_empty() {
+            errs.push(format!("{at}: event_types must list at least one type (e.g. \"pull_request.opened\" or \"*\")"));
+        }
+        if let Some(sub) = sub {
+            let allowed = tb_ingress::normalized_fields(&sub.connector);
+            let ok = |f: &str| f == "event" || f == "action" || allowed.contains(&f);
+            for f in b.filter.keys().chain(b.inputs.values()) {
+                if !ok(f) {
+                    errs.push(format!(
+                        "{at}: field {f:?} is not normalized by connector {}; allowed: event, action, {}",
+                        sub.connector.name(),
+                        allowed.join(", ")
+                    ));
+                }
+            }
+        }
+        bindings.push(Binding {
+            id: b.id.clone(),
+            subscription: b.subscription.clone(),
+            event_types: b.event_types.clone(),
+            filter: b
+                .filter
+                .iter()
+                .map(|(k, v)| {
+                    let vs = match v {
+                        OneOrMany::Many(v) => v.clone(),
+                        OneOrMany::One(v) => vec![v.clone()],
+                    };
+                    (k.clone(), vs)
+                })
+                .collect(),
+            action: BindingAction::StartRun {
+                workflow: b.workflow.clone(),
+            },
+            inputs: b.inputs.clone(),
+        });
+    }
+    if errs.is_empty() {
+        Ok(Loaded {
+            server: cfg.server,
+            catalog_parts: (subs, bindings, workflows),
+        })
+    } else {
+        Err(errs)
+    }
+}

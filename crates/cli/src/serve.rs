@@ -1,0 +1,143 @@
+//! `trigger-bridge serve`: opens (and migrates) the store, starts the engine, the delivery worker and
+//! the HTTP API, and shuts down gracefully on SIGINT / SIGTERM (stop accepting, let attempts in flight
+//! record their outcome, flush the writer).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tb_engine::worker::{self, WorkerConfig};
+use tb_engine::Engine;
+use tb_store::sqlite::SqliteStore;
+use tb_store::Store;
+
+use crate::config;
+
+/// `serve` flags.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Configuration file (TOML): subscriptions, workflows, bindings.
+    #[arg(long, short, env = "TRIGGER_BRIDGE_CONFIG")]
+    pub config: PathBuf,
+    /// Listen address [default: [server].listen, else 127.0.0.1:8080].
+    #[arg(long, env = "TRIGGER_BRIDGE_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// Directory of the SQLite store, created on first start [default: [server].data_dir, else ./data].
+    #[arg(long, env = "TRIGGER_BRIDGE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// Runs the server until a shutdown signal.
+pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let loaded = config::load(&args.config).map_err(|errs| {
+        anyhow::anyhow!(
+            "{} has {} problem(s):\n  - {}",
+            args.config.display(),
+            errs.len(),
+            errs.join("\n  - ")
+        )
+    })?;
+    let (server, catalog) = loaded.into_catalog();
+    let listen: SocketAddr = match args.listen {
+        Some(l) => l,
+        None => server
+            .listen
+            .as_deref()
+            .unwrap_or("127.0.0.1:8080")
+            .parse()
+            .context("[server].listen is not a socket address")?,
+    };
+    let data_dir = args
+        .data_dir
+        .or(server.data_dir)
+        .unwrap_or_else(|| PathBuf::from("./data"));
+    let store = SqliteStore::open_dir(&data_dir)
+        .with_context(|| format!("opening the store in {}", data_dir.display()))?;
+    let db_path = store.path().to_path_buf();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let engine = Engine::start(store.clone(), catalog)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let local = listener.local_addr()?;
+    print_banner(&engine, local, &db_path);
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let wcfg = WorkerConfig {
+        lease_ms: server.lease_ms.unwrap_or(60_000),
+        ..WorkerConfig::default()
+    };
+    let worker = tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone()));
+
+    let app = tb_api::router(tb_api::AppState {
+        engine: engine.clone(),
+        metrics: Some(metrics),
+    })
+    .layer(axum::extract::DefaultBodyLimit::disable());
+    let mut http_stop = stop_rx.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = http_stop.wait_for(|s| *s).await;
+    });
+    let signals = tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("shutting down: no new requests; finishing attempts in flight");
+        let _ = stop_tx.send(true);
+    });
+    server.await.context("http server")?;
+    let _ = worker.await;
+    store.close().await;
+    signals.abort();
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+fn print_banner(engine: &Engine, addr: SocketAddr, db: &std::path::Path) {
+    println!(
+        "trigger-bridge {} listening on http://{addr}",
+        env!("CARGO_PKG_VERSION")
+    );
+    println!("store: {}", db.display());
+    println!("ingest URLs:");
+    for s in engine.catalog.subscriptions() {
+        println!(
+            "  {:<12} {:<18} http://{addr}/v1/trigger-subscriptions/{}/ingest",
+            s.id,
+            s.connector.name(),
+            s.id
+        );
+    }
+    if let Some(s) = engine
+        .catalog
+        .subscriptions()
+        .find(|s| s.connector.name() == "github")
+    {
+        println!("send a test event:");
+        println!(
+            "  trigger-bridge send --url http://{addr}/v1/trigger-subscriptions/{}/ingest --connector github \\\n    --secret \"$GITHUB_WEBHOOK_SECRET\" --event pull_request --file ../shared/fixtures/github/pull_request/00-opened.json",
+            s.id
+        );
+        println!("  trigger-bridge runs list --server http://{addr}");
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

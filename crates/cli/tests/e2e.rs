@@ -1,0 +1,453 @@
+//! End-to-end tests of the `trigger-bridge` binary: the server as a child process, the real GitHub
+//! payloads posted through `trigger-bridge send`, and SIGKILL crashes with restarts.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_trigger-bridge");
+const GH_SECRET: &str = "e2e-github-secret";
+const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixtures() -> PathBuf {
+    let p = repo().join("../shared/fixtures");
+    assert!(
+        p.is_dir(),
+        "fixtures not found at {} (tests need ../shared next to the repo)",
+        p.display()
+    );
+    p
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+    config: PathBuf,
+    data: PathBuf,
+    port: u16,
+}
+
+impl Server {
+    fn spawn(config: &Path, data: &Path, port: u16) -> Server {
+        let child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(config)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(data)
+            .env("GITHUB_WEBHOOK_SECRET", GH_SECRET)
+            .env("STANDARD_WEBHOOK_SECRET", SW_SECRET)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn server");
+        let s = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            config: config.into(),
+            data: data.into(),
+            port,
+        };
+        for _ in 0..200 {
+            if ureq_get(&format!("{}/health", s.base)).is_some() {
+                return s;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("server did not become healthy on {}", s.base);
+    }
+
+    fn kill9(&mut self) {
+        self.child.kill().unwrap(); // SIGKILL on unix
+        self.child.wait().unwrap();
+    }
+
+    fn restart(&mut self) {
+        *self = Server::spawn(&self.config.clone(), &self.data.clone(), self.port);
+    }
+
+    fn get(&self, path: &str) -> Value {
+        ureq_get(&format!("{}{path}", self.base)).unwrap_or_else(|| panic!("GET {path} failed"))
+    }
+
+    fn wait_for(&self, path: &str, f: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..600 {
+            let v = self.get(path);
+            if f(&v) {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        panic!("condition on {path} not reached; last: {}", self.get(path))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Minimal blocking GET through the CLI's own HTTP stack would be overkill; use a tiny tokio runtime.
+fn ureq_get(url: &str) -> Option<Value> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let r = reqwest::Client::new()
+            .get(url)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?;
+        r.json::<Value>().await.ok()
+    })
+}
+
+/// `trigger-bridge send ... --json`: (HTTP status, response body).
+fn send(
+    base: &str,
+    sub: &str,
+    event: &str,
+    file: &Path,
+    secret: &str,
+    delivery_id: Option<&str>,
+) -> (u16, Value) {
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "send",
+        "--url",
+        &format!("{base}/v1/trigger-subscriptions/{sub}/ingest"),
+        "--connector",
+        "github",
+    ])
+    .args(["--secret", secret, "--event", event, "--json", "--file"])
+    .arg(file);
+    if let Some(id) = delivery_id {
+        cmd.args(["--delivery-id", id]);
+    }
+    let out = cmd.output().expect("run send");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "send printed no JSON: {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (v["status"].as_u64().unwrap() as u16, v["response"].clone())
+}
+
+fn github_fixtures() -> Vec<(String, PathBuf)> {
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(fixtures().join("github")).unwrap() {
+        let dir = dir.unwrap().path();
+        let event = dir.file_name().unwrap().to_string_lossy().to_string();
+        for f in std::fs::read_dir(&dir).unwrap() {
+            out.push((event.clone(), f.unwrap().path()));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_github_fixture_through_send_with_the_quickstart() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::spawn(
+        &repo().join("examples/quickstart.toml"),
+        data.path(),
+        free_port(),
+    );
+    let files = github_fixtures();
+    assert!(
+        files.len() >= 80,
+        "expected the GitHub fixture set, found {}",
+        files.len()
+    );
+
+    // Wrong secret first: every post is 401 and nothing is committed or routed.
+    for (event, file) in &files {
+        let (status, body) = send(&s.base, "github", event, file, "not-the-secret", None);
+        assert_eq!(status, 401, "{}: {body}", file.display());
+        assert_eq!(body["error"], "signature_invalid");
+    }
+    assert!(s
+        .get("/v1/receipts")
+        .get("receipts")
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .is_empty());
+
+    let mut expected_runs = 0;
+    for (event, file) in &files {
+        let payload: Value = serde_json::from_slice(&std::fs::read(file).unwrap()).unwrap();
+        let bound = event == "pull_request" && payload["action"] == "opened";
+        let (status, body) = send(&s.base, "github", event, file, GH_SECRET, None);
+        assert_eq!(status, 202, "{}: {body}", file.display());
+        if bound {
+            expected_runs += 1;
+            assert_eq!(body["outcome"], "accepted", "{}", file.display());
+            assert!(body["runId"].as_str().unwrap().starts_with("run_"));
+        } else {
+            assert_eq!(body["outcome"], "unmatched", "{}", file.display());
+        }
+    }
+    assert!(
+        expected_runs >= 3,
+        "the fixtures hold several pull_request.opened payloads"
+    );
+    let runs = s.wait_for("/v1/runs?limit=500", |v| {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == "completed")
+            .count()
+            == expected_runs
+    });
+    assert_eq!(
+        runs["runs"].as_array().unwrap().len(),
+        expected_runs,
+        "exactly one run per bound payload"
+    );
+    let receipts = s.get("/v1/receipts?limit=500");
+    assert_eq!(receipts["receipts"].as_array().unwrap().len(), files.len());
+
+    // A duplicate delivery id is answered 200 with the first receipt and run.
+    let opened = fixtures().join("github/pull_request/00-opened.json");
+    let (st, first) = send(
+        &s.base,
+        "github",
+        "pull_request",
+        &opened,
+        GH_SECRET,
+        Some("e2e-dup-1"),
+    );
+    assert_eq!(st, 202);
+    let (st, dup) = send(
+        &s.base,
+        "github",
+        "pull_request",
+        &opened,
+        GH_SECRET,
+        Some("e2e-dup-1"),
+    );
+    assert_eq!(st, 200);
+    assert_eq!(dup["outcome"], "duplicate");
+    assert_eq!(dup["receiptId"], first["receiptId"]);
+    assert_eq!(dup["runId"], first["runId"]);
+}
+
+/// A worker for the `http` executor: answers each request with the next behaviour, recording the
+/// idempotency keys it saw. `Hang` never answers (until the server side gives up or dies).
+#[derive(Clone, Copy, Debug)]
+enum Reply {
+    Ok,
+    Hang,
+}
+
+fn start_worker(
+    port: u16,
+    plan: Vec<Reply>,
+) -> (Arc<Mutex<Vec<String>>>, std::thread::JoinHandle<()>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let h = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = axum::Router::new().route(
+                "/run",
+                axum::routing::post(move |headers: axum::http::HeaderMap| {
+                    let seen = s2.clone();
+                    let plan = plan.clone();
+                    async move {
+                        let n = {
+                            let mut g = seen.lock().unwrap();
+                            g.push(headers["idempotency-key"].to_str().unwrap().to_string());
+                            g.len() - 1
+                        };
+                        if let Some(Reply::Hang) = plan.get(n) {
+                            tokio::time::sleep(Duration::from_secs(3600)).await;
+                        }
+                        axum::http::StatusCode::OK
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+                .await
+                .unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    (seen, h)
+}
+
+fn http_config(dir: &Path, worker_port: u16) -> PathBuf {
+    let path = dir.join("crash.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[server]
+lease_ms = 1500
+
+[[subscriptions]]
+id = "github"
+connector = "github"
+secret = "env:GITHUB_WEBHOOK_SECRET"
+[subscriptions.retry]
+max_attempts = 50
+backoff = "fixed"
+initial_ms = 200
+max_ms = 200
+jitter = 0.0
+
+[[workflows]]
+id = "worker"
+executor = "http"
+url = "http://127.0.0.1:{worker_port}/run"
+secret = "env:STANDARD_WEBHOOK_SECRET"
+timeout_ms = 30000
+
+[[bindings]]
+id = "pr-opened"
+subscription = "github"
+event_types = ["pull_request.opened"]
+action = "start_run"
+workflow = "worker"
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn sigkill_right_after_202_keeps_the_receipt_and_completes_the_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker_port = free_port();
+    // The worker is down at first: attempts fail with `connect` and are retried.
+    let mut s = Server::spawn(
+        &http_config(dir.path(), worker_port),
+        &dir.path().join("data"),
+        free_port(),
+    );
+    let opened = fixtures().join("github/pull_request/00-opened.json");
+    let (st, a) = send(
+        &s.base,
+        "github",
+        "pull_request",
+        &opened,
+        GH_SECRET,
+        Some("crash-after-202"),
+    );
+    assert_eq!(st, 202);
+    s.kill9();
+    let (seen, _w) = start_worker(worker_port, vec![Reply::Ok]);
+    s.restart();
+    let receipt = s.get(&format!(
+        "/v1/receipts/{}",
+        a["receiptId"].as_str().unwrap()
+    ));
+    assert_eq!(
+        receipt["receipt"]["receiptId"], a["receiptId"],
+        "the receipt survived SIGKILL"
+    );
+    let run_id = a["runId"].as_str().unwrap();
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| {
+        v["status"] == "completed"
+    });
+    let d = s.get(&format!(
+        "/v1/deliveries/{}",
+        a["deliveries"][0]["deliveryId"].as_str().unwrap()
+    ));
+    assert_eq!(d["delivery"]["state"], "delivered");
+    assert_eq!(seen.lock().unwrap().len(), 1, "the worker got the run once");
+    assert_eq!(s.get("/v1/runs")["runs"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn sigkill_during_an_attempt_lets_the_lease_lapse_and_delivers_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let worker_port = free_port();
+    let (seen, _w) = start_worker(worker_port, vec![Reply::Hang, Reply::Ok]);
+    let mut s = Server::spawn(
+        &http_config(dir.path(), worker_port),
+        &dir.path().join("data"),
+        free_port(),
+    );
+    let opened = fixtures().join("github/pull_request/00-opened.json");
+    let (st, a) = send(
+        &s.base,
+        "github",
+        "pull_request",
+        &opened,
+        GH_SECRET,
+        Some("crash-mid-attempt"),
+    );
+    assert_eq!(st, 202);
+    for _ in 0..200 {
+        if !seen.lock().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        1,
+        "attempt 1 reached the worker"
+    );
+    s.kill9();
+    s.restart();
+    let run_id = a["runId"].as_str().unwrap();
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| {
+        v["status"] == "completed"
+    });
+    let d = s.get(&format!(
+        "/v1/deliveries/{}",
+        a["deliveries"][0]["deliveryId"].as_str().unwrap()
+    ));
+    assert_eq!(d["delivery"]["state"], "delivered");
+    assert_eq!(
+        d["attempts"].as_array().unwrap().len(),
+        1,
+        "the crashed attempt left no record; one recorded attempt"
+    );
+    let keys = seen.lock().unwrap().clone();
+    assert_eq!(
+        keys.len(),
+        2,
+        "the worker saw the crashed attempt and the retry"
+    );
+    assert_eq!(
+        keys[0], keys[1],
+        "both carried the delivery's stable idempotency key"
+    );
+    assert_eq!(
+        s.get("/v1/runs")["runs"].as_array().unwrap().len(),
+        1,
+        "one run"
+    );
+}
