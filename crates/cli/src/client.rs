@@ -13,7 +13,8 @@ use serde_json::Value;
 pub const SERVE_HINT: &str =
     "is the server running? (trigger-bridge serve --config examples/quickstart.toml)";
 
-/// Options shared by the client commands.
+// Options shared by the client commands (plain comments on these types: a doc comment would replace
+// the help text main.rs gives the subcommand).
 #[derive(clap::Args, Debug, Clone)]
 pub struct ClientOpts {
     /// Base URL of the trigger-bridge HTTP API
@@ -29,7 +30,7 @@ pub struct ClientOpts {
     pub json: bool,
 }
 
-/// `trigger-bridge receipts ...`
+// `trigger-bridge receipts ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum ReceiptsCmd {
     /// List receipts, newest first
@@ -54,7 +55,7 @@ pub enum ReceiptsCmd {
     },
 }
 
-/// `trigger-bridge deliveries ...`
+// `trigger-bridge deliveries ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum DeliveriesCmd {
     /// List deliveries, newest first
@@ -79,7 +80,7 @@ pub enum DeliveriesCmd {
     },
 }
 
-/// `trigger-bridge runs ...`
+// `trigger-bridge runs ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum RunsCmd {
     /// List workflow runs, newest first
@@ -101,7 +102,7 @@ pub enum RunsCmd {
     },
 }
 
-/// `trigger-bridge subscriptions ...`
+// `trigger-bridge subscriptions ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum SubscriptionsCmd {
     /// List trigger subscriptions and their state
