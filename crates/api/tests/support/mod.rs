@@ -1,0 +1,219 @@
+//! Shared harness of the API tests: a server (engine + worker + API) on an ephemeral port with a SQLite
+//! store in a temp dir, a GitHub subscription whose `pr-opened` binding starts `wf`, and a local worker.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use serde_json::Value;
+use tb_core::binding::{Binding, BindingAction};
+use tb_core::connector::ConnectorSpec;
+use tb_core::retry::{Backoff, RetryPolicy};
+use tb_core::subscription::Source;
+use tb_core::workflow::{Executor, Workflow};
+use tb_engine::worker::WorkerConfig;
+use tb_engine::{Catalog, Engine, SubscriptionConfig};
+use tb_store::sqlite::SqliteStore;
+use tb_store::Store;
+
+pub const GH_SECRET: &str = "test-github-secret";
+pub const WORKER_KEY: &[u8] = b"0123456789abcdef01234567";
+
+pub fn fixtures() -> std::path::PathBuf {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
+    assert!(
+        p.is_dir(),
+        "fixtures not found at {} (tests need ../shared next to the repo)",
+        p.display()
+    );
+    p
+}
+
+pub fn fast_retry(max: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: max,
+        backoff: Backoff::Fixed,
+        initial_ms: 20,
+        max_ms: 20,
+        jitter: 0.0,
+        schedule_ms: None,
+    }
+}
+
+pub struct Server {
+    pub base: String,
+    pub engine: Arc<Engine>,
+    pub http: reqwest::Client,
+    pub _dir: tempfile::TempDir,
+}
+
+/// Starts engine + worker + API. `worker_url`: when set, the `pr-opened` binding's workflow is `http`.
+pub async fn start(worker_url: Option<String>, retry: RetryPolicy, threshold: u32) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let sub = SubscriptionConfig {
+        id: "github".into(),
+        source: Source::Webhook,
+        connector: ConnectorSpec::Github,
+        secret: GH_SECRET.as_bytes().to_vec(),
+        retry,
+        dedup_window_s: 86_400,
+        max_body_bytes: 1 << 20,
+        failure_threshold: threshold,
+    };
+    let wf = match worker_url {
+        Some(url) => Workflow {
+            id: "wf".into(),
+            executor: Executor::Http {
+                url,
+                secret: WORKER_KEY.to_vec(),
+                timeout_ms: 2_000,
+            },
+        },
+        None => Workflow {
+            id: "wf".into(),
+            executor: Executor::Noop,
+        },
+    };
+    let binding = Binding {
+        id: "pr-opened".into(),
+        subscription: "github".into(),
+        event_types: vec!["pull_request.opened".into()],
+        filter: Default::default(),
+        action: BindingAction::StartRun {
+            workflow: "wf".into(),
+        },
+        inputs: [("number".to_string(), "pull_request.number".to_string())]
+            .into_iter()
+            .collect(),
+    };
+    let engine = Engine::start(store, Catalog::new(vec![sub], vec![binding], vec![wf]))
+        .await
+        .unwrap();
+    let (_tx, rx) = tokio::sync::watch::channel(false);
+    std::mem::forget(_tx);
+    tokio::spawn(tb_engine::worker::run(
+        engine.clone(),
+        WorkerConfig {
+            lease_ms: 5_000,
+            ..Default::default()
+        },
+        rx,
+    ));
+    let app = trigger_bridge_api::router(trigger_bridge_api::AppState {
+        engine: engine.clone(),
+        metrics: None,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    Server {
+        base,
+        engine,
+        http: reqwest::Client::new(),
+        _dir: dir,
+    }
+}
+
+impl Server {
+    pub async fn post_github(
+        &self,
+        event: &str,
+        delivery: &str,
+        body: Vec<u8>,
+        secret: &str,
+    ) -> (StatusCode, Value) {
+        let sig = tb_ingress::github::sign(secret.as_bytes(), &body);
+        let r = self
+            .http
+            .post(format!(
+                "{}/v1/trigger-subscriptions/github/ingest",
+                self.base
+            ))
+            .header("content-type", "application/json")
+            .header("x-github-event", event)
+            .header("x-github-delivery", delivery)
+            .header("x-hub-signature-256", sig)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> Value {
+        self.http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// Polls until `f` holds on `GET path` (at most 10 s).
+    pub async fn wait_for(&self, path: &str, f: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..400 {
+            let v = self.get(path).await;
+            if f(&v) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!(
+            "condition on {path} not reached; last: {}",
+            self.get(path).await
+        )
+    }
+}
+
+pub fn opened() -> Vec<u8> {
+    std::fs::read(fixtures().join("github/pull_request/00-opened.json")).unwrap()
+}
+
+/// A local worker answering with `codes` in turn (then 200), counting requests and checking signatures.
+pub async fn worker(codes: Vec<u16>) -> (String, Arc<AtomicUsize>) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let h = hits.clone();
+    let app = axum::Router::new().route(
+        "/run",
+        axum::routing::post(
+            move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let h = h.clone();
+                let codes = codes.clone();
+                async move {
+                    let n = h.fetch_add(1, Ordering::SeqCst);
+                    let ok = tb_ingress::standard_webhooks::verify(
+                        WORKER_KEY,
+                        300,
+                        &headers,
+                        &body,
+                        chrono_now(),
+                    )
+                    .is_ok();
+                    assert!(
+                        ok,
+                        "worker request must carry a valid Standard Webhooks signature"
+                    );
+                    assert_eq!(headers["idempotency-key"], headers["webhook-id"]);
+                    StatusCode::from_u16(*codes.get(n).unwrap_or(&200)).unwrap()
+                }
+            },
+        ),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/run", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (url, hits)
+}
+
+pub fn chrono_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}

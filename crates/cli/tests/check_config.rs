@@ -1,0 +1,169 @@
+//! `trigger-bridge check-config` and `serve` refuse bad configs with messages that say what to fix.
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_trigger-bridge");
+
+fn check(toml: &str, envs: &[(&str, &str)]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.toml");
+    std::fs::write(&p, toml).unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["check-config", "--config"])
+        .arg(&p)
+        .env_remove("TB_TEST_SECRET")
+        .env_remove("TB_TEST_WHSEC");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout),
+    )
+}
+
+const GOOD: &str = r#"
+[[subscriptions]]
+id = "gh"
+connector = "github"
+secret = "env:TB_TEST_SECRET"
+
+[[workflows]]
+id = "noop"
+executor = "noop"
+
+[[bindings]]
+id = "b"
+subscription = "gh"
+event_types = ["pull_request.opened"]
+action = "start_run"
+workflow = "noop"
+filter = { "repository.full_name" = "o/r" }
+inputs = { n = "pull_request.number" }
+"#;
+
+#[test]
+fn the_quickstart_and_a_good_config_pass() {
+    let (code, out) = check(GOOD, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok (1 subscriptions, 1 workflows, 1 bindings)"),
+        "{out}"
+    );
+    let q = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/quickstart.toml"
+    ))
+    .unwrap();
+    let (code, out) = check(
+        &q,
+        &[
+            ("GITHUB_WEBHOOK_SECRET", "x"),
+            (
+                "STANDARD_WEBHOOK_SECRET",
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            ),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn every_problem_is_named_with_its_fix() {
+    let bad = r#"
+[[subscriptions]]
+id = "gh"
+connector = "gitlab"
+secret = "env:TB_TEST_SECRET"
+
+[[subscriptions]]
+id = "sw"
+connector = "standard-webhooks"
+secret = "env:TB_TEST_WHSEC"
+
+[[subscriptions]]
+id = "gh2"
+connector = "github"
+secret = "env:TB_TEST_SECRET"
+
+[[workflows]]
+id = "noop"
+executor = "noop"
+
+[[bindings]]
+id = "b1"
+subscription = "gh2"
+event_types = ["push"]
+action = "start_run"
+workflow = "deploy"
+
+[[bindings]]
+id = "b2"
+subscription = "gh2"
+event_types = ["push"]
+action = "start_run"
+workflow = "noop"
+filter = { "payload.secret_field" = "x" }
+"#;
+    let (code, out) = check(
+        bad,
+        &[("TB_TEST_SECRET", "s"), ("TB_TEST_WHSEC", "whsec_abc")],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("subscriptions[0] (gh): unknown connector \"gitlab\"; use github, standard-webhooks or hmac"), "{out}");
+    assert!(out.contains("subscriptions[1] (sw): secret"), "{out}");
+    assert!(
+        out.contains("bindings[0] (b1): workflow \"deploy\" does not exist (defined: noop)"),
+        "{out}"
+    );
+    assert!(out.contains("bindings[1] (b2): field \"payload.secret_field\" is not normalized by connector github"), "{out}");
+    assert!(out.contains("4 problem(s)"), "{out}");
+    assert!(
+        !out.contains("whsec_abc"),
+        "secret values are never printed: {out}"
+    );
+
+    // An unset secret names the variable.
+    let (code, out) = check(GOOD, &[]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("environment variable TB_TEST_SECRET is not set"),
+        "{out}"
+    );
+
+    // A whsec_ secret of the wrong length says how long it must be.
+    let short = GOOD.replace("connector = \"github\"", "connector = \"standard-webhooks\"").replace("filter = { \"repository.full_name\" = \"o/r\" }\ninputs = { n = \"pull_request.number\" }", "");
+    let (code, out) = check(&short, &[("TB_TEST_SECRET", "whsec_AAECAwQFBgcICQ==")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("24 to 64 bytes"), "{out}");
+}
+
+#[test]
+fn serve_refuses_to_start_without_its_secrets() {
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--config",
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../examples/quickstart.toml"
+            ),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env_remove("GITHUB_WEBHOOK_SECRET")
+        .env_remove("STANDARD_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("environment variable GITHUB_WEBHOOK_SECRET is not set"),
+        "{err}"
+    );
+    assert!(
+        err.contains("environment variable STANDARD_WEBHOOK_SECRET is not set"),
+        "{err}"
+    );
+}
