@@ -273,6 +273,25 @@ async fn worker_failing_twice_then_succeeding_gives_three_attempts_and_one_run()
     );
     assert_eq!(attempts[0]["errorClass"], "http_500");
     assert_eq!(attempts[1]["errorClass"], "http_503");
+    // Retry-After: 1 s after the 503 is clamped to [base, 2 x base] = [20, 40] ms by the policy.
+    let ms = |v: &Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+            .unwrap()
+            .timestamp_millis()
+    };
+    let end_of_2 = ms(&attempts[1]["startedAt"]) + attempts[1]["durationMs"].as_i64().unwrap();
+    let delay = ms(&attempts[1]["nextAttemptAt"]) - end_of_2;
+    assert!(
+        (38..=42).contains(&delay),
+        "Retry-After honoured and clamped to 40 ms, got {delay} ms"
+    );
+    let delay1 = ms(&attempts[0]["nextAttemptAt"])
+        - ms(&attempts[0]["startedAt"])
+        - attempts[0]["durationMs"].as_i64().unwrap();
+    assert!(
+        (18..=22).contains(&delay1),
+        "plain fixed backoff is 20 ms, got {delay1} ms"
+    );
     assert_eq!(hits.load(Ordering::SeqCst), 3);
     let runs = s.get("/v1/runs").await;
     assert_eq!(runs["runs"].as_array().unwrap().len(), 1);

@@ -57,6 +57,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let db_path = store.path().to_path_buf();
     let store: Arc<dyn Store> = Arc::new(store);
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Full("tb_attempt_duration_seconds".into()),
+            &[
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                15.0, 30.0,
+            ],
+        )
+        .context("metrics buckets")?
         .install_recorder()
         .context("installing the metrics recorder")?;
     let engine = Engine::start(store.clone(), catalog)

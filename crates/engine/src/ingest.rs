@@ -118,9 +118,10 @@ pub async fn ingest(
             receipt_id,
         },
     };
+    let now = clock::now_ms();
     if let Some(first) = engine
         .store
-        .find_duplicate(&sub.id, &key)
+        .find_duplicate(&sub.id, &key, now)
         .await
         .map_err(store_err)?
     {
@@ -148,7 +149,8 @@ pub async fn ingest(
         state: receipt_state,
         content_type,
         body,
-        received_at: clock::now_ms(),
+        received_at: now,
+        dedup_until: now.saturating_add(sub.dedup_window_s.saturating_mul(1000) as i64),
         deliveries,
     };
     match engine

@@ -75,13 +75,17 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Option<Transition>>;
 
     // --- ingest ----------------------------------------------------------------------------------
-    /// Read-only dedup probe (no write, no fsync): the first receipt for the key, if any.
+    /// Read-only dedup probe (no write, no fsync): the receipt holding the key at `now` (ms), within
+    /// its dedup window, if any.
     async fn find_duplicate(
         &self,
         subscription_id: &str,
         dedup_key: &str,
+        now: i64,
     ) -> StoreResult<Option<IngestOutcome>>;
-    /// Commits receipt + body + deliveries atomically and durably; a taken dedup key gives `Duplicate`.
+    /// Commits receipt + body + deliveries atomically and durably. A key still held by an earlier
+    /// receipt (before that receipt's `dedup_until`) gives `Duplicate`; a key whose window has passed
+    /// is released and taken by the new receipt.
     async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome>;
 
     // --- delivery worker -----------------------------------------------------------------------------

@@ -68,6 +68,8 @@ pub struct NewReceipt {
     /// The exact request bytes; stored unchanged.
     pub body: Bytes,
     pub received_at: i64,
+    /// End of the dedup window (ms): until then the dedup key answers `Duplicate`.
+    pub dedup_until: i64,
     pub deliveries: Vec<NewDelivery>,
 }
 

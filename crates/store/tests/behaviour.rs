@@ -52,6 +52,7 @@ fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewR
         content_type: Some("application/json".into()),
         body: Bytes::from_static(body),
         received_at: 2_000,
+        dedup_until: 2_000 + 86_400_000,
         deliveries: bindings
             .iter()
             .map(|b| NewDelivery {
@@ -132,10 +133,14 @@ async fn receipt_commit_dedup_and_exact_bytes() {
             o => panic!("expected duplicate, got {o:?}"),
         }
         assert!(matches!(
-            store.find_duplicate("s", "dk_1").await.unwrap(),
+            store.find_duplicate("s", "dk_1", 3_000).await.unwrap(),
             Some(IngestOutcome::Duplicate { .. })
         ));
-        assert!(store.find_duplicate("s", "dk_2").await.unwrap().is_none());
+        assert!(store
+            .find_duplicate("s", "dk_2", 3_000)
+            .await
+            .unwrap()
+            .is_none());
         assert_eq!(
             store
                 .list_receipts(ListQuery {
@@ -418,4 +423,58 @@ async fn reopening_keeps_everything() {
         ReceiptState::Queued
     );
     assert_eq!(s.lease_due("w", 5_000, 1_000, 10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_key_is_held_for_its_window_then_released() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        let mut r1 = receipt("s", "dk_w", b"1", &[]);
+        r1.dedup_until = 2_500;
+        let first = r1.id.clone();
+        store.commit_receipt(r1).await.unwrap();
+        assert!(store
+            .find_duplicate("s", "dk_w", 2_499)
+            .await
+            .unwrap()
+            .is_some());
+        assert!(
+            store
+                .find_duplicate("s", "dk_w", 2_500)
+                .await
+                .unwrap()
+                .is_none(),
+            "window over"
+        );
+        let mut inside = receipt("s", "dk_w", b"2", &[]);
+        inside.received_at = 2_499;
+        assert!(
+            matches!(store.commit_receipt(inside).await.unwrap(), IngestOutcome::Duplicate { receipt_id, .. } if receipt_id == first)
+        );
+        let mut after = receipt("s", "dk_w", b"3", &[]);
+        after.received_at = 2_500;
+        after.dedup_until = 9_000;
+        let second = after.id.clone();
+        assert!(matches!(
+            store.commit_receipt(after).await.unwrap(),
+            IngestOutcome::Accepted { .. }
+        ));
+        let mut again = receipt("s", "dk_w", b"4", &[]);
+        again.received_at = 3_000;
+        assert!(
+            matches!(store.commit_receipt(again).await.unwrap(), IngestOutcome::Duplicate { receipt_id, .. } if receipt_id == second)
+        );
+        assert_eq!(
+            store
+                .list_receipts(ListQuery {
+                    limit: 10,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .len(),
+            2,
+            "both receipts are kept"
+        );
+    }
 }

@@ -200,7 +200,13 @@ pub async fn worker(codes: Vec<u16>) -> (String, Arc<AtomicUsize>) {
                         "worker request must carry a valid Standard Webhooks signature"
                     );
                     assert_eq!(headers["idempotency-key"], headers["webhook-id"]);
-                    StatusCode::from_u16(*codes.get(n).unwrap_or(&200)).unwrap()
+                    let code = *codes.get(n).unwrap_or(&200);
+                    // A 503 asks for a pause: `Retry-After: 1` (s), which the policy clamps.
+                    let retry_after = if code == 503 { "1" } else { "0" };
+                    (
+                        StatusCode::from_u16(code).unwrap(),
+                        [("retry-after", retry_after)],
+                    )
                 }
             },
         ),

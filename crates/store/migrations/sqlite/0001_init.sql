@@ -25,8 +25,11 @@ CREATE TABLE receipts (
     body_bytes        INTEGER NOT NULL,
     received_at       INTEGER NOT NULL,
     updated_at        INTEGER NOT NULL,
-    UNIQUE (subscription_id, dedup_key)
+    dedup_until       INTEGER NOT NULL,           -- end of the dedup window
+    dedup_live        INTEGER NOT NULL DEFAULT 1  -- 0 once a later receipt took the key after the window
 );
+-- One live receipt per dedup key (DESIGN §5.2): enforced by the index, never by check-then-insert.
+CREATE UNIQUE INDEX receipts_dedup ON receipts (subscription_id, dedup_key) WHERE dedup_live = 1;
 CREATE INDEX receipts_by_time ON receipts (received_at DESC);
 
 CREATE TABLE bodies (

@@ -156,9 +156,10 @@ impl Store for SqliteStore {
         &self,
         subscription_id: &str,
         dedup_key: &str,
+        now: i64,
     ) -> StoreResult<Option<IngestOutcome>> {
         let (s, k) = (subscription_id.to_string(), dedup_key.to_string());
-        self.read(move |c| read::duplicate_of(c, &s, &k)).await
+        self.read(move |c| read::duplicate_of(c, &s, &k, now)).await
     }
     async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome> {
         self.writer

@@ -149,16 +149,21 @@ pub(crate) fn list_subscriptions(c: &Connection) -> StoreResult<Vec<Subscription
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
-/// The receipt holding `(subscription, dedup_key)` and its deliveries, as a `Duplicate` outcome.
+/// The receipt holding `(subscription, dedup_key)` within its dedup window at `now`, and its
+/// deliveries, as a `Duplicate` outcome.
 pub(crate) fn duplicate_of(
     c: &Connection,
     sub: &str,
     key: &str,
+    now: i64,
 ) -> StoreResult<Option<IngestOutcome>> {
     let id: Option<String> = c
-        .prepare_cached("SELECT id FROM receipts WHERE subscription_id = ?1 AND dedup_key = ?2")
+        .prepare_cached(
+            "SELECT id FROM receipts WHERE subscription_id = ?1 AND dedup_key = ?2 \
+             AND dedup_live = 1 AND dedup_until > ?3",
+        )
         .map_err(db)?
-        .query_row([sub, key], |r| r.get(0))
+        .query_row(params![sub, key, now], |r| r.get(0))
         .optional()
         .map_err(db)?;
     let Some(receipt_id) = id else {

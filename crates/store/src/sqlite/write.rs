@@ -32,11 +32,20 @@ pub(crate) fn upsert_subscription(
 }
 
 pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<IngestOutcome> {
+    // A key whose window has passed is released, so the new receipt may take it.
+    c.prepare_cached(
+        "UPDATE receipts SET dedup_live = 0 WHERE subscription_id = ?1 AND dedup_key = ?2 AND dedup_live = 1 \
+         AND dedup_until <= ?3",
+    )
+    .map_err(db)?
+    .execute(params![r.subscription_id, r.dedup_key, r.received_at])
+    .map_err(db)?;
     let inserted = c
         .prepare_cached(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
-             content_type, body_bytes, received_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) \
-             ON CONFLICT(subscription_id, dedup_key) DO NOTHING",
+             content_type, body_bytes, received_at, updated_at, dedup_until) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11) \
+             ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING",
         )
         .map_err(db)?
         .execute(params![
@@ -49,11 +58,12 @@ pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<Inge
             r.state.as_str(),
             r.content_type,
             r.body.len() as i64,
-            r.received_at
+            r.received_at,
+            r.dedup_until
         ])
         .map_err(db)?;
     if inserted == 0 {
-        return read::duplicate_of(c, &r.subscription_id, &r.dedup_key)?
+        return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
     c.prepare_cached("INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)")
