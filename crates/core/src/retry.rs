@@ -156,8 +156,10 @@ mod tests {
 
     #[test]
     fn validation_messages() {
-        let mut p = RetryPolicy::default();
-        p.max_attempts = 0;
+        let mut p = RetryPolicy {
+            max_attempts: 0,
+            ..Default::default()
+        };
         assert!(p.validate().unwrap_err().contains("max_attempts"));
         p.max_attempts = 1;
         p.jitter = 1.5;
