@@ -1,6 +1,7 @@
 //! `trigger-bridge`: the server (`serve`), its maintenance commands (`migrate`, `check-config`), the
 //! provider-exact signer (`send`), and client commands over the HTTP API.
 
+mod bench;
 mod client;
 mod config;
 mod send;
@@ -37,6 +38,11 @@ enum Cmd {
     },
     /// Sign and post a payload file exactly as the provider would.
     Send(send::SendArgs),
+    /// Load generator and benchmarks (storage, ingest, e2e, outbound, drain).
+    Bench {
+        #[command(subcommand)]
+        cmd: bench::BenchCmd,
+    },
     /// Inspect receipts (one per inbound request).
     Receipts {
         #[command(flatten)]
@@ -119,6 +125,7 @@ async fn main() -> ExitCode {
             }
         },
         Cmd::Send(a) => send::run(a).await,
+        Cmd::Bench { cmd } => bench::run(cmd).await.map(|_| 0),
         Cmd::Receipts { opts, cmd } => client::receipts(&opts, cmd).await.map(|_| 0),
         Cmd::Deliveries { opts, cmd } => client::deliveries(&opts, cmd).await.map(|_| 0),
         Cmd::Runs { opts, cmd } => client::runs(&opts, cmd).await.map(|_| 0),

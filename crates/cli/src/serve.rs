@@ -26,6 +26,10 @@ pub struct ServeArgs {
     /// Directory of the SQLite store, created on first start [default: [server].data_dir, else ./data].
     #[arg(long, env = "TRIGGER_BRIDGE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Do not run the delivery worker: ingest and API only (another process delivers, or the backlog
+    /// waits; used by `bench drain`)
+    #[arg(long)]
+    pub no_worker: bool,
 }
 
 /// Runs the server until a shutdown signal.
@@ -82,7 +86,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ms: server.lease_ms.unwrap_or(60_000),
         ..WorkerConfig::default()
     };
-    let worker = tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone()));
+    let worker = (!args.no_worker).then(|| tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone())));
 
     let app = tb_api::router(tb_api::AppState {
         engine: engine.clone(),
@@ -99,7 +103,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
     server.await.context("http server")?;
-    let _ = worker.await;
+    if let Some(w) = worker {
+        let _ = w.await;
+    }
     store.close().await;
     signals.abort();
     tracing::info!("stopped cleanly");

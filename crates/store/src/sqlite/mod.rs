@@ -46,6 +46,14 @@ fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// Opens a connection to `path` with exactly the store's write settings (WAL, `synchronous=FULL`,
+/// cache and busy timeout). Used by the storage baseline benchmark so it commits the way the store does.
+pub fn open_configured(path: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open(path).map_err(db)?;
+    configure(&conn, false).map_err(db)?;
+    Ok(conn)
+}
+
 /// Applies pending migrations; returns `(from_version, to_version)`.
 pub fn migrate(conn: &Connection) -> StoreResult<(i64, i64)> {
     let from: i64 = conn
