@@ -36,6 +36,8 @@ pub struct LoadResult {
 struct Counters {
     answered: AtomicU64,
     errors: AtomicU64,
+    /// The first error seen, to say what went wrong.
+    first_error: std::sync::Mutex<Option<String>>,
 }
 
 fn unix_us() -> u64 {
@@ -166,8 +168,14 @@ pub async fn drive(o: &LoadOpts, label: &str) -> Result<LoadResult> {
                         }
                     }
                     Ok((200, _)) => duplicates += 1,
-                    Ok(_) | Err(_) => {
-                        counters.errors.fetch_add(1, Ordering::Relaxed);
+                    other => {
+                        if counters.errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                            let what = match other {
+                                Ok((st, v)) => format!("HTTP {st} {v}"),
+                                Err(e) => format!("{e:#}"),
+                            };
+                            *counters.first_error.lock().expect("lock") = Some(what);
+                        }
                         continue;
                     }
                 }
@@ -197,6 +205,9 @@ pub async fn drive(o: &LoadOpts, label: &str) -> Result<LoadResult> {
     ticker.abort();
     out.answered = counters.answered.load(Ordering::Relaxed);
     out.errors = counters.errors.load(Ordering::Relaxed);
+    if let Some(e) = counters.first_error.lock().expect("lock").take() {
+        eprintln!("first error ({} in all): {e}", out.errors);
+    }
     Ok(out)
 }
 
