@@ -86,7 +86,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         lease_ms: server.lease_ms.unwrap_or(60_000),
         ..WorkerConfig::default()
     };
-    let worker = (!args.no_worker).then(|| tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone())));
+    let worker =
+        (!args.no_worker).then(|| tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone())));
 
     let app = tb_api::router(tb_api::AppState {
         engine: engine.clone(),

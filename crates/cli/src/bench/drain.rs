@@ -15,11 +15,16 @@ use super::load;
 fn spawn(config: &Path, data: &Path, port: u16, worker: bool) -> Result<Child> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
-    cmd.args(["serve", "--config"]).arg(config).args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"]).arg(data);
+    cmd.args(["serve", "--config"])
+        .arg(config)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(data);
     if !worker {
         cmd.arg("--no-worker");
     }
-    cmd.env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit());
+    cmd.env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
     Ok(cmd.spawn()?)
 }
 
@@ -41,18 +46,36 @@ fn peak_rss_mb(pid: u32) -> Option<f64> {
 }
 
 async fn open_count(http: &reqwest::Client, base: &str) -> Result<u64> {
-    let text = http.get(format!("{base}/metrics")).send().await?.text().await?;
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
     let mut n = 0.0;
     for l in text.lines() {
-        if l.starts_with("tb_queue_depth{state=\"pending\"}") || l.starts_with("tb_queue_depth{state=\"retrying\"}") {
-            n += l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        if l.starts_with("tb_queue_depth{state=\"pending\"}")
+            || l.starts_with("tb_queue_depth{state=\"retrying\"}")
+        {
+            n += l
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0);
         }
     }
     Ok(n as u64)
 }
 
 /// Runs the drain benchmark.
-pub async fn run(config: &Path, count: u64, connections: usize, data: &Path, port: u16, secret: &str) -> Result<()> {
+pub async fn run(
+    config: &Path,
+    count: u64,
+    connections: usize,
+    data: &Path,
+    port: u16,
+    secret: &str,
+) -> Result<()> {
     let key = tb_ingress::parse_whsec(secret).map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
     if data.exists() {
         std::fs::remove_dir_all(data).with_context(|| format!("wiping {}", data.display()))?;
@@ -69,7 +92,13 @@ pub async fn run(config: &Path, count: u64, connections: usize, data: &Path, por
     let t0 = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..connections {
-        let (http, url, key, body, next) = (http.clone(), url.clone(), key.clone(), body.clone(), next.clone());
+        let (http, url, key, body, next) = (
+            http.clone(),
+            url.clone(),
+            key.clone(),
+            body.clone(),
+            next.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -92,7 +121,9 @@ pub async fn run(config: &Path, count: u64, connections: usize, data: &Path, por
     }
     eprintln!("queued {count} in {:.1} s", t0.elapsed().as_secs_f64());
     let pending = open_count(&http, &base).await?;
-    Command::new("kill").args(["-TERM", &server.id().to_string()]).status()?;
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()?;
     server.wait()?;
 
     let mut server = spawn(config, data, port, true)?;
@@ -116,8 +147,15 @@ pub async fn run(config: &Path, count: u64, connections: usize, data: &Path, por
     }
     let secs = start.elapsed().as_secs_f64();
     let rss = peak_rss_mb(pid);
-    let runs: Value = http.get(format!("{base}/v1/runs?limit=1")).send().await?.json().await?;
-    Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
+    let runs: Value = http
+        .get(format!("{base}/v1/runs?limit=1"))
+        .send()
+        .await?
+        .json()
+        .await?;
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
     server.wait()?;
     println!(
         "drain: {pending} deliveries in {secs:.2} s = {:.0} deliveries/s, peak RSS {} (last run {})",

@@ -41,7 +41,10 @@ struct Counters {
 }
 
 fn unix_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 /// A JSON body of exactly `n` bytes (at least the fixed part): `{"type":"bench.event","data":{"pad":"xx.."}}`.
@@ -54,11 +57,20 @@ pub fn body_of(n: usize) -> Bytes {
 
 /// Ingest URL of a subscription.
 pub fn ingest_url(server: &str, sub: &str) -> String {
-    format!("{}/v1/trigger-subscriptions/{sub}/ingest", server.trim_end_matches('/'))
+    format!(
+        "{}/v1/trigger-subscriptions/{sub}/ingest",
+        server.trim_end_matches('/')
+    )
 }
 
 /// Posts one signed request; returns the HTTP status and the parsed answer.
-pub async fn post(http: &reqwest::Client, url: &str, key: &[u8], id: &str, body: &Bytes) -> Result<(u16, Value)> {
+pub async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    key: &[u8],
+    id: &str,
+    body: &Bytes,
+) -> Result<(u16, Value)> {
     let ts = (unix_us() / 1_000_000) as i64;
     let sig = tb_ingress::standard_webhooks::sign(key, id, ts, body);
     let r = http
@@ -96,13 +108,24 @@ pub async fn drive(o: &LoadOpts, label: &str) -> Result<LoadResult> {
     http.get(format!("{}/health", o.server.trim_end_matches('/')))
         .send()
         .await
-        .with_context(|| format!("cannot reach {} (is `trigger-bridge serve` running?)", o.server))?;
+        .with_context(|| {
+            format!(
+                "cannot reach {} (is `trigger-bridge serve` running?)",
+                o.server
+            )
+        })?;
     let body = body_of(o.body_bytes);
-    let prefix: String = rand::rng().sample_iter(rand::distr::Alphanumeric).take(10).map(char::from).collect();
+    let prefix: String = rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(10)
+        .map(char::from)
+        .collect();
     let counters = Arc::new(Counters::default());
     let start = Instant::now();
     let deadline = start + o.duration();
-    let interval = o.rate.map(|r| Duration::from_secs_f64(o.connections as f64 / r.max(0.001)));
+    let interval = o
+        .rate
+        .map(|r| Duration::from_secs_f64(o.connections as f64 / r.max(0.001)));
 
     let ticker = {
         let c = counters.clone();
@@ -127,8 +150,14 @@ pub async fn drive(o: &LoadOpts, label: &str) -> Result<LoadResult> {
 
     let mut tasks = Vec::new();
     for w in 0..o.connections {
-        let (http, url, key, body, prefix, counters) =
-            (http.clone(), url.clone(), key.clone(), body.clone(), prefix.clone(), counters.clone());
+        let (http, url, key, body, prefix, counters) = (
+            http.clone(),
+            url.clone(),
+            key.clone(),
+            body.clone(),
+            prefix.clone(),
+            counters.clone(),
+        );
         let dup_share = o.duplicates;
         tasks.push(tokio::spawn(async move {
             let mut hist = histogram();
@@ -201,7 +230,10 @@ pub async fn drive(o: &LoadOpts, label: &str) -> Result<LoadResult> {
         out.duplicates += d;
         out.runs.extend(r);
     }
-    out.elapsed = start.elapsed().min(o.duration()).max(Duration::from_millis(1));
+    out.elapsed = start
+        .elapsed()
+        .min(o.duration())
+        .max(Duration::from_millis(1));
     ticker.abort();
     out.answered = counters.answered.load(Ordering::Relaxed);
     out.errors = counters.errors.load(Ordering::Relaxed);
@@ -218,9 +250,14 @@ pub async fn run_started_latency(o: &LoadOpts, r: &LoadResult) -> Result<Histogr
     let mut hist = histogram();
     let step = (r.runs.len() / 2000).max(1);
     for (run_id, sent_us) in r.runs.iter().step_by(step) {
-        let url = format!("{}/v1/runs/{run_id}/events/poll?timeout=10&limit=1", o.server.trim_end_matches('/'));
+        let url = format!(
+            "{}/v1/runs/{run_id}/events/poll?timeout=10&limit=1",
+            o.server.trim_end_matches('/')
+        );
         let v: Value = http.get(&url).send().await?.json().await?;
-        let Some(ts) = v["events"][0]["timestamp"].as_str() else { continue };
+        let Some(ts) = v["events"][0]["timestamp"].as_str() else {
+            continue;
+        };
         let started_us = chrono::DateTime::parse_from_rfc3339(ts)?.timestamp_micros() as u64;
         let _ = hist.record(started_us.saturating_sub(*sent_us).max(1));
     }

@@ -24,7 +24,11 @@ pub struct LoadOpts {
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
     /// Base URL of the server under test
-    #[arg(long, default_value = "http://127.0.0.1:8080", env = "TRIGGER_BRIDGE_SERVER")]
+    #[arg(
+        long,
+        default_value = "http://127.0.0.1:8080",
+        env = "TRIGGER_BRIDGE_SERVER"
+    )]
     pub server: String,
     /// Trigger subscription to post to (a standard-webhooks subscription)
     #[arg(long, default_value = "standard")]
@@ -115,8 +119,19 @@ pub enum BenchCmd {
 /// Runs a bench command.
 pub async fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
-        BenchCmd::Storage { duration, connections, row_bytes, data_dir } => {
-            storage::run(Duration::from_secs_f64(duration), connections, row_bytes, &data_dir).await
+        BenchCmd::Storage {
+            duration,
+            connections,
+            row_bytes,
+            data_dir,
+        } => {
+            storage::run(
+                Duration::from_secs_f64(duration),
+                connections,
+                row_bytes,
+                &data_dir,
+            )
+            .await
         }
         BenchCmd::Ingest(o) => {
             let r = load::drive(&o, "ingest").await?;
@@ -130,9 +145,18 @@ pub async fn run(cmd: BenchCmd) -> Result<()> {
             println!("{}", report::latency_line("e2e request->run.started", &h));
             Ok(())
         }
-        BenchCmd::Outbound { load, receiver_port, fail_rate } => outbound::run(&load, receiver_port, fail_rate).await,
-        BenchCmd::Drain { config, count, connections, data_dir, port, secret } => {
-            drain::run(&config, count, connections, &data_dir, port, &secret).await
-        }
+        BenchCmd::Outbound {
+            load,
+            receiver_port,
+            fail_rate,
+        } => outbound::run(&load, receiver_port, fail_rate).await,
+        BenchCmd::Drain {
+            config,
+            count,
+            connections,
+            data_dir,
+            port,
+            secret,
+        } => drain::run(&config, count, connections, &data_dir, port, &secret).await,
     }
 }

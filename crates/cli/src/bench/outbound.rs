@@ -23,7 +23,10 @@ struct Receiver {
 }
 
 fn unix_us() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 /// Runs the outbound benchmark.
@@ -42,7 +45,11 @@ pub async fn run(o: &LoadOpts, port: u16, fail_rate: f64) -> Result<()> {
                 rx.ok.fetch_add(1, Ordering::Relaxed);
                 if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) {
                     if let Some(id) = v["runId"].as_str() {
-                        rx.delivered.lock().expect("lock").entry(id.to_string()).or_insert_with(unix_us);
+                        rx.delivered
+                            .lock()
+                            .expect("lock")
+                            .entry(id.to_string())
+                            .or_insert_with(unix_us);
                     }
                 }
                 axum::http::StatusCode::OK
@@ -57,11 +64,16 @@ pub async fn run(o: &LoadOpts, port: u16, fail_rate: f64) -> Result<()> {
 
     let start = Instant::now();
     let r = load::drive(o, "outbound").await?;
-    println!("{}", super::report::summary("outbound ingest", &r, o.baseline));
+    println!(
+        "{}",
+        super::report::summary("outbound ingest", &r, o.baseline)
+    );
     // Wait for every accepted run to reach the receiver (retries included), at most 120 s.
     let want = r.runs.len();
     let wait_start = Instant::now();
-    while rx.delivered.lock().expect("lock").len() < want && wait_start.elapsed() < Duration::from_secs(120) {
+    while rx.delivered.lock().expect("lock").len() < want
+        && wait_start.elapsed() < Duration::from_secs(120)
+    {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = start.elapsed().as_secs_f64();

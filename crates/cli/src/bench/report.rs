@@ -28,7 +28,9 @@ pub fn latency_line(name: &str, h: &Histogram<u64>) -> String {
 /// The one parseable summary line of a load run.
 pub fn summary(name: &str, r: &LoadResult, baseline: Option<f64>) -> String {
     let rate = r.answered as f64 / r.elapsed.as_secs_f64();
-    let ratio = baseline.map(|b| format!(", {:.0} % of storage baseline", 100.0 * rate / b)).unwrap_or_default();
+    let ratio = baseline
+        .map(|b| format!(", {:.0} % of storage baseline", 100.0 * rate / b))
+        .unwrap_or_default();
     format!(
         "{name}: {:.0} req/s, p50 {}, p90 {}, p99 {}, max {}, errors {}, accepted {}, duplicates {}{ratio}",
         rate,

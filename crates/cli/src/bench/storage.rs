@@ -18,7 +18,9 @@ pub async fn run(duration: Duration, writers: usize, row_bytes: usize, dir: &Pat
     let scratch = tempfile_in(dir)?;
     let path = scratch.join("baseline.db");
     let conn = tb_store::sqlite::open_configured(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    conn.execute_batch("CREATE TABLE rows (id INTEGER PRIMARY KEY, k TEXT NOT NULL, v BLOB NOT NULL)")?;
+    conn.execute_batch(
+        "CREATE TABLE rows (id INTEGER PRIMARY KEY, k TEXT NOT NULL, v BLOB NOT NULL)",
+    )?;
     let writer = Arc::new(Writer::start(conn));
     let row = Arc::new(vec![b'x'; row_bytes]);
     let count = Arc::new(AtomicU64::new(0));
@@ -58,7 +60,11 @@ pub async fn run(duration: Duration, writers: usize, row_bytes: usize, dir: &Pat
             loop {
                 tick.tick().await;
                 let n = count.load(Ordering::Relaxed);
-                eprintln!("  storage {:>4.0}s  {n:>9} rows  {:>7} rows/s", start.elapsed().as_secs_f64(), n - last);
+                eprintln!(
+                    "  storage {:>4.0}s  {n:>9} rows  {:>7} rows/s",
+                    start.elapsed().as_secs_f64(),
+                    n - last
+                );
                 last = n;
             }
         })
@@ -72,7 +78,11 @@ pub async fn run(duration: Duration, writers: usize, row_bytes: usize, dir: &Pat
     writer.close().await;
     std::fs::remove_dir_all(&scratch).ok();
     eprintln!("{}", latency_line("storage commit latency", &hist));
-    println!("storage: {:.0} rows/s ({} B rows, {writers} writers, fsync on every group commit)", count.load(Ordering::Relaxed) as f64 / elapsed, row_bytes);
+    println!(
+        "storage: {:.0} rows/s ({} B rows, {writers} writers, fsync on every group commit)",
+        count.load(Ordering::Relaxed) as f64 / elapsed,
+        row_bytes
+    );
     Ok(())
 }
 

@@ -30,7 +30,6 @@ CREATE TABLE receipts (
 );
 -- One live receipt per dedup key (DESIGN §5.2): enforced by the index, never by check-then-insert.
 CREATE UNIQUE INDEX receipts_dedup ON receipts (subscription_id, dedup_key) WHERE dedup_live = 1;
-CREATE INDEX receipts_by_time ON receipts (received_at DESC);
 
 CREATE TABLE bodies (
     receipt_id TEXT PRIMARY KEY,
@@ -57,11 +56,10 @@ CREATE TABLE deliveries (
     dead_letter_reason TEXT,
     created_at         INTEGER NOT NULL,
     updated_at         INTEGER NOT NULL,
-    UNIQUE (receipt_id, binding_id)
+    UNIQUE (receipt_id, binding_id)                 -- also serves lookups by receipt
 );
 CREATE INDEX deliveries_due ON deliveries (due_at) WHERE state IN ('pending', 'retrying');
-CREATE INDEX deliveries_by_receipt ON deliveries (receipt_id);
-CREATE INDEX deliveries_by_state ON deliveries (state, updated_at DESC);
+CREATE INDEX deliveries_by_state ON deliveries (state, id);
 
 CREATE TABLE attempts (
     delivery_id  TEXT NOT NULL,

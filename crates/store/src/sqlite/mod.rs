@@ -37,7 +37,7 @@ fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF; \
-         PRAGMA cache_size = -16000; PRAGMA temp_store = MEMORY;",
+         PRAGMA temp_store = MEMORY;",
     )?;
     if read_only {
         conn.execute_batch("PRAGMA query_only = ON;")?;
@@ -189,8 +189,15 @@ impl Store for SqliteStore {
         self.read_inline(|c| read::duplicate_of(c, subscription_id, dedup_key, now))
     }
     async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome> {
+        // Serialize here, on the caller's thread: the writer thread only executes SQL.
+        let normalized = receipt.normalized.to_string();
+        let inputs: Vec<String> = receipt
+            .deliveries
+            .iter()
+            .map(|d| d.inputs.to_string())
+            .collect();
         self.writer
-            .write(move |c| write::commit_receipt(c, &receipt))
+            .write(move |c| write::commit_receipt(c, &receipt, &normalized, &inputs))
             .await
     }
     async fn lease_due(

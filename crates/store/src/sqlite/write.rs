@@ -31,15 +31,14 @@ pub(crate) fn upsert_subscription(
     read::get_subscription(c, &d.id)
 }
 
-pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<IngestOutcome> {
-    // A key whose window has passed is released, so the new receipt may take it.
-    c.prepare_cached(
-        "UPDATE receipts SET dedup_live = 0 WHERE subscription_id = ?1 AND dedup_key = ?2 AND dedup_live = 1 \
-         AND dedup_until <= ?3",
-    )
-    .map_err(db)?
-    .execute(params![r.subscription_id, r.dedup_key, r.received_at])
-    .map_err(db)?;
+/// `normalized` and `inputs` (one per delivery) are the JSON texts, serialized by the caller so the
+/// writer thread does no serialization.
+pub(crate) fn commit_receipt(
+    c: &Connection,
+    r: &NewReceipt,
+    normalized: &str,
+    inputs: &[String],
+) -> StoreResult<IngestOutcome> {
     let inserted = c
         .prepare_cached(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
@@ -54,7 +53,7 @@ pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<Inge
             r.dedup_key,
             r.provider_event_id,
             r.event_type,
-            r.normalized.to_string(),
+            normalized,
             r.state.as_str(),
             r.content_type,
             r.body.len() as i64,
@@ -63,6 +62,18 @@ pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<Inge
         ])
         .map_err(db)?;
     if inserted == 0 {
+        // The key is taken. If its window has passed, release it and take it (rare path).
+        let released = c
+            .prepare_cached(
+                "UPDATE receipts SET dedup_live = 0 WHERE subscription_id = ?1 AND dedup_key = ?2 \
+                 AND dedup_live = 1 AND dedup_until <= ?3",
+            )
+            .map_err(db)?
+            .execute(params![r.subscription_id, r.dedup_key, r.received_at])
+            .map_err(db)?;
+        if released > 0 {
+            return commit_receipt(c, r, normalized, inputs);
+        }
         return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
@@ -78,7 +89,7 @@ pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<Inge
         )
         .map_err(db)?;
     let mut refs = Vec::with_capacity(r.deliveries.len());
-    for d in &r.deliveries {
+    for (d, inputs) in r.deliveries.iter().zip(inputs) {
         let due = (d.state == DeliveryState::Pending).then_some(r.received_at);
         ins.execute(params![
             d.id,
@@ -89,7 +100,7 @@ pub(crate) fn commit_receipt(c: &Connection, r: &NewReceipt) -> StoreResult<Inge
             d.action,
             d.workflow_id,
             d.run_id,
-            d.inputs.to_string(),
+            inputs,
             d.state.as_str(),
             due,
             d.dead_letter_reason,

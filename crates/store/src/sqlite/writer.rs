@@ -123,27 +123,30 @@ fn run_loop(conn: Connection, mut rx: mpsc::UnboundedReceiver<Box<dyn Job>>) {
     }
 }
 
+fn exec_cached(conn: &Connection, sql: &str) -> Result<(), String> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 fn run_batch(conn: &Connection, batch: &mut [Box<dyn Job>]) -> Result<(), String> {
-    conn.execute_batch("BEGIN IMMEDIATE")
-        .map_err(|e| e.to_string())?;
+    exec_cached(conn, "BEGIN IMMEDIATE")?;
     for job in batch.iter_mut() {
-        if let Err(e) = conn.execute_batch("SAVEPOINT job") {
+        // Prepared once and cached: a savepoint costs two cheap statement steps, no parsing.
+        let step = exec_cached(conn, "SAVEPOINT job").and_then(|_| {
+            if job.run(conn) {
+                exec_cached(conn, "RELEASE job")
+            } else {
+                exec_cached(conn, "ROLLBACK TO job").and_then(|_| exec_cached(conn, "RELEASE job"))
+            }
+        });
+        if let Err(e) = step {
             let _ = conn.execute_batch("ROLLBACK");
-            return Err(e.to_string());
-        }
-        let ok = job.run(conn);
-        let end = if ok {
-            "RELEASE job"
-        } else {
-            "ROLLBACK TO job; RELEASE job"
-        };
-        if let Err(e) = conn.execute_batch(end) {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(e.to_string());
+            return Err(e);
         }
     }
-    conn.execute_batch("COMMIT").map_err(|e| {
+    exec_cached(conn, "COMMIT").inspect_err(|_| {
         let _ = conn.execute_batch("ROLLBACK");
-        e.to_string()
     })
 }
