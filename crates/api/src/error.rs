@@ -44,6 +44,27 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Unwraps a query string, mapping a malformed one to 400 `validation_error` in the envelope (without
+/// echoing it).
+pub fn query<T>(
+    q: Result<axum::extract::Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
+    q.map(|axum::extract::Query(v)| v).map_err(|_| {
+        ApiError::new(
+            ErrorCode::ValidationError,
+            "invalid query parameters; see README.md for each endpoint's parameters",
+        )
+    })
+}
+
+/// Answer for a known path with the wrong method: 405 `method_not_allowed` in the envelope.
+pub async fn method_not_allowed() -> Response {
+    let body = Json(
+        json!({"error": "method_not_allowed", "message": "this endpoint does not take that method"}),
+    );
+    (StatusCode::METHOD_NOT_ALLOWED, body).into_response()
+}
+
 /// Fallback for unknown routes: 404 `not_found` in the envelope.
 pub async fn not_found() -> ApiError {
     ApiError::new(

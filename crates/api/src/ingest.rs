@@ -35,7 +35,7 @@ pub async fn ingest(
     let Some(sub) = st.engine.catalog.subscription(&id) else {
         return Err(ApiError::new(
             ErrorCode::NotFound,
-            format!("no trigger subscription {id:?}"),
+            "no such trigger subscription",
         ));
     };
     let limit = sub.max_body_bytes;

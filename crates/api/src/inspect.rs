@@ -1,5 +1,6 @@
 //! Read endpoints for operators: subscriptions (and pause / resume), receipts, deliveries.
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::Deserialize;
@@ -92,13 +93,14 @@ pub async fn resume_subscription(
 /// `GET /v1/receipts` -> `{receipts, nextCursor?}`. Errors: 400 for an unknown `state`.
 pub async fn list_receipts(
     State(st): State<AppState>,
-    Query(p): Query<ListParams>,
+    p: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let p = crate::error::query(p)?;
     if let Some(s) = p.state.as_deref() {
         if ReceiptState::parse(s).is_none() {
             return Err(ApiError::new(
                 ErrorCode::ValidationError,
-                format!("unknown receipt state {s:?}"),
+                "unknown receipt state; use received, authenticated, normalized, matched, routed, queued, consumed, rejected, duplicate, unmatched, rate_limited, disabled, expired, target_terminal, routing_failed or dead_lettered",
             ));
         }
     }
@@ -129,13 +131,14 @@ pub async fn get_receipt(
 /// `GET /v1/deliveries` -> `{deliveries, nextCursor?}`. Errors: 400 for an unknown `state`.
 pub async fn list_deliveries(
     State(st): State<AppState>,
-    Query(p): Query<ListParams>,
+    p: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let p = crate::error::query(p)?;
     if let Some(s) = p.state.as_deref() {
         if DeliveryState::parse(s).is_none() {
             return Err(ApiError::new(
                 ErrorCode::ValidationError,
-                format!("unknown delivery state {s:?}; use pending, retrying, delivered or dead-lettered"),
+                "unknown delivery state; use pending, retrying, delivered or dead-lettered",
             ));
         }
     }
@@ -161,4 +164,20 @@ pub async fn get_delivery(
     Ok(Json(
         json!({"delivery": wire::delivery(&d), "attempts": a.iter().map(wire::attempt).collect::<Vec<_>>()}),
     ))
+}
+
+/// `POST /v1/deliveries/{id}/replay` -> `{delivery}`: puts a dead-lettered delivery back in the queue
+/// (one more attempt; attempt numbers continue). Errors: 404; 409 `conflict` unless dead-lettered.
+pub async fn replay_delivery(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let d = st
+        .engine
+        .store
+        .replay_delivery(&id, tb_engine::clock::now_ms())
+        .await?;
+    tracing::info!(delivery = %d.id, attempts = d.attempts, replays = d.replays, "delivery replayed by operator");
+    st.engine.work_ready.notify_one();
+    Ok(Json(json!({"delivery": wire::delivery(&d)})))
 }

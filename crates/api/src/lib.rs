@@ -57,6 +57,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events/poll", get(runs::poll_events))
         .route("/v1/runs/{id}/result", post(runs::post_result))
+        .route("/v1/deliveries/{id}/replay", post(inspect::replay_delivery))
         .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
         .with_state(state)
 }

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;
 use serde::Deserialize;
@@ -17,13 +18,14 @@ use crate::{wire, AppState};
 /// `GET /v1/runs` -> `{runs, nextCursor?}` (`status` filters). Errors: 400 for an unknown status.
 pub async fn list_runs(
     State(st): State<AppState>,
-    Query(p): Query<ListParams>,
+    p: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let p = crate::error::query(p)?;
     if let Some(s) = p.status.as_deref() {
         if RunStatus::parse(s).is_none() {
             return Err(ApiError::new(
                 ErrorCode::ValidationError,
-                format!("unknown run status {s:?}"),
+                "unknown run status; use pending, running, paused, waiting-approval, waiting-input, waiting-external, completed, failed, cancelling or cancelled",
             ));
         }
     }
@@ -61,8 +63,9 @@ pub struct PollParams {
 pub async fn poll_events(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    Query(p): Query<PollParams>,
+    p: Result<Query<PollParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let p = crate::error::query(p)?;
     let run = st.engine.store.get_run(&id).await?;
     let deadline = Instant::now() + Duration::from_secs(p.timeout.unwrap_or(0).min(30));
     let limit = p.limit.unwrap_or(500).clamp(1, 1000);

@@ -60,12 +60,16 @@ pub fn delivery(d: &DeliveryRecord) -> Value {
         "action": d.action,
         "state": d.state.as_str(),
         "attempts": d.attempts,
+        "replays": d.replays,
         "createdAt": time(d.created_at),
         "updatedAt": time(d.updated_at),
     });
     let o = m.as_object_mut().expect("object");
     put(o, "workflowId", d.workflow_id.clone().map(Value::String));
-    put(o, "runId", d.run_id.clone().map(Value::String));
+    // A dead-lettered delivery started no run: show no run id.
+    if d.state != tb_core::delivery::DeliveryState::DeadLettered {
+        put(o, "runId", d.run_id.clone().map(Value::String));
+    }
     if !d.state.is_terminal() {
         put(o, "nextAttemptAt", d.due_at.map(|t| Value::String(time(t))));
     }

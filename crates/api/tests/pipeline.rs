@@ -378,3 +378,162 @@ async fn worker_always_failing_dead_letters_and_moves_the_subscription() {
         ]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_checks_the_signature_first_and_still_answers_duplicates() {
+    let s = start(None, fast_retry(3), 0).await;
+    let (st, first) = s
+        .post_github("pull_request", "pz-1", opened(), GH_SECRET)
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED);
+    s.http
+        .post(format!("{}/v1/trigger-subscriptions/github/pause", s.base))
+        .send()
+        .await
+        .unwrap();
+    // A forged request learns nothing about the state: 401, not 409.
+    let (st, v) = s
+        .post_github("pull_request", "pz-2", opened(), "forged")
+        .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("signature_invalid"))
+    );
+    // A redelivery of an accepted id is still a duplicate; a new id is refused.
+    let (st, v) = s
+        .post_github("pull_request", "pz-1", opened(), GH_SECRET)
+        .await;
+    assert_eq!((st, &v["receiptId"]), (StatusCode::OK, &first["receiptId"]));
+    let (st, v) = s
+        .post_github("pull_request", "pz-3", opened(), GH_SECRET)
+        .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (StatusCode::CONFLICT, Some("subscription_not_active"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_enveloped_and_never_echo_the_request() {
+    let s = start(None, fast_retry(3), 0).await;
+    let probe = "<zqprobe>";
+    let enc = "%3Czqprobe%3E";
+    for (method, path, code, status) in [
+        (
+            "GET",
+            format!("/v1/receipts?state={enc}"),
+            "validation_error",
+            400,
+        ),
+        (
+            "GET",
+            "/v1/receipts?limit=abc".to_string(),
+            "validation_error",
+            400,
+        ),
+        ("GET", format!("/v1/receipts/{enc}"), "not_found", 404),
+        (
+            "POST",
+            format!("/v1/trigger-subscriptions/{enc}/ingest"),
+            "not_found",
+            404,
+        ),
+        (
+            "GET",
+            "/v1/trigger-subscriptions/github/ingest".to_string(),
+            "method_not_allowed",
+            405,
+        ),
+        ("GET", format!("/v1/nothing/{enc}"), "not_found", 404),
+    ] {
+        let r = s
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{method} {path}");
+        let text = r.text().await.unwrap();
+        let v: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|_| panic!("{method} {path}: not an envelope: {text}"));
+        assert_eq!(v["error"], code, "{method} {path}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(
+            !text.contains("zqprobe"),
+            "{method} {path} echoes the request {probe}: {text}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_is_replayed_once_and_a_duplicate_never_names_a_run_that_does_not_exist() {
+    let (url, hits) = worker(vec![500, 500, 200]).await;
+    let s = start(Some(url), fast_retry(2), 0).await;
+    let (_, a) = s
+        .post_github("pull_request", "replay-1", opened(), GH_SECRET)
+        .await;
+    let d_id = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+        v["delivery"]["state"] == "dead-lettered"
+    })
+    .await;
+    // The redelivery's answer names no run: none was started.
+    let (st, dup) = s
+        .post_github("pull_request", "replay-1", opened(), GH_SECRET)
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(dup["receiptId"], a["receiptId"]);
+    assert!(dup.get("runId").is_none(), "{dup}");
+    // Replay: one more attempt (attempt 3), delivered; the run is the one first announced.
+    let r: Value = s
+        .http
+        .post(format!("{}/v1/deliveries/{d_id}/replay", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["delivery"]["state"], "pending");
+    assert_eq!(r["delivery"]["replays"], 1);
+    let d = s
+        .wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+            v["delivery"]["state"] == "delivered"
+        })
+        .await;
+    let attempts: Vec<u64> = d["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["attempt"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![1, 2, 3],
+        "attempt numbers continue after a replay"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+    let run_id = a["runId"].as_str().unwrap();
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| {
+        v["status"] == "completed"
+    })
+    .await;
+    let r = s
+        .get(&format!(
+            "/v1/receipts/{}",
+            a["receiptId"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(r["receipt"]["state"], "consumed");
+    // Replaying a delivered delivery is a conflict.
+    let again = s
+        .http
+        .post(format!("{}/v1/deliveries/{d_id}/replay", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 409);
+}

@@ -78,6 +78,11 @@ pub enum DeliveriesCmd {
         /// Delivery id
         id: String,
     },
+    /// Put a dead-lettered delivery back in the queue for one more attempt (attempt numbers continue)
+    Replay {
+        /// Delivery id
+        id: String,
+    },
 }
 
 // `trigger-bridge runs ...`
@@ -381,7 +386,7 @@ pub async fn receipts(o: &ClientOpts, c: ReceiptsCmd) -> Result<()> {
                 ("before", before),
             ];
             if let Some(v) = api.get("/v1/receipts", &q).await? {
-                print_list(&v, "receipts", RECEIPTS, "no receipts yet");
+                print_list(&v, "receipts", RECEIPTS, "no receipts match");
             }
         }
         ReceiptsCmd::Show { id } => {
@@ -423,7 +428,7 @@ pub async fn deliveries(o: &ClientOpts, c: DeliveriesCmd) -> Result<()> {
                 ("before", before),
             ];
             if let Some(v) = api.get("/v1/deliveries", &q).await? {
-                print_list(&v, "deliveries", DELIVERIES, "no deliveries yet");
+                print_list(&v, "deliveries", DELIVERIES, "no deliveries match");
             }
         }
         DeliveriesCmd::Show { id } => {
@@ -434,6 +439,23 @@ pub async fn deliveries(o: &ClientOpts, c: DeliveriesCmd) -> Result<()> {
                 print_kv(&v["delivery"], DELIVERY_KV);
                 println!();
                 print_list(&v, "attempts", ATTEMPTS, "no attempts yet");
+            }
+        }
+        DeliveriesCmd::Replay { id } => {
+            let reply = api
+                .call(
+                    Method::POST,
+                    &format!("/v1/deliveries/{}/replay", seg(&id)),
+                    &[],
+                )
+                .await?;
+            if let Some(v) = api.show(reply)? {
+                println!(
+                    "replayed: delivery {} is {} (attempt {} next)",
+                    id,
+                    v["delivery"]["state"].as_str().unwrap_or("?"),
+                    v["delivery"]["attempts"].as_u64().unwrap_or(0) + 1
+                );
             }
         }
     }
@@ -455,20 +477,27 @@ pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
                 ("before", before),
             ];
             if let Some(v) = api.get("/v1/runs", &q).await? {
-                print_list(&v, "runs", RUNS, "no runs yet");
+                print_list(&v, "runs", RUNS, "no runs match");
             }
         }
         RunsCmd::Show { id } => {
-            if let Some(run) = api.get(&format!("/v1/runs/{}", seg(&id)), &[]).await? {
+            let (run, _) = api
+                .call(Method::GET, &format!("/v1/runs/{}", seg(&id)), &[])
+                .await?;
+            let (events, _) = api
+                .call(
+                    Method::GET,
+                    &format!("/v1/runs/{}/events/poll", seg(&id)),
+                    &[],
+                )
+                .await?;
+            if o.json {
+                // The run and its event log, as one object.
+                let both = serde_json::json!({"run": run, "events": events["events"]});
+                println!("{}", serde_json::to_string_pretty(&both)?);
+            } else {
                 print_kv(&run, RUN_KV);
                 println!();
-                let (events, _) = api
-                    .call(
-                        Method::GET,
-                        &format!("/v1/runs/{}/events/poll", seg(&id)),
-                        &[],
-                    )
-                    .await?;
                 print_list(&events, "events", EVENTS, "no events yet");
             }
         }

@@ -222,9 +222,91 @@ pub fn load(path: &Path) -> Result<Loaded, Vec<String>> {
     validate(cfg, base)
 }
 
+/// GitHub webhook events a binding may name (docs.github.com "Webhook events and payloads"); a name
+/// outside this list is almost always a typo, so it is refused with the list.
+pub const GITHUB_EVENTS: &[&str] = &[
+    "branch_protection_rule",
+    "check_run",
+    "check_suite",
+    "code_scanning_alert",
+    "commit_comment",
+    "create",
+    "delete",
+    "deployment",
+    "deployment_status",
+    "discussion",
+    "discussion_comment",
+    "fork",
+    "gollum",
+    "installation",
+    "issue_comment",
+    "issues",
+    "label",
+    "member",
+    "merge_group",
+    "meta",
+    "milestone",
+    "package",
+    "page_build",
+    "ping",
+    "project",
+    "public",
+    "pull_request",
+    "pull_request_review",
+    "pull_request_review_comment",
+    "pull_request_review_thread",
+    "push",
+    "registry_package",
+    "release",
+    "repository",
+    "repository_dispatch",
+    "secret_scanning_alert",
+    "security_advisory",
+    "star",
+    "status",
+    "team",
+    "team_add",
+    "watch",
+    "workflow_dispatch",
+    "workflow_job",
+    "workflow_run",
+];
+
+/// Checks one binding event type: `*`, `event` or `event.action`, each part `[a-z0-9_-]+`; for a
+/// `github` subscription the event must be a GitHub webhook event.
+pub fn check_event_type(t: &str, connector: Option<&ConnectorSpec>) -> Result<(), String> {
+    if t == "*" {
+        return Ok(());
+    }
+    let part_ok = |p: &str| {
+        !p.is_empty()
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    let mut parts = t.splitn(2, '.');
+    let event = parts.next().unwrap_or("");
+    if !part_ok(event) || !parts.next().is_none_or(part_ok) {
+        return Err(format!("{t:?} is not an event type; use \"*\", \"event\" or \"event.action\" (e.g. \"pull_request.opened\")"));
+    }
+    if matches!(connector, Some(ConnectorSpec::Github)) && !GITHUB_EVENTS.contains(&event) {
+        return Err(format!(
+            "{event:?} is not a GitHub webhook event; known: {}",
+            GITHUB_EVENTS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 /// Validates a parsed config (see [`load`]).
 pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
     let mut errs = Vec::new();
+    if let Some(l) = &cfg.server.listen {
+        if l.parse::<std::net::SocketAddr>().is_err() {
+            errs.push(format!(
+                "[server].listen {l:?} is not a socket address; use e.g. \"127.0.0.1:8080\""
+            ));
+        }
+    }
     let mut subs = Vec::new();
     let mut seen = HashSet::new();
     for (i, s) in cfg.subscriptions.iter().enumerate() {
@@ -377,9 +459,11 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         }
         let sub = subs.iter().find(|s| s.id == b.subscription);
         if sub.is_none() && !cfg.subscriptions.iter().any(|s| s.id == b.subscription) {
+            let known: Vec<_> = cfg.subscriptions.iter().map(|s| s.id.as_str()).collect();
             errs.push(format!(
-                "{at}: subscription {:?} does not exist",
-                b.subscription
+                "{at}: subscription {:?} does not exist (defined: {})",
+                b.subscription,
+                known.join(", ")
             ));
         }
         if !cfg.workflows.iter().any(|w| w.id == b.workflow) {
@@ -398,6 +482,11 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         }
         if b.event_types.is_empty() {
             errs.push(format!("{at}: event_types must list at least one type (e.g. \"pull_request.opened\" or \"*\")"));
+        }
+        for t in &b.event_types {
+            if let Err(e) = check_event_type(t, sub.map(|s| &s.connector)) {
+                errs.push(format!("{at}: event_types: {e}"));
+            }
         }
         if let Some(sub) = sub {
             let allowed = tb_ingress::normalized_fields(&sub.connector);

@@ -124,6 +124,31 @@ filter = { "payload.secret_field" = "x" }
         "secret values are never printed: {out}"
     );
 
+    // Typos in event types and a bad listen address are caught before serve.
+    let typo = GOOD
+        .replace(
+            "[\"pull_request.opened\"]",
+            "[\"\", \"pull_requests.opened\"]",
+        )
+        .replace(
+            "[[subscriptions]]",
+            "[server]\nlisten = \"not-an-addr\"\n\n[[subscriptions]]",
+        );
+    let (code, out) = check(&typo, &[("TB_TEST_SECRET", "s")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[server].listen \"not-an-addr\" is not a socket address"),
+        "{out}"
+    );
+    assert!(
+        out.contains("event_types: \"\" is not an event type"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\"pull_requests\" is not a GitHub webhook event"),
+        "{out}"
+    );
+
     // An unset secret names the variable.
     let (code, out) = check(GOOD, &[]);
     assert_eq!(code, 1);

@@ -79,9 +79,7 @@ impl RunStatus {
 pub fn parse_result_status(s: &str) -> Result<RunStatus, String> {
     match RunStatus::parse(s) {
         Some(st) if st.is_terminal() => Ok(st),
-        _ => Err(format!(
-            "status must be one of completed, failed, cancelled; got {s:?}"
-        )),
+        _ => Err("status must be one of completed, failed, cancelled".to_string()),
     }
 }
 

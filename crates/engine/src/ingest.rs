@@ -50,7 +50,10 @@ fn count(connector: &'static str, outcome: &'static str) {
         .increment(1);
 }
 
-/// Runs one request through the pipeline.
+/// Runs one request through the pipeline, in this order: subscription lookup, size limit, signature over
+/// the raw bytes, dedup probe, subscription state, routing, commit. So an unauthenticated caller learns
+/// nothing about the subscription's state, and a redelivery of an accepted id is answered `duplicate`
+/// even while the subscription is paused.
 ///
 /// Errors (stable codes): `not_found` (404) unknown subscription; `subscription_not_active` (409) paused;
 /// `payload_too_large` (413); `unsupported_media_type` (415); `signature_invalid` (401) bad or missing
@@ -65,25 +68,13 @@ pub async fn ingest(
     let Some(sub) = engine.catalog.subscription(subscription_id).cloned() else {
         return Err(TbError::new(
             ErrorCode::NotFound,
-            format!("no trigger subscription {subscription_id:?}"),
+            "no such trigger subscription",
         ));
     };
     let connector = sub.connector.name();
     let state = engine
         .subscription_state(&sub.id)
         .unwrap_or(tb_core::subscription::SubscriptionState::Active);
-    let admit = admission(state);
-    if admit == Admission::Refuse {
-        count(connector, "not_active");
-        return Err(TbError::new(
-            ErrorCode::SubscriptionNotActive,
-            format!(
-                "subscription {:?} is {}; resume it to accept deliveries",
-                sub.id,
-                state.as_str()
-            ),
-        ));
-    }
     if body.len() > sub.max_body_bytes {
         count(connector, "too_large");
         return Err(TbError::new(
@@ -128,6 +119,18 @@ pub async fn ingest(
         count(connector, "duplicate");
         return Ok(answer_dup(first));
     }
+    let admit = admission(state);
+    if admit == Admission::Refuse {
+        count(connector, "not_active");
+        return Err(TbError::new(
+            ErrorCode::SubscriptionNotActive,
+            format!(
+                "subscription {:?} is {}; resume it to accept deliveries",
+                sub.id,
+                state.as_str()
+            ),
+        ));
+    }
     let dead = admit == Admission::AcceptAsDeadLetter;
     let deliveries = router::route(&engine.catalog, &sub.id, &verified.event, dead);
     let receipt_state = match (deliveries.is_empty(), dead) {
@@ -170,6 +173,8 @@ pub async fn ingest(
                 }
                 ReceiptState::DeadLettered => {
                     count(connector, "dead_lettered");
+                    metrics::counter!("tb_deliveries_total", "outcome" => "dead-lettered")
+                        .increment(deliveries.len() as u64);
                     IngestAnswer::DeadLettered {
                         receipt_id,
                         deliveries,

@@ -92,7 +92,7 @@ impl Engine {
         if self.subscription_state(id).is_none() {
             return Err(TbError::new(
                 ErrorCode::NotFound,
-                format!("no subscription {id:?}"),
+                "no such trigger subscription",
             ));
         }
         let t = self

@@ -28,7 +28,8 @@ pub fn route(
                 binding_id: b.id.clone(),
                 action: "start_run".into(),
                 workflow_id: Some(workflow.clone()),
-                run_id: Some(new_id(IdKind::Run)),
+                // A dead-lettered delivery starts no run; a replay mints the run id when it delivers.
+                run_id: (!dead_letter).then(|| new_id(IdKind::Run)),
                 inputs: b.map_inputs(event),
                 state: if dead_letter {
                     DeliveryState::DeadLettered

@@ -144,7 +144,10 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         Ok(_) => ActionResult::Done,
         Err(f) => f.clone(),
     };
-    let decision = decide(&sub.retry, number, &action, rand::random::<f64>());
+    // Each operator replay grants one attempt beyond the policy (attempt numbers never reset).
+    let mut policy = sub.retry.clone();
+    policy.max_attempts = policy.max_attempts.saturating_add(d.replays);
+    let decision = decide(&policy, number, &action, rand::random::<f64>());
     let (outcome, next_state) = decision.outcome();
     let now = clock::now_ms();
     let next_due_at = match decision {

@@ -73,3 +73,24 @@ pub(crate) fn parse_unix_seconds(raw: &str) -> Option<i64> {
 pub(crate) fn within_tolerance(ts: i64, now: i64, tolerance_s: u64) -> bool {
     (i128::from(now) - i128::from(ts)).unsigned_abs() <= u128::from(tolerance_s)
 }
+
+/// `Content-Type` must be `application/json` (parameters allowed) or absent; anything else is 415.
+pub(crate) fn require_json_content_type(
+    headers: &HeaderMap,
+    why: &'static str,
+) -> Result<(), IngressError> {
+    match header(headers, http::header::CONTENT_TYPE.as_str()) {
+        Header::Missing => Ok(()),
+        Header::Invalid => Err(IngressError::UnsupportedMediaType(
+            "unreadable Content-Type",
+        )),
+        Header::Value(v) => {
+            let essence = v.split(';').next().unwrap_or("").trim();
+            if essence.eq_ignore_ascii_case("application/json") {
+                Ok(())
+            } else {
+                Err(IngressError::UnsupportedMediaType(why))
+            }
+        }
+    }
+}

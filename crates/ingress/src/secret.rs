@@ -31,7 +31,7 @@ pub enum SecretFormatError {
     #[error("secret after whsec_ uses base64url characters (- or _); it must be standard base64 (+ and /, with = padding)")]
     Base64Url,
     /// The part after `whsec_` is not canonical, padded standard base64.
-    #[error("secret after whsec_ is not valid standard base64 with = padding")]
+    #[error("secret after whsec_ is not valid standard base64 with = padding (a Standard Webhooks secret is whsec_ + base64 of 24 to 64 random bytes)")]
     InvalidBase64,
     /// The decoded key has a length outside 24..=64 bytes.
     #[error("secret decodes to {0} bytes; a Standard Webhooks secret is 24 to 64 bytes")]

@@ -23,7 +23,8 @@ use subtle::{Choice, ConstantTimeEq};
 use tb_core::normalized::NormalizedEvent;
 
 use crate::common::{
-    header, parse_unix_seconds, require_identity_encoding, within_tolerance, Header,
+    header, parse_unix_seconds, require_identity_encoding, require_json_content_type,
+    within_tolerance, Header,
 };
 use crate::github::scalar;
 use crate::{IngressError, Verified};
@@ -98,6 +99,10 @@ fn required<'a>(
 /// [`IngressError::SignatureInvalid`] for a missing / repeated / malformed header, a stale or future
 /// timestamp, or no matching `v1` entry; [`IngressError::Malformed`] for an authentic body that is not
 /// valid UTF-8.
+///
+/// After the signature, the body must be a JSON object (Standard Webhooks payloads are
+/// `{type, timestamp, data}` JSON): an empty, non-JSON or non-object body is [`IngressError::Malformed`]
+/// (422), and a `Content-Type` other than `application/json` (or none) is refused first (415).
 pub fn verify(
     key: &[u8],
     tolerance_s: u64,
@@ -106,6 +111,21 @@ pub fn verify(
     now_unix_s: i64,
 ) -> Result<Verified, IngressError> {
     require_identity_encoding(headers)?;
+    require_json_content_type(headers, "Standard Webhooks payloads are application/json")?;
+    let msg_id = verify_signature(key, tolerance_s, headers, body, now_unix_s)?;
+    normalize(msg_id, body)
+}
+
+/// The signature check alone (Standard Webhooks §verify): headers, freshness and a matching `v1` entry
+/// over `{id}.{timestamp}.{body}`. Returns the `webhook-id`. Errors: [`IngressError::SignatureInvalid`].
+/// This is what the reference vectors in `fixtures/standard-webhooks/` specify.
+pub fn verify_signature<'h>(
+    key: &[u8],
+    tolerance_s: u64,
+    headers: &'h HeaderMap,
+    body: &[u8],
+    now_unix_s: i64,
+) -> Result<&'h str, IngressError> {
     if key.is_empty() {
         return Err(IngressError::SignatureInvalid("no key configured"));
     }
@@ -155,13 +175,20 @@ pub fn verify(
             "no v1 entry of webhook-signature matches",
         ));
     }
+    Ok(msg_id)
+}
 
+/// Builds the normalized event of an authentic body (see [`verify`]).
+fn normalize(msg_id: &str, body: &[u8]) -> Result<Verified, IngressError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| IngressError::Malformed("body is not valid UTF-8"))?;
-    let event_type = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(mut map)) => map.remove("type"),
-        _ => None,
-    };
+    // Only the allowlisted `type` is materialized; the rest of the object is scanned, not built.
+    let not_object = IngressError::Malformed("Standard Webhooks payloads are JSON objects");
+    if !text.trim_start().starts_with('{') {
+        return Err(not_object);
+    }
+    let envelope: Envelope = serde_json::from_str(text).map_err(|_| not_object)?;
+    let event_type = envelope.event_type;
     let mut fields = BTreeMap::new();
     let mut event = DEFAULT_EVENT.to_owned();
     if let Some(t) = event_type {
@@ -183,6 +210,13 @@ pub fn verify(
             fields,
         },
     })
+}
+
+/// The allowlisted part of a Standard Webhooks payload (`{type, timestamp, data}`).
+#[derive(serde::Deserialize)]
+struct Envelope {
+    #[serde(rename = "type", default)]
+    event_type: Option<Value>,
 }
 
 /// One `webhook-signature` entry: `v1,` + standard base64 of HMAC-SHA256(key,

@@ -5,7 +5,7 @@ mod common;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use serde_json::Value;
-use trigger_bridge_ingress::standard_webhooks::{sign, verify};
+use trigger_bridge_ingress::standard_webhooks::{sign, verify, verify_signature};
 use trigger_bridge_ingress::{parse_whsec, IngressError, Verified};
 
 const SPEC_KEY: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
@@ -48,11 +48,27 @@ fn every_vector_gives_its_expected_result_and_sign_reproduces_it() {
             ("webhook-timestamp", &ts.to_string()),
             ("webhook-signature", sig),
         ]);
-        let got = verify(&key, tolerance, &h, &body, now);
+        let got = verify_signature(&key, tolerance, &h, &body, now).map(str::to_owned);
         match c["expect"].as_str().unwrap() {
             "valid" => {
                 valid += 1;
-                let v = got.unwrap_or_else(|e| panic!("{name}: expected valid, got {e}"));
+                let got_id = got.unwrap_or_else(|e| panic!("{name}: expected valid, got {e}"));
+                assert_eq!(got_id, id, "{name}");
+                if !sig.contains(' ') {
+                    signed += 1;
+                    assert_eq!(sign(&key, id, ts, &body), sig, "{name}: sign() differs");
+                }
+                // Full verify: an authentic body must also be a JSON object to be normalized.
+                let is_object = serde_json::from_slice::<Value>(&body).is_ok_and(|v| v.is_object());
+                let full = verify(&key, tolerance, &h, &body, now);
+                if !is_object {
+                    assert!(
+                        matches!(full, Err(IngressError::Malformed(_))),
+                        "{name}: non-object body must be 422"
+                    );
+                    continue;
+                }
+                let v = full.unwrap_or_else(|e| panic!("{name}: expected valid, got {e}"));
                 assert_eq!(v.provider_event_id, id, "{name}");
                 assert_eq!(v.event.action, None, "{name}");
                 let parsed: Option<Value> = serde_json::from_slice(&body).ok();
@@ -70,12 +86,11 @@ fn every_vector_gives_its_expected_result_and_sign_reproduces_it() {
                         assert!(v.event.fields.is_empty(), "{name}");
                     }
                 }
-                if !sig.contains(' ') {
-                    signed += 1;
-                    assert_eq!(sign(&key, id, ts, &body), sig, "{name}: sign() differs");
-                }
             }
-            "invalid" => assert!(bad(got), "{name}: expected SignatureInvalid"),
+            "invalid" => assert!(
+                matches!(got, Err(IngressError::SignatureInvalid(_))),
+                "{name}: expected SignatureInvalid"
+            ),
             other => panic!("{name}: unknown expect {other}"),
         }
     }
@@ -197,8 +212,22 @@ fn body_rules_non_utf8_non_json_and_encoding() {
     let malformed = Err(IngressError::Malformed("body is not valid UTF-8"));
     assert_eq!(self_signed(bin), malformed);
     assert!(bad(run(SPEC_ID, "1614265330", SPEC_SIG, bin, SPEC_TS)));
-    // Plain text is accepted as event "webhook"; a JSON `type` names the event.
-    let v = self_signed(b"hello, plain text").unwrap();
+    // Authentic but not a JSON object: 422, whatever it is.
+    for body in [
+        &b"hello, plain text"[..],
+        b"",
+        b"[1,2,3]",
+        b"\"str\"",
+        b"{not json",
+    ] {
+        assert!(
+            matches!(self_signed(body), Err(IngressError::Malformed(_))),
+            "{:?}",
+            String::from_utf8_lossy(body)
+        );
+    }
+    // A JSON object without `type` is event "webhook".
+    let v = self_signed(br#"{"data":{}}"#).unwrap();
     assert_eq!(
         (v.event.event.as_str(), v.event.fields.len()),
         ("webhook", 0)
@@ -218,4 +247,28 @@ fn body_rules_non_utf8_non_json_and_encoding() {
         SPEC_TS,
     );
     assert!(matches!(r, Err(IngressError::UnsupportedMediaType(_))));
+    // Only application/json (or no Content-Type) is taken.
+    let mut text = common::headers(&[("webhook-id", SPEC_ID), ("webhook-timestamp", "1614265330")]);
+    text.insert("webhook-signature", SPEC_SIG.parse().unwrap());
+    text.insert("content-type", "text/plain".parse().unwrap());
+    let r = verify(
+        &parse_whsec(SPEC_KEY).unwrap(),
+        300,
+        &text,
+        SPEC_BODY,
+        SPEC_TS,
+    );
+    assert!(matches!(r, Err(IngressError::UnsupportedMediaType(_))));
+    text.insert(
+        "content-type",
+        "application/json; charset=utf-8".parse().unwrap(),
+    );
+    assert!(verify(
+        &parse_whsec(SPEC_KEY).unwrap(),
+        300,
+        &text,
+        SPEC_BODY,
+        SPEC_TS
+    )
+    .is_ok());
 }

@@ -20,7 +20,8 @@ pub use model::*;
 /// Store errors. `code()` maps them onto the API's stable error codes.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("not found: {0}")]
+    /// No such record; the text names the kind of record (never an id taken from the request).
+    #[error("{0} not found")]
     NotFound(String),
     /// A state conflict (e.g. completing a run that is already terminal).
     #[error("conflict: {0}")]
@@ -100,6 +101,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<Lease>>;
     /// Records one attempt and everything that follows from it, atomically (see [`AttemptCommit`]).
     async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted>;
+    /// Puts a dead-lettered delivery back in the queue, due at `now`, and its receipt back to `queued`.
+    /// Attempt numbers continue (a replay after 3 attempts is attempt 4) and each replay grants one
+    /// attempt beyond the retry policy. Errors: `NotFound`; `Conflict` unless the delivery is dead-lettered.
+    async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord>;
     /// Releases a lease without recording an attempt (graceful shutdown).
     async fn release_lease(&self, delivery_id: &str, owner: &str) -> StoreResult<()>;
     /// The earliest `due_at` of open deliveries, for the worker's sleep.

@@ -73,7 +73,8 @@ pub struct NewReceipt {
     pub deliveries: Vec<NewDelivery>,
 }
 
-/// Summary of one delivery in an ingest answer.
+/// Summary of one delivery in an ingest answer. `run_id` is absent for a dead-lettered delivery: its run
+/// was never started.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeliveryRef {
@@ -128,6 +129,8 @@ pub struct DeliveryRecord {
     pub inputs: Value,
     pub state: DeliveryState,
     pub attempts: u32,
+    /// Operator replays so far; each grants one attempt beyond the retry policy's `max_attempts`.
+    pub replays: u32,
     pub due_at: Option<i64>,
     pub lease_until: Option<i64>,
     pub first_attempt_at: Option<i64>,

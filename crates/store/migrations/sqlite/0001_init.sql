@@ -48,6 +48,7 @@ CREATE TABLE deliveries (
     inputs             TEXT NOT NULL,
     state              TEXT NOT NULL,
     attempts           INTEGER NOT NULL DEFAULT 0,
+    replays            INTEGER NOT NULL DEFAULT 0,   -- operator replays; each grants one more attempt
     due_at             INTEGER,
     lease_owner        TEXT,
     lease_until        INTEGER,

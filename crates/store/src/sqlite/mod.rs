@@ -217,6 +217,12 @@ impl Store for SqliteStore {
             .write(move |c| write::commit_attempt(c, &commit))
             .await
     }
+    async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
+        let id = id.to_string();
+        self.writer
+            .write(move |c| write::replay_delivery(c, &id, now))
+            .await
+    }
     async fn release_lease(&self, delivery_id: &str, owner: &str) -> StoreResult<()> {
         let (d, o) = (delivery_id.to_string(), owner.to_string());
         self.writer

@@ -69,7 +69,7 @@ fn receipt_row(r: &Row) -> rusqlite::Result<ReceiptRecord> {
     })
 }
 
-pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner";
+pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays";
 
 pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
     let state: String = r.get(9)?;
@@ -85,6 +85,7 @@ pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
         inputs: json(r.get(8)?),
         state: DeliveryState::parse(&state).ok_or_else(|| bad("delivery state", &state))?,
         attempts: r.get(10)?,
+        replays: r.get(19)?,
         due_at: r.get(11)?,
         lease_until: r.get(12)?,
         first_attempt_at: r.get(13)?,
@@ -138,7 +139,7 @@ pub(crate) fn get_subscription(c: &Connection, id: &str) -> StoreResult<Subscrip
     .query_row([id], sub_row)
     .optional()
     .map_err(db)?
-    .ok_or_else(|| StoreError::NotFound(format!("subscription {id}")))
+    .ok_or_else(|| StoreError::NotFound("subscription".into()))
 }
 
 pub(crate) fn list_subscriptions(c: &Connection) -> StoreResult<Vec<SubscriptionRecord>> {
@@ -178,7 +179,10 @@ pub(crate) fn duplicate_of(
 
 fn delivery_refs(c: &Connection, receipt_id: &str) -> StoreResult<Vec<DeliveryRef>> {
     let mut st = c
-        .prepare_cached("SELECT id, binding_id, run_id FROM deliveries WHERE receipt_id = ?1 ORDER BY binding_id")
+        .prepare_cached(
+            "SELECT id, binding_id, CASE WHEN state = 'dead-lettered' THEN NULL ELSE run_id END \
+             FROM deliveries WHERE receipt_id = ?1 ORDER BY binding_id",
+        )
         .map_err(db)?;
     let rows = st
         .query_map([receipt_id], |r| {
@@ -200,7 +204,7 @@ pub(crate) fn get_receipt(c: &Connection, id: &str) -> StoreResult<ReceiptRecord
     .query_row([id], receipt_row)
     .optional()
     .map_err(db)?
-    .ok_or_else(|| StoreError::NotFound(format!("receipt {id}")))
+    .ok_or_else(|| StoreError::NotFound("receipt".into()))
 }
 
 /// Builds `WHERE` clauses for a newest-first list on a table whose ids are time-ordered.
@@ -245,7 +249,7 @@ pub(crate) fn get_body(c: &Connection, receipt_id: &str) -> StoreResult<Vec<u8>>
         .query_row([receipt_id], |r| r.get(0))
         .optional()
         .map_err(db)?
-        .ok_or_else(|| StoreError::NotFound(format!("body of receipt {receipt_id}")))
+        .ok_or_else(|| StoreError::NotFound("receipt body".into()))
 }
 
 pub(crate) fn get_delivery(c: &Connection, id: &str) -> StoreResult<DeliveryRecord> {
@@ -256,7 +260,7 @@ pub(crate) fn get_delivery(c: &Connection, id: &str) -> StoreResult<DeliveryReco
     .query_row([id], delivery_row)
     .optional()
     .map_err(db)?
-    .ok_or_else(|| StoreError::NotFound(format!("delivery {id}")))
+    .ok_or_else(|| StoreError::NotFound("delivery".into()))
 }
 
 pub(crate) fn list_deliveries(c: &Connection, q: &ListQuery) -> StoreResult<Vec<DeliveryRecord>> {
@@ -298,7 +302,7 @@ pub(crate) fn get_run(c: &Connection, id: &str) -> StoreResult<RunRecord> {
         .query_row([id], run_row)
         .optional()
         .map_err(db)?
-        .ok_or_else(|| StoreError::NotFound(format!("run {id}")))
+        .ok_or_else(|| StoreError::NotFound("run".into()))
 }
 
 pub(crate) fn list_runs(c: &Connection, q: &ListQuery) -> StoreResult<Vec<RunRecord>> {

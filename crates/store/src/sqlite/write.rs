@@ -279,8 +279,8 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     .map_err(db)?;
     c.prepare_cached(
         "UPDATE deliveries SET state = ?2, attempts = ?3, due_at = ?4, lease_owner = NULL, lease_until = NULL, \
-         first_attempt_at = COALESCE(first_attempt_at, ?5), last_error = ?6, dead_letter_reason = ?7, updated_at = ?8 \
-         WHERE id = ?1",
+         first_attempt_at = COALESCE(first_attempt_at, ?5), last_error = ?6, dead_letter_reason = ?7, updated_at = ?8, \
+         run_id = COALESCE(run_id, ?9) WHERE id = ?1",
     )
     .map_err(db)?
     .execute(params![
@@ -291,7 +291,8 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         at.started_at,
         at.error_class,
         a.dead_letter_reason,
-        a.now
+        a.now,
+        a.run.as_ref().map(|r| r.id.as_str())
     ])
     .map_err(db)?;
     let run_id = a.run.as_ref().map(|r| r.id.clone());
@@ -450,7 +451,7 @@ pub(crate) fn finish_run(
     let run = read::get_run(c, run_id)?;
     if run.status.is_terminal() {
         return Err(StoreError::Conflict(format!(
-            "run {run_id} is already {}",
+            "the run is already {}",
             run.status.as_str()
         )));
     }
@@ -460,7 +461,29 @@ pub(crate) fn finish_run(
         .query_row(params![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))
         .optional()
         .map_err(db)?
-        .ok_or_else(|| StoreError::NotFound(format!("run {run_id}")))?;
+        .ok_or_else(|| StoreError::NotFound("run".into()))?;
     insert_run_event(c, run_id, seq as u64, ty, &serde_json::json!({}), None, now)?;
     read::get_run(c, run_id)
+}
+
+pub(crate) fn replay_delivery(c: &Connection, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
+    let d = read::get_delivery(c, id)?;
+    if d.state != DeliveryState::DeadLettered {
+        return Err(StoreError::Conflict(format!(
+            "only dead-lettered deliveries can be replayed; this one is {}",
+            d.state.as_str()
+        )));
+    }
+    c.prepare_cached(
+        "UPDATE deliveries SET state = 'pending', due_at = ?2, replays = replays + 1, dead_letter_reason = NULL, \
+         lease_owner = NULL, lease_until = NULL, updated_at = ?2 WHERE id = ?1",
+    )
+    .map_err(db)?
+    .execute(params![id, now])
+    .map_err(db)?;
+    c.prepare_cached("UPDATE receipts SET state = 'queued', updated_at = ?2 WHERE id = ?1")
+        .map_err(db)?
+        .execute(params![d.receipt_id, now])
+        .map_err(db)?;
+    read::get_delivery(c, id)
 }
