@@ -51,11 +51,17 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
         if *shutdown.borrow() {
             break;
         }
+        if permits.available_permits() == 0 {
+            // Every slot is busy: wait for an attempt to finish rather than asking the store.
+            tokio::select! {
+                p = permits.clone().acquire_owned() => drop(p),
+                _ = shutdown.changed() => {}
+            }
+            continue;
+        }
         let now = clock::now_ms();
         let want = (permits.available_permits() as u32).min(cfg.batch);
-        let leases = if want == 0 {
-            Vec::new()
-        } else {
+        let leases = {
             match engine
                 .store
                 .lease_due(&cfg.owner, now, cfg.lease_ms, want)
@@ -109,7 +115,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let event_id = new_id(IdKind::Event);
     let Some(sub) = engine.catalog.subscription(&d.subscription_id) else {
         tracing::warn!(delivery = %d.id, "subscription no longer configured; releasing lease");
-        let _ = engine.store.release_lease(&d.id, &lease.owner).await;
+        let _ = engine.store.release_lease(&d.id, &lease.owner, clock::now_ms()).await;
         return;
     };
     let run_id = d.run_id.clone().unwrap_or_else(|| new_id(IdKind::Run));

@@ -105,8 +105,8 @@ pub trait Store: Send + Sync + 'static {
     /// Attempt numbers continue (a replay after 3 attempts is attempt 4) and each replay grants one
     /// attempt beyond the retry policy. Errors: `NotFound`; `Conflict` unless the delivery is dead-lettered.
     async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord>;
-    /// Releases a lease without recording an attempt (graceful shutdown).
-    async fn release_lease(&self, delivery_id: &str, owner: &str) -> StoreResult<()>;
+    /// Releases a lease without recording an attempt; the delivery is due again at `now`.
+    async fn release_lease(&self, delivery_id: &str, owner: &str, now: i64) -> StoreResult<()>;
     /// The earliest `due_at` of open deliveries, for the worker's sleep.
     async fn next_due_at(&self) -> StoreResult<Option<i64>>;
 

@@ -223,10 +223,10 @@ impl Store for SqliteStore {
             .write(move |c| write::replay_delivery(c, &id, now))
             .await
     }
-    async fn release_lease(&self, delivery_id: &str, owner: &str) -> StoreResult<()> {
+    async fn release_lease(&self, delivery_id: &str, owner: &str, now: i64) -> StoreResult<()> {
         let (d, o) = (delivery_id.to_string(), owner.to_string());
         self.writer
-            .write(move |c| write::release_lease(c, &d, &o))
+            .write(move |c| write::release_lease(c, &d, &o, now))
             .await
     }
     async fn next_due_at(&self) -> StoreResult<Option<i64>> {

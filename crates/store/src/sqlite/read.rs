@@ -390,7 +390,7 @@ pub(crate) fn queue_depth(c: &Connection) -> StoreResult<QueueDepth> {
 
 pub(crate) fn next_due_at(c: &Connection) -> StoreResult<Option<i64>> {
     c.prepare_cached(
-        "SELECT MIN(MAX(due_at, COALESCE(lease_until, 0))) FROM deliveries WHERE state IN ('pending','retrying')",
+        "SELECT MIN(due_at) FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending','retrying')",
     )
     .map_err(db)?
     .query_row([], |r| r.get(0))

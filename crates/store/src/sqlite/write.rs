@@ -129,9 +129,13 @@ pub(crate) fn lease_due(
     let until = now + lease_ms as i64;
     let mut st = c
         .prepare_cached(&format!(
-            "UPDATE deliveries SET lease_owner = ?1, lease_until = ?2 WHERE id IN ( \
-               SELECT id FROM deliveries WHERE state IN ('pending','retrying') AND due_at <= ?3 \
-               AND (lease_until IS NULL OR lease_until <= ?3) ORDER BY due_at LIMIT ?4) \
+            // A lease moves `due_at` to the lease's end: a leased delivery is simply not due until its
+            // lease lapses, so the due index alone finds work and never rescans work in flight. The index
+            // is named: without statistics the planner prefers deliveries_by_state and sorts every open row.
+            "UPDATE deliveries SET lease_owner = ?1, lease_until = ?2, due_at = ?2 WHERE id IN ( \
+               SELECT id FROM deliveries INDEXED BY deliveries_due \
+               WHERE state IN ('pending','retrying') AND due_at <= ?3 \
+               ORDER BY due_at LIMIT ?4) \
              RETURNING {}",
             read::DELIVERY_COLS
         ))
@@ -150,10 +154,12 @@ pub(crate) fn lease_due(
     Ok(out)
 }
 
-pub(crate) fn release_lease(c: &Connection, id: &str, owner: &str) -> StoreResult<()> {
-    c.prepare_cached("UPDATE deliveries SET lease_owner = NULL, lease_until = NULL WHERE id = ?1 AND lease_owner = ?2")
-        .map_err(db)?
-        .execute([id, owner])
+pub(crate) fn release_lease(c: &Connection, id: &str, owner: &str, now: i64) -> StoreResult<()> {
+    c.prepare_cached(
+        "UPDATE deliveries SET lease_owner = NULL, lease_until = NULL, due_at = ?3 WHERE id = ?1 AND lease_owner = ?2",
+    )
+    .map_err(db)?
+    .execute(params![id, owner, now])
         .map_err(db)?;
     Ok(())
 }
