@@ -11,12 +11,55 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use bytes::Bytes;
+use http_body_util::BodyExt;
 use serde_json::json;
 use tb_core::ErrorCode;
 use tb_engine::ingest::{ingest as run_ingest, IngestAnswer};
 
 use crate::error::ApiError;
 use crate::AppState;
+
+/// Most bytes read and discarded after a body went over its limit, so an ordinary sender still reads our
+/// 413 instead of a reset connection; beyond this (or after 5 s) the connection is closed.
+const DRAIN_CAP: usize = 8 * 1024 * 1024;
+
+/// Reads the body if it is at most `limit` bytes. A single-frame body is returned without a copy. Over
+/// the limit: drains up to [`DRAIN_CAP`] more and returns `Err`.
+async fn read_limited(mut body: Body, limit: usize) -> Result<Bytes, ()> {
+    let mut frames: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(|_| ())?.into_data() else {
+            continue;
+        };
+        total += data.len();
+        if total > limit {
+            drain(body).await;
+            return Err(());
+        }
+        frames.push(data);
+    }
+    Ok(match frames.len() {
+        0 => Bytes::new(),
+        1 => frames.pop().expect("one frame"),
+        _ => frames.concat().into(),
+    })
+}
+
+/// Reads and discards up to [`DRAIN_CAP`] bytes (at most 5 s).
+async fn drain(mut body: Body) {
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_CAP {
+                break;
+            }
+        }
+    })
+    .await;
+}
 
 fn too_large(limit: usize) -> ApiError {
     ApiError::new(
@@ -43,13 +86,14 @@ pub async fn ingest(
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => "too_large").increment(1);
-        return Err(too_large(limit));
-    }
-    let bytes = match axum::body::to_bytes(body, limit).await {
+    let read = if declared.is_some_and(|n| n > limit) {
+        Err(drain(body).await)
+    } else {
+        read_limited(body, limit).await
+    };
+    let bytes = match read {
         Ok(b) => b,
-        Err(_) => {
+        Err(()) => {
             metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => "too_large").increment(1);
             return Err(too_large(limit));
         }

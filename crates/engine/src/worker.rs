@@ -115,7 +115,10 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let event_id = new_id(IdKind::Event);
     let Some(sub) = engine.catalog.subscription(&d.subscription_id) else {
         tracing::warn!(delivery = %d.id, "subscription no longer configured; releasing lease");
-        let _ = engine.store.release_lease(&d.id, &lease.owner, clock::now_ms()).await;
+        let _ = engine
+            .store
+            .release_lease(&d.id, &lease.owner, clock::now_ms())
+            .await;
         return;
     };
     let run_id = d.run_id.clone().unwrap_or_else(|| new_id(IdKind::Run));
