@@ -90,5 +90,6 @@ cpu_per() { # µs of server CPU per answered request
   echo "| 5. drain ${DRAIN_COUNT:-100000} pending noop deliveries | \`bench drain --count ${DRAIN_COUNT:-100000}\` | $(tail -n1 "$out/s5_drain.out") | |"
   echo
   echo "Ratios: pure receipt ingest = $(awk -v a="$peak" -v b="$baseline" 'BEGIN{printf "%.0f", 100*a/b}') % of the storage baseline; duplicates answered at $(awk -v a="$(rate s3_dup100)" -v b="$peak" 'BEGIN{printf "%.1f", a/b}') x the rate of new receipts."
-} >bench/RESULTS.table.md
-echo "wrote bench/RESULTS.table.md (raw outputs in $out)" >&2
+  if [ -f bench/analysis.md ]; then echo; cat bench/analysis.md; fi
+} >bench/RESULTS.md
+echo "wrote bench/RESULTS.md (raw outputs in $out)" >&2

@@ -76,8 +76,11 @@ pub async fn run(o: &LoadOpts, port: u16, fail_rate: f64) -> Result<()> {
     {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let elapsed = start.elapsed().as_secs_f64();
     let delivered = rx.delivered.lock().expect("lock").clone();
+    // Rate over the time until the last delivery (not until the wait gave up).
+    let last_us = delivered.values().copied().max().unwrap_or(0);
+    let start_us = unix_us().saturating_sub(start.elapsed().as_micros() as u64);
+    let elapsed = (last_us.saturating_sub(start_us) as f64 / 1e6).max(0.001);
     let mut hist = histogram();
     for (run, sent) in &r.runs {
         if let Some(at) = delivered.get(run) {
@@ -85,6 +88,9 @@ pub async fn run(o: &LoadOpts, port: u16, fail_rate: f64) -> Result<()> {
         }
     }
     eprintln!("{}", latency_line("request->delivered at receiver", &hist));
+    if delivered.len() < want {
+        eprintln!("{} runs were not delivered within 120 s (dead-lettered? see `trigger-bridge deliveries list --state dead-lettered`)", want - delivered.len());
+    }
     println!(
         "outbound: {:.0} deliveries/s, {} of {} runs delivered, {} receiver 500s, p50 {:.2} ms, p99 {:.2} ms (request->delivered)",
         delivered.len() as f64 / elapsed,
