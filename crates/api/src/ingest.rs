@@ -87,7 +87,8 @@ pub async fn ingest(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let read = if declared.is_some_and(|n| n > limit) {
-        Err(drain(body).await)
+        drain(body).await;
+        Err(())
     } else {
         read_limited(body, limit).await
     };
