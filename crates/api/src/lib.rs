@@ -2,6 +2,8 @@
 //! subscriptions, `/health` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
 //! No response ever echoes inbound content.
 
+pub mod dead_letters;
+pub mod discovery;
 pub mod error;
 pub mod ingest;
 pub mod inspect;
@@ -22,12 +24,21 @@ pub struct AppState {
     pub engine: Arc<Engine>,
     /// Renders `/metrics`; `None` when no recorder is installed (tests).
     pub metrics: Option<PrometheusHandle>,
+    /// Host facts for discovery and the OpenWOP endpoints.
+    pub host: discovery::HostInfo,
 }
 
 /// The whole API router.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(ops::health))
+        .route("/.well-known/openwop", get(discovery::discovery))
+        .route(
+            "/v1/trigger-subscriptions/{id}/dead-letters",
+            get(dead_letters::list),
+        )
+        .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/ancestry", get(runs::ancestry))
         .route("/metrics", get(ops::metrics))
         .route(
             "/v1/trigger-subscriptions",

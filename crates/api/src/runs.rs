@@ -122,3 +122,30 @@ pub async fn post_result(
         .await?;
     Ok(Json(wire::run(&run)))
 }
+
+/// `POST /v1/runs/{id}/cancel` -> the run, now `cancelled` with a `run.cancelled` event (its one terminal
+/// event, last). Errors: 404; 409 `conflict` when the run already ended.
+pub async fn cancel(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = st
+        .engine
+        .store
+        .finish_run(&id, RunStatus::Cancelled, None, tb_engine::clock::now_ms())
+        .await?;
+    Ok(Json(wire::run(&run)))
+}
+
+/// `GET /v1/runs/{id}/ancestry` -> `{runId, hostId, parent}` (RFC 0040 §C). Runs here are started by
+/// trigger deliveries, never dispatched by another run, so `parent` is `null`; the trigger link is
+/// `run.started.causationId`. Errors: 404.
+pub async fn ancestry(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = st.engine.store.get_run(&id).await?;
+    Ok(Json(
+        json!({"runId": run.id, "hostId": st.host.host_id, "parent": null}),
+    ))
+}

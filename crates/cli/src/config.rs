@@ -33,6 +33,10 @@ pub struct ServerSection {
     pub data_dir: Option<PathBuf>,
     /// Delivery lease in ms (default 60 000): a crashed attempt is retried after this.
     pub lease_ms: Option<u64>,
+    /// This host's id in discovery and run ancestry (default `trigger-bridge`).
+    pub host_id: Option<String>,
+    /// Days a dead-lettered delivery stays readable (default 14; RFC 0232 `retentionDays`).
+    pub dead_letter_retention_days: Option<u32>,
 }
 
 /// `[subscriptions.hmac]`: settings of the generic `hmac` connector.

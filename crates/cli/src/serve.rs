@@ -92,6 +92,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = tb_api::router(tb_api::AppState {
         engine: engine.clone(),
         metrics: Some(metrics),
+        host: tb_api::discovery::HostInfo {
+            host_id: server
+                .host_id
+                .clone()
+                .unwrap_or_else(|| "trigger-bridge".into()),
+            dead_letter_retention_days: server.dead_letter_retention_days.unwrap_or(14),
+            ..Default::default()
+        },
     })
     .layer(axum::extract::DefaultBodyLimit::disable());
     let mut http_stop = stop_rx.clone();

@@ -46,6 +46,9 @@ impl SubscriptionConfig {
     }
 }
 
+/// Id of the always-present `noop` workflow advertised as an OpenWOP fixture.
+pub const CONFORMANCE_NOOP: &str = "conformance-noop";
+
 /// Subscriptions, bindings (grouped by subscription, in config order) and workflows.
 #[derive(Debug, Default)]
 pub struct Catalog {
@@ -76,6 +79,13 @@ impl Catalog {
         for w in workflows {
             c.workflows.insert(w.id.clone(), w);
         }
+        // The seeded fixture OpenWOP conformance suites start (advertised in discovery `fixtures`).
+        c.workflows
+            .entry(CONFORMANCE_NOOP.to_string())
+            .or_insert_with(|| Workflow {
+                id: CONFORMANCE_NOOP.to_string(),
+                executor: tb_core::workflow::Executor::Noop,
+            });
         c
     }
 

@@ -145,6 +145,8 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<SubscriptionEventRecord>>;
     async fn queue_depth(&self) -> StoreResult<QueueDepth>;
+    /// One page of a subscription's dead-lettered deliveries, newest first (RFC 0232).
+    async fn dead_letters(&self, q: DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>>;
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 }

@@ -249,3 +249,31 @@ pub struct QueueDepth {
     pub retrying: u64,
     pub dead_lettered: u64,
 }
+
+/// Page request of [`crate::Store::dead_letters`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterQuery {
+    pub subscription_id: String,
+    pub limit: u32,
+    /// Continue after this `(dead_lettered_at, delivery_id)` (exclusive); `None` for the first page.
+    pub before: Option<(i64, String)>,
+    /// Oldest `dead_lettered_at` still kept (ms): now minus the retention.
+    pub not_before: i64,
+}
+
+/// One dead-lettered delivery with its last attempt (RFC 0232 record, content-free).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeadLetterRecord {
+    pub delivery_id: String,
+    pub subscription_id: String,
+    pub dedup_key: String,
+    /// Number of the dead-lettered attempt.
+    pub attempt: u32,
+    /// Its `trigger.delivery.attempted` event id.
+    pub attempt_event_id: String,
+    /// `retries_exhausted`, `subscription_dead_lettered`, `workflow_missing`, ...
+    pub reason: Option<String>,
+    pub dead_lettered_at: i64,
+    /// The `trigger.subscription.state.changed` payload this dead-lettering caused, if any.
+    pub state_change: Option<Value>,
+}

@@ -105,6 +105,7 @@ pub async fn start(worker_url: Option<String>, retry: RetryPolicy, threshold: u3
     let app = trigger_bridge_api::router(trigger_bridge_api::AppState {
         engine: engine.clone(),
         metrics: None,
+        host: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -302,6 +302,9 @@ impl Store for SqliteStore {
     async fn queue_depth(&self) -> StoreResult<QueueDepth> {
         self.read(read::queue_depth).await
     }
+    async fn dead_letters(&self, q: DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>> {
+        self.read(move |c| read::dead_letters(c, &q)).await
+    }
     async fn close(&self) {
         self.writer.close().await;
     }

@@ -396,3 +396,48 @@ pub(crate) fn next_due_at(c: &Connection) -> StoreResult<Option<i64>> {
     .query_row([], |r| r.get(0))
     .map_err(db)
 }
+
+/// Dead-lettered deliveries of a subscription, newest first (by `(updated_at, id)`), with their last
+/// attempt and the state change that attempt caused, if any. Only records dead-lettered at or after
+/// `q.not_before` (retention).
+pub(crate) fn dead_letters(
+    c: &Connection,
+    q: &DeadLetterQuery,
+) -> StoreResult<Vec<DeadLetterRecord>> {
+    let (bt, bid) = q.before.clone().unwrap_or((i64::MAX, String::new()));
+    let mut st = c
+        .prepare_cached(
+            "SELECT d.id, d.subscription_id, d.dedup_key, d.attempts, a.event_id, d.dead_letter_reason, d.updated_at, \
+               (SELECT e.payload FROM subscription_events e WHERE e.delivery_id = d.id \
+                  AND e.type = 'trigger.subscription.state.changed' ORDER BY e.timestamp DESC LIMIT 1) \
+             FROM deliveries d JOIN attempts a ON a.delivery_id = d.id AND a.attempt = d.attempts \
+             WHERE d.subscription_id = ?1 AND d.state = 'dead-lettered' AND d.updated_at >= ?2 \
+               AND (d.updated_at < ?3 OR (d.updated_at = ?3 AND d.id < ?4)) \
+             ORDER BY d.updated_at DESC, d.id DESC LIMIT ?5",
+        )
+        .map_err(db)?;
+    let before_id = if q.before.is_some() {
+        bid
+    } else {
+        "\u{10FFFF}".to_string()
+    };
+    let rows = st
+        .query_map(
+            params![q.subscription_id, q.not_before, bt, before_id, q.limit],
+            |r| {
+                let change: Option<String> = r.get(7)?;
+                Ok(DeadLetterRecord {
+                    delivery_id: r.get(0)?,
+                    subscription_id: r.get(1)?,
+                    dedup_key: r.get(2)?,
+                    attempt: r.get(3)?,
+                    attempt_event_id: r.get(4)?,
+                    reason: r.get(5)?,
+                    dead_lettered_at: r.get(6)?,
+                    state_change: change.map(json),
+                })
+            },
+        )
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}

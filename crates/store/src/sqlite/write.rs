@@ -107,6 +107,9 @@ pub(crate) fn commit_receipt(
             r.received_at
         ])
         .map_err(db)?;
+        if d.state == DeliveryState::DeadLettered {
+            dead_letter_at_ingest(c, r, d)?;
+        }
         refs.push(DeliveryRef {
             delivery_id: d.id.clone(),
             binding_id: d.binding_id.clone(),
@@ -117,6 +120,41 @@ pub(crate) fn commit_receipt(
         receipt_id: r.id.clone(),
         deliveries: refs,
     })
+}
+
+/// A delivery created dead-lettered (its subscription is dead-lettered) is recorded as attempt 1 with
+/// outcome `dead-lettered` and its `trigger.delivery.attempted` event, so it appears in the dead-letter
+/// read like any other (RFC 0232) and a replay continues at attempt 2.
+fn dead_letter_at_ingest(c: &Connection, r: &NewReceipt, d: &NewDelivery) -> StoreResult<()> {
+    let event_id = new_id(IdKind::Event);
+    c.prepare_cached(
+        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at) \
+         VALUES (?1, 1, ?2, 'dead-lettered', 'subscription_dead_lettered', ?3, 0, NULL)",
+    )
+    .map_err(db)?
+    .execute(params![d.id, event_id, r.received_at])
+    .map_err(db)?;
+    c.prepare_cached("UPDATE deliveries SET attempts = 1, first_attempt_at = ?2 WHERE id = ?1")
+        .map_err(db)?
+        .execute(params![d.id, r.received_at])
+        .map_err(db)?;
+    let payload = serde_json::to_value(DeliveryAttempted {
+        subscription_id: r.subscription_id.clone(),
+        dedup_key: r.dedup_key.clone(),
+        attempt: 1,
+        outcome: AttemptOutcome::DeadLettered,
+        run_id: None,
+    })
+    .expect("serializable");
+    insert_sub_event(
+        c,
+        &r.subscription_id,
+        events::DELIVERY_ATTEMPTED,
+        &payload,
+        Some(&d.id),
+        &event_id,
+        r.received_at,
+    )
 }
 
 pub(crate) fn lease_due(
@@ -202,11 +240,13 @@ fn insert_run_event(
     Ok(())
 }
 
-/// Persists a subscription transition and its `state.changed` event.
+/// Persists a subscription transition and its `state.changed` event; `cause` is the delivery whose
+/// attempt caused it (so a dead-letter record can show the state change it caused).
 fn apply_transition(
     c: &Connection,
     sub: &SubscriptionRecord,
     t: &Transition,
+    cause: Option<&str>,
     now: i64,
 ) -> StoreResult<()> {
     c.prepare_cached("UPDATE subscriptions SET state = ?2, updated_at = ?3 WHERE id = ?1")
@@ -226,7 +266,7 @@ fn apply_transition(
         &sub.id,
         events::SUBSCRIPTION_STATE_CHANGED,
         &payload,
-        None,
+        cause,
         &new_id(IdKind::Event),
         now,
     )
@@ -241,7 +281,7 @@ pub(crate) fn apply_subscription_input(
     let sub = read::get_subscription(c, id)?;
     let t = transition(sub.state, input);
     if let Some(t) = &t {
-        apply_transition(c, &sub, t, now)?;
+        apply_transition(c, &sub, t, None, now)?;
         if t.to == SubscriptionState::Active {
             c.execute(
                 "UPDATE subscriptions SET consecutive_failures = 0 WHERE id = ?1",
@@ -362,7 +402,7 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     let mut last = None;
     for input in inputs {
         if let Some(t) = transition(state, input) {
-            apply_transition(c, &sub, &t, a.now)?;
+            apply_transition(c, &sub, &t, Some(&d.id), a.now)?;
             state = t.to;
             last = Some(Transition {
                 from: sub.state,

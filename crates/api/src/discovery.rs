@@ -1,0 +1,116 @@
+//! `GET /.well-known/openwop`: the OpenWOP discovery document (OpenWOP trigger-bridge §5). It advertises
+//! only what this host serves: core fields, `triggerBridge` (webhook ingest with Standard Webhooks
+//! signing, dedup, retry policy, the RFC 0232 dead-letter read), the ancestry endpoint, and the
+//! `conformance-noop` fixture. Unauthenticated; `Cache-Control` and a strong `ETag` (`If-None-Match` ->
+//! 304).
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::AppState;
+
+use tb_engine::catalog::CONFORMANCE_NOOP;
+
+/// Host facts the discovery document and the OpenWOP endpoints need.
+#[derive(Debug, Clone)]
+pub struct HostInfo {
+    /// This host's id (`crossHostCausation.hostId`, ancestry `hostId`).
+    pub host_id: String,
+    /// Days a trigger dead letter is kept (RFC 0232 `retentionDays`).
+    pub dead_letter_retention_days: u32,
+    /// Largest dead-letter page (RFC 0232 `maxPageSize`, 1..=1000).
+    pub dead_letter_max_page: u32,
+}
+
+impl Default for HostInfo {
+    fn default() -> Self {
+        HostInfo {
+            host_id: "trigger-bridge".into(),
+            dead_letter_retention_days: 14,
+            dead_letter_max_page: 100,
+        }
+    }
+}
+
+/// Builds the discovery document from the engine's catalog and the host facts.
+pub fn document(st: &AppState) -> Value {
+    let max_body = st
+        .engine
+        .catalog
+        .subscriptions()
+        .map(|s| s.max_body_bytes)
+        .max()
+        .unwrap_or(1 << 20);
+    let default_retry = tb_core::retry::RetryPolicy::default();
+    json!({
+        "protocolVersion": "1.0",
+        "supportedEnvelopes": [],
+        "schemaVersions": {},
+        "limits": {
+            "clarificationRounds": 0,
+            "schemaRounds": 0,
+            "envelopesPerTurn": 0,
+            "maxRequestBodyBytes": max_body,
+        },
+        "implementation": {"name": "trigger-bridge", "version": env!("CARGO_PKG_VERSION"), "vendor": "trigger-bridge"},
+        "supportedTransports": ["rest"],
+        "fixtures": [CONFORMANCE_NOOP],
+        "triggerBridge": {
+            "supported": true,
+            "subscriptionStates": ["active", "paused", "failed", "dead-lettered"],
+            "dedup": true,
+            "retryPolicy": {"maxAttempts": default_retry.max_attempts, "backoff": default_retry.backoff},
+            "sources": ["webhook"],
+            "ingestion": {
+                "externalSources": ["webhook"],
+                "maxBodyBytes": max_body,
+                "verification": ["webhook-signature"],
+                "registrationEndpoint": false,
+                "inboundSigning": ["standard-webhooks-1"],
+            },
+            "deadLetter": {
+                "retentionDays": st.host.dead_letter_retention_days,
+                "maxPageSize": st.host.dead_letter_max_page,
+            },
+        },
+        "multiAgent": {"executionModel": {"crossHostCausation": {
+            "supported": false,
+            "hostId": st.host.host_id,
+            "ancestryEndpointSupported": true,
+        }}},
+    })
+}
+
+/// `GET /.well-known/openwop`.
+pub async fn discovery(State(st): State<AppState>, headers: HeaderMap) -> Response {
+    let body = document(&st).to_string();
+    let etag = format!("\"{}\"", &hex_sha(&body)[..32]);
+    let cache = [
+        (header::CACHE_CONTROL, "public, max-age=60".to_string()),
+        (header::ETAG, etag.clone()),
+    ];
+    let matches = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+    if matches {
+        return (StatusCode::NOT_MODIFIED, cache).into_response();
+    }
+    (
+        StatusCode::OK,
+        cache,
+        [(header::CONTENT_TYPE, "application/json".to_string())],
+        body,
+    )
+        .into_response()
+}
+
+fn hex_sha(s: &str) -> String {
+    Sha256::digest(s.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

@@ -1,0 +1,292 @@
+//! OpenWOP surface served so far (issue #4, partial): discovery, the RFC 0232 dead-letter read, run cancel
+//! and ancestry. Every response is validated against the vendored schemas in `../shared/fixtures/openwop/`.
+
+mod support;
+
+use axum::http::StatusCode;
+use base64::Engine as _;
+use serde_json::{json, Value};
+use support::*;
+
+fn schema(name: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(fixtures().join("openwop").join(name)).unwrap()).unwrap()
+}
+
+fn validator(name: &str) -> jsonschema::Validator {
+    // Relative `$ref`s (e.g. run-event-payloads.schema.json#/$defs/...) resolve against the vendored files.
+    let payloads = schema("run-event-payloads.trigger-subset.schema.json");
+    jsonschema::options()
+        .with_resource(
+            "https://openwop.dev/spec/v1/run-event-payloads.schema.json",
+            jsonschema::Resource::from_contents(payloads).expect("resource"),
+        )
+        .build(&schema(name))
+        .expect("schema compiles")
+}
+
+fn check(v: &jsonschema::Validator, instance: &Value) {
+    let errs: Vec<String> = v
+        .iter_errors(instance)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errs.is_empty(), "{errs:?}\n{instance}");
+}
+
+/// The core profile predicate (OpenWOP trigger-bridge §6 `isCore`).
+fn is_core(d: &Value) -> bool {
+    d["protocolVersion"]
+        .as_str()
+        .is_some_and(|v| v.starts_with("1."))
+        && d["supportedEnvelopes"]
+            .as_array()
+            .is_some_and(|a| a.iter().all(Value::is_string))
+        && d["schemaVersions"].is_object()
+        && ["clarificationRounds", "schemaRounds", "envelopesPerTurn"]
+            .iter()
+            .all(|k| d["limits"][k].as_u64().is_some())
+}
+
+/// `isTriggerBridge` (§6).
+fn is_trigger_bridge(d: &Value) -> bool {
+    let ext = d["triggerBridge"]["ingestion"]["externalSources"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    is_core(d)
+        && d["triggerBridge"]["supported"] == true
+        && d["deadLetter"]["supported"] == true
+        && (d["queueBus"]["supported"] == true
+            || d["scheduling"]["supported"] == true
+            || d["webhooks"]["durable"] == true
+            || ext.iter().any(|s| s == "email" || s == "form"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_is_valid_cached_and_honest() {
+    let s = start(None, fast_retry(2), 0).await;
+    let r = s
+        .http
+        .get(format!("{}/.well-known/openwop", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("cache-control").is_some());
+    let etag = r.headers()["etag"].to_str().unwrap().to_string();
+    let d: Value = r.json().await.unwrap();
+    check(
+        &validator("capabilities.trigger-bridge-subset.schema.json"),
+        &d,
+    );
+    assert!(is_core(&d));
+    assert_eq!(d["fixtures"], json!(["conformance-noop"]));
+    assert_eq!(
+        d["triggerBridge"]["ingestion"]["inboundSigning"],
+        json!(["standard-webhooks-1"])
+    );
+    assert_eq!(
+        d["triggerBridge"]["ingestion"]["registrationEndpoint"], false,
+        "not served yet"
+    );
+    // Honest: no root deadLetter (run.dead_lettered) and no durable outbound webhooks are served yet, so
+    // the trigger-bridge profile is not claimed.
+    assert!(d.get("deadLetter").is_none() && d.get("webhooks").is_none());
+    assert!(!is_trigger_bridge(&d));
+    let r = s
+        .http
+        .get(format!("{}/.well-known/openwop", s.base))
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 304);
+    let r = s
+        .http
+        .get(format!("{}/.well-known/openwop", s.base))
+        .header("if-none-match", "\"other\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_page_newest_first_with_cursor_and_state_change() {
+    let (url, _) = worker(vec![500; 1000]).await;
+    let s = start(Some(url), fast_retry(2), 1).await;
+    // The first delivery exhausts its 2 attempts and dead-letters the subscription (continuous failure);
+    // the next two are dead-lettered at ingest.
+    let (_, a) = s
+        .post_github("pull_request", "dl-1", opened(), GH_SECRET)
+        .await;
+    let d1 = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    s.wait_for(&format!("/v1/deliveries/{d1}"), |v| {
+        v["delivery"]["state"] == "dead-lettered"
+    })
+    .await;
+    s.wait_for("/v1/trigger-subscriptions/github", |v| {
+        v["subscription"]["state"] == "dead-lettered"
+    })
+    .await;
+    for id in ["dl-2", "dl-3"] {
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        let (st, v) = s.post_github("pull_request", id, opened(), GH_SECRET).await;
+        assert_eq!(
+            (st, v["outcome"].as_str()),
+            (StatusCode::ACCEPTED, Some("dead_lettered"))
+        );
+    }
+    let page_schema = validator("trigger-dead-letter-page.schema.json");
+    let p1 = s
+        .get("/v1/trigger-subscriptions/github/dead-letters?limit=2")
+        .await;
+    check(&page_schema, &p1);
+    let mut tampered = p1.clone();
+    tampered["deliveries"][0]["body"] = json!("x");
+    assert!(
+        !page_schema.is_valid(&tampered),
+        "the page schema is closed: a body field fails"
+    );
+    let mut wrong = p1.clone();
+    wrong["deliveries"][0]["attempt"]["outcome"] = json!("delivered");
+    assert!(
+        !page_schema.is_valid(&wrong),
+        "the referenced attempt schema is applied"
+    );
+    let recs = p1["deliveries"].as_array().unwrap();
+    assert_eq!(recs.len(), 2);
+    let cursor = p1["nextCursor"]
+        .as_str()
+        .expect("a second page")
+        .to_string();
+    let p2 = s
+        .get(&format!(
+            "/v1/trigger-subscriptions/github/dead-letters?limit=2&cursor={cursor}"
+        ))
+        .await;
+    check(&page_schema, &p2);
+    let last = p2["deliveries"].as_array().unwrap();
+    assert_eq!(last.len(), 1);
+    assert!(p2.get("nextCursor").is_none());
+    // Newest first: the oldest (the exhausted one) is last and carries the state change it caused.
+    let all: Vec<&Value> = recs.iter().chain(last.iter()).collect();
+    let times: Vec<&str> = all
+        .iter()
+        .map(|r| r["deadLetteredAt"].as_str().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] >= w[1]), "{times:?}");
+    assert_eq!(all[2]["attempt"]["attempt"], 2);
+    assert_eq!(all[2]["reason"], "retries_exhausted");
+    assert_eq!(all[2]["stateChange"]["toState"], "dead-lettered");
+    assert!(all[0].get("stateChange").is_none() && all[1].get("stateChange").is_none());
+    let d = s.get(&format!("/v1/deliveries/{d1}")).await;
+    assert_eq!(all[2]["attemptEventId"], d["attempts"][1]["eventId"]);
+    for r in &all {
+        let at =
+            chrono::DateTime::parse_from_rfc3339(r["deadLetteredAt"].as_str().unwrap()).unwrap();
+        let exp = chrono::DateTime::parse_from_rfc3339(r["expiresAt"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (exp - at).num_days(),
+            14,
+            "expiresAt - deadLetteredAt = retentionDays"
+        );
+        for k in [
+            "body",
+            "headers",
+            "payload",
+            "secret",
+            "credentials",
+            "token",
+            "apiKey",
+        ] {
+            assert!(
+                r.get(k).is_none() && r["attempt"].get(k).is_none(),
+                "content-free"
+            );
+        }
+    }
+    // limit is clamped, never refused; another subscription's cursor is refused.
+    let big = s
+        .get("/v1/trigger-subscriptions/github/dead-letters?limit=100000")
+        .await;
+    assert_eq!(big["deliveries"].as_array().unwrap().len(), 3);
+    let foreign = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode("other\n1\ndlv_x");
+    let r = s
+        .http
+        .get(format!(
+            "{}/v1/trigger-subscriptions/github/dead-letters?cursor={foreign}",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "validation_error"
+    );
+    let r = s
+        .http
+        .get(format!(
+            "{}/v1/trigger-subscriptions/nope/dead-letters",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_ends_a_running_run_once_and_ancestry_is_top_level() {
+    let (url, _) = worker(vec![202]).await;
+    let s = start(Some(url), fast_retry(2), 0).await;
+    let (_, a) = s
+        .post_github("pull_request", "cx-1", opened(), GH_SECRET)
+        .await;
+    let run_id = a["runId"].as_str().unwrap().to_string();
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| v["status"] == "running")
+        .await;
+    let r: Value = s
+        .http
+        .post(format!("{}/v1/runs/{run_id}/cancel", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["status"], "cancelled");
+    let again = s
+        .http
+        .post(format!("{}/v1/runs/{run_id}/cancel", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 409);
+    let evs = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
+    let types: Vec<&str> = evs["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        vec!["run.started", "run.cancelled"],
+        "exactly one terminal event, last"
+    );
+    let envelope = validator("run-event.schema.json");
+    for e in evs["events"].as_array().unwrap() {
+        check(&envelope, e);
+    }
+    let anc = s.get(&format!("/v1/runs/{run_id}/ancestry")).await;
+    check(&validator("run-ancestry-response.schema.json"), &anc);
+    assert_eq!(
+        anc,
+        json!({"runId": run_id, "hostId": "trigger-bridge", "parent": null})
+    );
+}
