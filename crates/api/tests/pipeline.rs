@@ -375,6 +375,8 @@ async fn worker_always_failing_dead_letters_and_moves_the_subscription() {
                 None,
                 Some("dead-lettered")
             ),
+            // dead-2, dead-lettered at ingest, is recorded as a dead-lettered attempt 1.
+            expect("trigger.delivery.attempted", Some("dead-lettered"), None),
         ]
     );
 }
