@@ -2,6 +2,7 @@
 //! subscriptions, `/health` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
 //! No response ever echoes inbound content.
 
+pub mod auth;
 pub mod dead_letters;
 pub mod discovery;
 pub mod error;
@@ -26,6 +27,8 @@ pub struct AppState {
     pub metrics: Option<PrometheusHandle>,
     /// Host facts for discovery and the OpenWOP endpoints.
     pub host: discovery::HostInfo,
+    /// API keys; empty = open API (development on loopback).
+    pub keys: auth::ApiKeys,
 }
 
 /// The whole API router.
@@ -71,5 +74,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/deliveries/{id}/replay", post(inspect::replay_delivery))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require,
+        ))
         .with_state(state)
 }

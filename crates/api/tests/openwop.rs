@@ -290,3 +290,68 @@ async fn cancel_ends_a_running_run_once_and_ancestry_is_top_level() {
         json!({"runId": run_id, "hostId": "trigger-bridge", "parent": null})
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_keys_guard_management_but_not_ingest_or_discovery() {
+    use trigger_bridge_api::auth::ApiKey;
+    let mut reader = ApiKey::full_scope("reader", "reader-key");
+    reader.scopes = vec!["runs:read".into()];
+    let s = start_with_keys(
+        None,
+        fast_retry(2),
+        0,
+        vec![ApiKey::full_scope("admin", "admin-key"), reader],
+    )
+    .await;
+    let get = |path: &str, key: Option<&str>| {
+        let mut r = s.http.get(format!("{}{path}", s.base));
+        if let Some(k) = key {
+            r = r.bearer_auth(k);
+        }
+        r.send()
+    };
+    let r = get("/v1/receipts", None).await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "unauthenticated");
+    assert_eq!(
+        get("/v1/receipts", Some("wrong"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        401
+    );
+    let r = get("/v1/receipts", Some("reader-key")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "forbidden");
+    assert_eq!(
+        get("/v1/runs", Some("reader-key"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        get("/v1/receipts", Some("admin-key"))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        get("/.well-known/openwop", None)
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(get("/health", None).await.unwrap().status().as_u16(), 200);
+    // Ingest takes no credential: the signature is the credential.
+    let (st, _) = s
+        .post_github("pull_request", "auth-1", opened(), GH_SECRET)
+        .await;
+    assert_eq!(st, StatusCode::ACCEPTED);
+}

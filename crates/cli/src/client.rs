@@ -28,6 +28,14 @@ pub struct ClientOpts {
     /// Print the server's JSON response instead of a table
     #[arg(long, global = true)]
     pub json: bool,
+    /// API key sent as `Authorization: Bearer ...` (needed when the server has keys configured)
+    #[arg(
+        long,
+        global = true,
+        env = "TRIGGER_BRIDGE_API_KEY",
+        hide_env_values = true
+    )]
+    pub api_key: Option<String>,
 }
 
 // `trigger-bridge receipts ...`
@@ -323,10 +331,11 @@ impl Api<'_> {
             .iter()
             .filter_map(|(k, v)| Some((*k, v.clone()?)))
             .collect();
-        let resp = self
-            .http
-            .request(method, &url)
-            .query(&query)
+        let mut req = self.http.request(method, &url).query(&query);
+        if let Some(k) = &self.o.api_key {
+            req = req.bearer_auth(k);
+        }
+        let resp = req
             .send()
             .await
             .map_err(|e| request_error(&self.o.server, e))?;

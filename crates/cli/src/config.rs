@@ -150,6 +150,21 @@ pub enum OneOrMany {
     One(FieldValue),
 }
 
+/// `[[api_keys]]`: a key's name, the SHA-256 of the key in hex (`trigger-bridge hash-key` prints it),
+/// and its scopes (`*` = all; see OpenWOP §12).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeySection {
+    pub name: String,
+    pub sha256: String,
+    #[serde(default = "all_scopes")]
+    pub scopes: Vec<String>,
+}
+
+fn all_scopes() -> Vec<String> {
+    vec!["*".into()]
+}
+
 /// The whole file.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -162,6 +177,8 @@ pub struct Config {
     pub workflows: Vec<WorkflowSection>,
     #[serde(default)]
     pub bindings: Vec<BindingSection>,
+    #[serde(default)]
+    pub api_keys: Vec<ApiKeySection>,
 }
 
 /// Resolves a secret reference. `env:NAME` reads the environment variable (must be set and non-empty);
@@ -204,14 +221,16 @@ fn parse_source(s: &str) -> Option<Source> {
 /// A validated configuration, with secrets resolved: ready to become the engine's catalog.
 pub struct Loaded {
     pub server: ServerSection,
+    /// Configured API keys plus `TRIGGER_BRIDGE_API_KEY` (full scope) when set.
+    pub api_keys: Vec<tb_api::auth::ApiKey>,
     pub catalog_parts: (Vec<SubscriptionConfig>, Vec<Binding>, Vec<Workflow>),
 }
 
 impl Loaded {
     /// The engine catalog.
-    pub fn into_catalog(self) -> (ServerSection, Catalog) {
+    pub fn into_catalog(self) -> (ServerSection, Catalog, Vec<tb_api::auth::ApiKey>) {
         let (s, b, w) = self.catalog_parts;
-        (self.server, Catalog::new(s, b, w))
+        (self.server, Catalog::new(s, b, w), self.api_keys)
     }
 }
 
@@ -526,8 +545,38 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             inputs: b.inputs.clone(),
         });
     }
+    let mut api_keys = Vec::new();
+    for (i, k) in cfg.api_keys.iter().enumerate() {
+        let at = format!("api_keys[{i}] ({})", k.name);
+        let mut sha = [0u8; 32];
+        if hex::decode_to_slice(&k.sha256, &mut sha).is_err() {
+            errs.push(format!("{at}: sha256 must be the 64-hex SHA-256 of the key (print it with `trigger-bridge hash-key`)"));
+        }
+        for s in &k.scopes {
+            if s != "*" && !tb_api::auth::SCOPES.contains(&s.as_str()) {
+                errs.push(format!(
+                    "{at}: unknown scope {s:?}; use * or {}",
+                    tb_api::auth::SCOPES.join(", ")
+                ));
+            }
+        }
+        api_keys.push(tb_api::auth::ApiKey {
+            name: k.name.clone(),
+            sha256: sha,
+            scopes: k.scopes.clone(),
+        });
+    }
+    if let Ok(k) = std::env::var("TRIGGER_BRIDGE_API_KEY") {
+        if !k.is_empty() {
+            api_keys.push(tb_api::auth::ApiKey::full_scope(
+                "TRIGGER_BRIDGE_API_KEY",
+                &k,
+            ));
+        }
+    }
     if errs.is_empty() {
         Ok(Loaded {
+            api_keys,
             server: cfg.server,
             catalog_parts: (subs, bindings, workflows),
         })

@@ -36,6 +36,8 @@ enum Cmd {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Print the SHA-256 of an API key read from stdin, for `[[api_keys]] sha256 = "..."`.
+    HashKey,
     /// Sign and post a payload file exactly as the provider would.
     Send(send::SendArgs),
     /// Load generator and benchmarks (storage, ingest, e2e, outbound, drain).
@@ -127,6 +129,17 @@ async fn main() -> ExitCode {
                 Ok(1)
             }
         },
+        Cmd::HashKey => (|| {
+            let mut key = String::new();
+            std::io::stdin().read_line(&mut key)?;
+            let key = key.trim_end_matches(['\r', '\n']);
+            anyhow::ensure!(
+                !key.is_empty(),
+                "no key on stdin; usage: echo -n \"$KEY\" | trigger-bridge hash-key"
+            );
+            println!("sha256 = \"{}\"", hex::encode(tb_api::auth::digest(key)));
+            Ok(0)
+        })(),
         Cmd::Send(a) => send::run(a).await,
         Cmd::Bench { cmd } => bench::run(cmd).await.map(|_| 0),
         Cmd::Receipts { opts, cmd } => client::receipts(&opts, cmd).await.map(|_| 0),

@@ -42,7 +42,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             errs.join("\n  - ")
         )
     })?;
-    let (server, catalog) = loaded.into_catalog();
+    let (server, catalog, keys) = loaded.into_catalog();
     let listen: SocketAddr = match args.listen {
         Some(l) => l,
         None => server
@@ -52,6 +52,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .parse()
             .context("[server].listen is not a socket address")?,
     };
+    if keys.is_empty() {
+        if !listen.ip().is_loopback() {
+            anyhow::bail!(
+                "refusing to serve the management API on {listen} without API keys: set TRIGGER_BRIDGE_API_KEY or add [[api_keys]] to the config"
+            );
+        }
+        tracing::warn!("no API keys configured: the management API is open to anyone on this machine (set TRIGGER_BRIDGE_API_KEY)");
+    }
     let data_dir = args
         .data_dir
         .or(server.data_dir)
@@ -92,6 +100,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let app = tb_api::router(tb_api::AppState {
         engine: engine.clone(),
         metrics: Some(metrics),
+        keys: tb_api::auth::ApiKeys(std::sync::Arc::new(keys)),
         host: tb_api::discovery::HostInfo {
             host_id: server
                 .host_id

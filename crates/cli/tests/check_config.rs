@@ -192,3 +192,31 @@ fn serve_refuses_to_start_without_its_secrets() {
         "{err}"
     );
 }
+
+#[test]
+fn hash_key_prints_the_config_line_and_bad_key_entries_are_named() {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .arg("hash-key")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"key\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "sha256 = \"2c70e12b7a0646f92279f427c7b38e7334d8e5389cff167a1dc30e73f826b683\""
+    );
+    let bad = format!("{GOOD}\n[[api_keys]]\nname = \"ci\"\nsha256 = \"nothex\"\nscopes = [\"runs:read\", \"root\"]\n");
+    let (code, out) = check(&bad, &[("TB_TEST_SECRET", "s")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("api_keys[0] (ci): sha256 must be the 64-hex SHA-256"),
+        "{out}"
+    );
+    assert!(
+        out.contains("api_keys[0] (ci): unknown scope \"root\""),
+        "{out}"
+    );
+}

@@ -51,6 +51,16 @@ pub struct Server {
 
 /// Starts engine + worker + API. `worker_url`: when set, the `pr-opened` binding's workflow is `http`.
 pub async fn start(worker_url: Option<String>, retry: RetryPolicy, threshold: u32) -> Server {
+    start_with_keys(worker_url, retry, threshold, Vec::new()).await
+}
+
+/// [`start`] with API keys configured.
+pub async fn start_with_keys(
+    worker_url: Option<String>,
+    retry: RetryPolicy,
+    threshold: u32,
+    keys: Vec<trigger_bridge_api::auth::ApiKey>,
+) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
     let sub = SubscriptionConfig {
@@ -106,6 +116,7 @@ pub async fn start(worker_url: Option<String>, retry: RetryPolicy, threshold: u3
         engine: engine.clone(),
         metrics: None,
         host: Default::default(),
+        keys: trigger_bridge_api::auth::ApiKeys(Arc::new(keys)),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

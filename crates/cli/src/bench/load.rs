@@ -89,7 +89,15 @@ pub async fn post(
 
 /// A keep-alive client sized for `connections`.
 pub fn client(connections: usize) -> Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(k) = std::env::var("TRIGGER_BRIDGE_API_KEY") {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {k}").parse()?,
+        );
+    }
     Ok(reqwest::Client::builder()
+        .default_headers(headers)
         .pool_max_idle_per_host(connections)
         .tcp_nodelay(true)
         .timeout(Duration::from_secs(30))

@@ -1,0 +1,130 @@
+//! Bearer API keys (OpenWOP §12 auth): `Authorization: Bearer <key>` on every management and read
+//! endpoint, with scopes. Keys are held as SHA-256 digests and compared in constant time. Discovery,
+//! `/health`, `/metrics` and the ingest endpoints take no credential (on ingest the signature is the
+//! credential).
+//!
+//! With no key configured the API is open (development on loopback only; `serve` refuses a non-loopback
+//! listen address without keys). Errors: 401 `unauthenticated`, 403 `forbidden`, in the flat envelope.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::AppState;
+
+/// Scopes (OpenWOP §12).
+pub const SCOPES: &[&str] = &[
+    "manifest:read",
+    "runs:create",
+    "runs:read",
+    "runs:cancel",
+    "artifacts:read",
+    "webhooks:manage",
+    "approvals:respond",
+    "audit:read",
+];
+
+/// One API key: a name for logs, the SHA-256 of the key, and its scopes (`*` = all).
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub name: String,
+    pub sha256: [u8; 32],
+    pub scopes: Vec<String>,
+}
+
+impl ApiKey {
+    /// A key from its cleartext (e.g. `TRIGGER_BRIDGE_API_KEY`) with every scope.
+    pub fn full_scope(name: &str, key: &str) -> ApiKey {
+        ApiKey {
+            name: name.into(),
+            sha256: digest(key),
+            scopes: vec!["*".into()],
+        }
+    }
+
+    fn allows(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == "*" || s == scope)
+    }
+}
+
+/// SHA-256 of a key, as stored (`[[api_keys]] sha256 = "<hex>"`).
+pub fn digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// The configured keys; empty means the API is open.
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys(pub Arc<Vec<ApiKey>>);
+
+/// The scope a request needs, or `None` for public endpoints.
+pub fn required_scope(method: &Method, path: &str) -> Option<&'static str> {
+    if path == "/health"
+        || path == "/metrics"
+        || path == "/.well-known/openwop"
+        || path == "/v1/openapi.json"
+    {
+        return None;
+    }
+    if path.starts_with("/v1/trigger-subscriptions/") && path.ends_with("/ingest") {
+        return None;
+    }
+    if path.starts_with("/v1/runs") {
+        return Some(if path.ends_with("/cancel") {
+            "runs:cancel"
+        } else if method == Method::GET {
+            "runs:read"
+        } else {
+            "runs:create"
+        });
+    }
+    Some("webhooks:manage")
+}
+
+fn deny(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, Json(json!({"error": code, "message": message}))).into_response()
+}
+
+/// The middleware.
+pub async fn require(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(scope) = required_scope(req.method(), req.uri().path()) else {
+        return next.run(req).await;
+    };
+    if st.keys.0.is_empty() {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let Some(presented) = presented else {
+        return deny(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "send Authorization: Bearer <api key>",
+        );
+    };
+    let d = digest(presented);
+    let key = st.keys.0.iter().find(|k| bool::from(k.sha256.ct_eq(&d)));
+    match key {
+        None => deny(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "unknown API key",
+        ),
+        Some(k) if !k.allows(scope) => deny(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!("this API key lacks the scope {scope}"),
+        ),
+        Some(_) => next.run(req).await,
+    }
+}
