@@ -39,7 +39,7 @@ impl Default for HostInfo {
 pub fn document(st: &AppState) -> Value {
     let max_body = st
         .engine
-        .catalog
+        .catalog()
         .subscriptions()
         .map(|s| s.max_body_bytes)
         .max()

@@ -75,7 +75,7 @@ pub async fn ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let Some(sub) = st.engine.catalog.subscription(&id) else {
+    let Some(sub) = st.engine.catalog().subscription(&id).cloned() else {
         return Err(ApiError::new(
             ErrorCode::NotFound,
             "no such trigger subscription",

@@ -413,6 +413,10 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             dedup_window_s: s.dedup_window_s.unwrap_or(DEFAULT_DEDUP_WINDOW_S),
             max_body_bytes,
             failure_threshold: s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD),
+            verification: Default::default(),
+            dedup_enabled: true,
+            fingerprint: None,
+            registration: None,
         });
     }
 

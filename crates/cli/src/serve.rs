@@ -137,7 +137,8 @@ fn print_banner(engine: &Engine, addr: SocketAddr, db: &std::path::Path) {
     );
     println!("store: {}", db.display());
     println!("ingest URLs:");
-    for s in engine.catalog.subscriptions() {
+    let catalog = engine.catalog();
+    for s in catalog.subscriptions() {
         println!(
             "  {:<12} {:<18} http://{addr}/v1/trigger-subscriptions/{}/ingest",
             s.id,
@@ -145,11 +146,11 @@ fn print_banner(engine: &Engine, addr: SocketAddr, db: &std::path::Path) {
             s.id
         );
     }
-    if let Some(s) = engine
-        .catalog
+    let github = catalog
         .subscriptions()
         .find(|s| s.connector.name() == "github")
-    {
+        .cloned();
+    if let Some(s) = github {
         println!("send a test event:");
         println!(
             "  trigger-bridge send --url http://{addr}/v1/trigger-subscriptions/{}/ingest --connector github \\\n    --secret \"$GITHUB_WEBHOOK_SECRET\" --event pull_request --file ../shared/fixtures/github/pull_request/00-opened.json",

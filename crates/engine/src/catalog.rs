@@ -11,6 +11,29 @@ use tb_core::subscription::Source;
 use tb_core::workflow::Workflow;
 use tb_store::SubscriptionDef;
 
+/// Source-authenticity policy (OpenWOP `verification.mode`, RFC 0099 §F.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verification {
+    /// An unverified request starts nothing (401).
+    #[default]
+    Required,
+    /// Verify when possible; deliver either way, stamping `verified` on the receipt.
+    BestEffort,
+    /// No check.
+    None,
+}
+
+/// What an OpenWOP registration (`POST /v1/trigger-subscriptions`) added: the workflow it starts and
+/// where its host-generated signing secret lives.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Registration {
+    pub workflow_id: String,
+    /// File name of the `whsec_` secret under the secrets directory.
+    pub secret_file: String,
+}
+
 /// One subscription's runtime configuration.
 #[derive(Debug, Clone)]
 pub struct SubscriptionConfig {
@@ -26,6 +49,13 @@ pub struct SubscriptionConfig {
     pub max_body_bytes: usize,
     /// Consecutive failed attempts that trip `active -> failed`; 0 never trips.
     pub failure_threshold: u32,
+    pub verification: Verification,
+    /// When false every request is a new receipt (no dedup key is held).
+    pub dedup_enabled: bool,
+    /// Host-keyed, truncated fingerprint of the secret (<= 32 characters), shown instead of the secret.
+    pub fingerprint: Option<String>,
+    /// Set for subscriptions registered through the API.
+    pub registration: Option<Registration>,
 }
 
 impl SubscriptionConfig {
@@ -40,6 +70,10 @@ impl SubscriptionConfig {
                 "retryPolicy": self.retry,
                 "dedupWindowS": self.dedup_window_s,
                 "maxBodyBytes": self.max_body_bytes,
+                "verification": self.verification,
+                "dedupEnabled": self.dedup_enabled,
+                "secretFingerprint": self.fingerprint,
+                "registration": self.registration,
             }),
             failure_threshold: self.failure_threshold,
         }
@@ -50,7 +84,7 @@ impl SubscriptionConfig {
 pub const CONFORMANCE_NOOP: &str = "conformance-noop";
 
 /// Subscriptions, bindings (grouped by subscription, in config order) and workflows.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Catalog {
     subs: HashMap<String, Arc<SubscriptionConfig>>,
     order: Vec<String>,
@@ -110,5 +144,17 @@ impl Catalog {
     /// One workflow.
     pub fn workflow(&self, id: &str) -> Option<&Workflow> {
         self.workflows.get(id)
+    }
+
+    /// A copy of this catalog with one more subscription and its binding.
+    pub fn with(&self, sub: SubscriptionConfig, binding: Binding) -> Catalog {
+        let mut c = self.clone();
+        c.order.push(sub.id.clone());
+        c.subs.insert(sub.id.clone(), Arc::new(sub));
+        c.bindings
+            .entry(binding.subscription.clone())
+            .or_default()
+            .push(binding);
+        c
     }
 }

@@ -65,7 +65,7 @@ pub async fn ingest(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<IngestAnswer, TbError> {
-    let Some(sub) = engine.catalog.subscription(subscription_id).cloned() else {
+    let Some(sub) = engine.catalog().subscription(subscription_id).cloned() else {
         return Err(TbError::new(
             ErrorCode::NotFound,
             "no such trigger subscription",
@@ -132,7 +132,7 @@ pub async fn ingest(
         ));
     }
     let dead = admit == Admission::AcceptAsDeadLetter;
-    let deliveries = router::route(&engine.catalog, &sub.id, &verified.event, dead);
+    let deliveries = router::route(&engine.catalog(), &sub.id, &verified.event, dead);
     let receipt_state = match (deliveries.is_empty(), dead) {
         (true, _) => ReceiptState::Unmatched,
         (false, true) => ReceiptState::DeadLettered,

@@ -24,7 +24,7 @@ pub use catalog::{Catalog, SubscriptionConfig};
 /// subscription states, and the in-process notification that wakes the delivery worker at once.
 pub struct Engine {
     pub store: Arc<dyn Store>,
-    pub catalog: Arc<Catalog>,
+    catalog: RwLock<Arc<Catalog>>,
     states: RwLock<HashMap<String, SubscriptionState>>,
     /// Signalled after every commit that creates due work.
     pub work_ready: Notify,
@@ -56,11 +56,31 @@ impl Engine {
             .map_err(|e| TbError::new(ErrorCode::Internal, format!("http client: {e}")))?;
         Ok(Arc::new(Engine {
             store,
-            catalog: Arc::new(catalog),
+            catalog: RwLock::new(Arc::new(catalog)),
             states: RwLock::new(states),
             work_ready: Notify::new(),
             http,
         }))
+    }
+
+    /// The current catalog (a cheap snapshot; registrations replace it).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().expect("catalog lock").clone()
+    }
+
+    /// Adds a registered subscription and its binding to the catalog and its state to the cache.
+    pub(crate) fn add_to_catalog(
+        &self,
+        sub: SubscriptionConfig,
+        binding: tb_core::binding::Binding,
+        state: SubscriptionState,
+    ) {
+        let mut c = self.catalog.write().expect("catalog lock");
+        self.states
+            .write()
+            .expect("states lock")
+            .insert(sub.id.clone(), state);
+        *c = Arc::new(c.with(sub, binding));
     }
 
     /// The cached state of a subscription, if it exists.

@@ -113,7 +113,8 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let t0 = Instant::now();
     let number = d.attempts + 1;
     let event_id = new_id(IdKind::Event);
-    let Some(sub) = engine.catalog.subscription(&d.subscription_id) else {
+    let catalog = engine.catalog();
+    let Some(sub) = catalog.subscription(&d.subscription_id).cloned() else {
         tracing::warn!(delivery = %d.id, "subscription no longer configured; releasing lease");
         let _ = engine
             .store
@@ -125,7 +126,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let workflow = d
         .workflow_id
         .as_deref()
-        .and_then(|w| engine.catalog.workflow(w));
+        .and_then(|w| catalog.workflow(w).cloned());
     let result: Result<RunStatus, ActionResult> = match workflow {
         None => Err(ActionResult::Failed {
             error_class: "workflow_missing".into(),
@@ -146,7 +147,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 event_type: &event_type,
                 receipt_id: &d.receipt_id,
             };
-            executor::start_run(&engine.http, w, &req).await
+            executor::start_run(&engine.http, &w, &req).await
         }
     };
     let action = match &result {

@@ -72,6 +72,10 @@ pub async fn start_with_keys(
         dedup_window_s: 86_400,
         max_body_bytes: 1 << 20,
         failure_threshold: threshold,
+        verification: Default::default(),
+        dedup_enabled: true,
+        fingerprint: None,
+        registration: None,
     };
     let wf = match worker_url {
         Some(url) => Workflow {
