@@ -68,7 +68,7 @@ pub fn document(st: &AppState) -> Value {
                 "externalSources": ["webhook"],
                 "maxBodyBytes": max_body,
                 "verification": ["webhook-signature"],
-                "registrationEndpoint": false,
+                "registrationEndpoint": st.secrets.is_some(),
                 "inboundSigning": ["standard-webhooks-1"],
             },
             "deadLetter": {

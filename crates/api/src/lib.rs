@@ -9,6 +9,7 @@ pub mod error;
 pub mod ingest;
 pub mod inspect;
 pub mod ops;
+pub mod registration;
 pub mod runs;
 pub mod wire;
 
@@ -29,6 +30,8 @@ pub struct AppState {
     pub host: discovery::HostInfo,
     /// API keys; empty = open API (development on loopback).
     pub keys: auth::ApiKeys,
+    /// Where registered subscriptions' secrets live; `None` = registration not served (501).
+    pub secrets: Option<tb_engine::registration::SecretStore>,
 }
 
 /// The whole API router.
@@ -45,7 +48,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(ops::metrics))
         .route(
             "/v1/trigger-subscriptions",
-            get(inspect::list_subscriptions),
+            get(inspect::list_subscriptions).post(registration::register),
         )
         .route(
             "/v1/trigger-subscriptions/{id}",

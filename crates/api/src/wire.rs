@@ -19,16 +19,21 @@ fn put(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {
     }
 }
 
-/// OpenWOP `TriggerSubscription` (closed object: `subscriptionId, source, state, dedupEnabled, retryPolicy`).
+/// OpenWOP `TriggerSubscription` (closed object: `subscriptionId, source, state, dedupEnabled, retryPolicy,
+/// secretFingerprint?`). Never a secret.
 pub fn subscription(s: &SubscriptionRecord) -> Value {
     let rp = &s.config["retryPolicy"];
-    json!({
+    let mut v = json!({
         "subscriptionId": s.id,
         "source": s.source.as_str(),
         "state": s.state.as_str(),
-        "dedupEnabled": true,
+        "dedupEnabled": s.config["dedupEnabled"].as_bool().unwrap_or(true),
         "retryPolicy": {"maxAttempts": rp["max_attempts"], "backoff": rp["backoff"]},
-    })
+    });
+    if let Some(fp) = s.config["secretFingerprint"].as_str() {
+        v["secretFingerprint"] = json!(fp);
+    }
+    v
 }
 
 /// A receipt (no body, no headers).

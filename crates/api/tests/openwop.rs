@@ -85,8 +85,8 @@ async fn discovery_is_valid_cached_and_honest() {
         json!(["standard-webhooks-1"])
     );
     assert_eq!(
-        d["triggerBridge"]["ingestion"]["registrationEndpoint"], false,
-        "not served yet"
+        d["triggerBridge"]["ingestion"]["registrationEndpoint"],
+        true
     );
     // Honest: no root deadLetter (run.dead_lettered) and no durable outbound webhooks are served yet, so
     // the trigger-bridge profile is not claimed.
@@ -354,4 +354,204 @@ async fn api_keys_guard_management_but_not_ingest_or_discovery() {
         .post_github("pull_request", "auth-1", opened(), GH_SECRET)
         .await;
     assert_eq!(st, StatusCode::ACCEPTED);
+}
+
+/// Signs and posts a Standard Webhooks request to a path.
+async fn post_sw(
+    s: &Server,
+    path: &str,
+    secret: &str,
+    id: &str,
+    body: &[u8],
+    ts: i64,
+) -> (u16, Value) {
+    let key = tb_ingress::parse_whsec(secret).unwrap();
+    let sig = tb_ingress::standard_webhooks::sign(&key, id, ts, body);
+    let r = s
+        .http
+        .post(format!("{}{path}", s.base))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", sig)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openwop_client_registers_posts_follows_the_run_and_reads_dead_letters() {
+    let s = start(None, fast_retry(2), 0).await;
+    let now = chrono_now();
+    let r = s
+        .http
+        .post(format!("{}/v1/trigger-subscriptions", s.base))
+        .json(&json!({"source": "webhook", "workflowId": "conformance-noop", "verification": {"mode": "required"},
+                      "retryPolicy": {"maxAttempts": 3, "backoff": "exponential"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let reg: Value = r.json().await.unwrap();
+    let sub_schema = validator("trigger-subscription.schema.json");
+    check(&sub_schema, &reg["subscription"]);
+    let id = reg["subscription"]["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let secret = reg["binding"]["signingSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ingest = reg["binding"]["ingestUrl"].as_str().unwrap().to_string();
+    let fp = reg["binding"]["secretFingerprint"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(secret.starts_with("whsec_") && tb_ingress::parse_whsec(&secret).is_ok());
+    assert!(ingest.starts_with("/v1/") && fp.len() <= 32 && !fp.is_empty());
+    assert_eq!(reg["subscription"]["secretFingerprint"], fp.as_str());
+    assert_eq!(
+        reg["subscription"]["retryPolicy"],
+        json!({"maxAttempts": 3, "backoff": "exponential"})
+    );
+    // A re-read never shows the secret.
+    let again = s
+        .http
+        .get(format!("{}/v1/trigger-subscriptions/{id}", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !again.contains("whsec_") && !again.contains(&secret[6..]),
+        "{again}"
+    );
+    check(
+        &sub_schema,
+        &serde_json::from_str::<Value>(&again).unwrap()["subscription"],
+    );
+
+    // A signed event, no credential: 202 with a run that starts with the attempt as causation.
+    let body = br#"{"type":"invoice.paid","data":{"n":1}}"#;
+    let (st, a) = post_sw(&s, &ingest, &secret, "msg_openwop_000001", body, now).await;
+    assert_eq!(st, 202, "{a}");
+    let run_id = a["runId"].as_str().unwrap().to_string();
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| {
+        v["status"] == "completed"
+    })
+    .await;
+    let evs = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
+    let evs = evs["events"].as_array().unwrap();
+    assert_eq!(evs[0]["type"], "run.started");
+    assert_eq!(evs[0]["payload"]["workflowId"], "conformance-noop");
+    assert!(evs[0]["causationId"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("evt_")));
+    assert_eq!(evs.last().unwrap()["type"], "run.completed");
+    // The same event again: 200 duplicate with the same run.
+    let (st, d) = post_sw(&s, &ingest, &secret, "msg_openwop_000001", body, now).await;
+    assert_eq!((st, d["runId"].as_str()), (200, Some(run_id.as_str())));
+    // Forged, and 301 s old: 401, nothing started, kept as verification_failed dead letters.
+    let forged = "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let (st, f) = post_sw(&s, &ingest, forged, "msg_openwop_000002", body, now).await;
+    assert_eq!((st, f["error"].as_str()), (401, Some("signature_invalid")));
+    assert!(f.get("runId").is_none());
+    let (st, _) = post_sw(&s, &ingest, &secret, "msg_openwop_000003", body, now - 301).await;
+    assert_eq!(st, 401);
+    let runs = s.get("/v1/runs?limit=100").await;
+    assert_eq!(
+        runs["runs"].as_array().unwrap().len(),
+        1,
+        "no run for refused posts"
+    );
+    let sub_after = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
+    assert_eq!(
+        sub_after["subscription"]["state"], "active",
+        "refusals change no state"
+    );
+    let page = s
+        .get(&format!("/v1/trigger-subscriptions/{id}/dead-letters"))
+        .await;
+    check(&validator("trigger-dead-letter-page.schema.json"), &page);
+    let recs = page["deliveries"].as_array().unwrap();
+    assert_eq!(recs.len(), 2);
+    for r in recs {
+        assert_eq!(r["reason"], "verification_failed");
+        assert!(r.get("stateChange").is_none());
+        assert_eq!(r["attempt"]["outcome"], "dead-lettered");
+    }
+    let changes = s.engine.store.subscription_events(&id, 100).await.unwrap();
+    assert!(changes
+        .iter()
+        .all(|e| e.event_type != "trigger.subscription.state.changed"));
+    // A registration naming an unknown workflow, or a closed-body violation, is 400.
+    for bad in [
+        json!({"source": "webhook", "workflowId": "nope"}),
+        json!({"source": "webhook", "workflowId": "conformance-noop", "extra": 1}),
+        json!({"source": "email", "workflowId": "conformance-noop"}),
+    ] {
+        let r = s
+            .http
+            .post(format!("{}/v1/trigger-subscriptions", s.base))
+            .json(&bad)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{bad}");
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"],
+            "validation_error"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn best_effort_delivers_unverified_events_and_none_skips_the_check() {
+    let s = start(None, fast_retry(2), 0).await;
+    for (mode, expect_verified) in [("best-effort", false), ("none", false)] {
+        let reg: Value = s
+            .http
+            .post(format!("{}/v1/trigger-subscriptions", s.base))
+            .json(&json!({"source": "webhook", "workflowId": "conformance-noop", "verification": {"mode": mode}}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ingest = reg["binding"]["ingestUrl"].as_str().unwrap().to_string();
+        let forged = "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        let (st, a) = post_sw(
+            &s,
+            &ingest,
+            forged,
+            &format!("msg_{mode}_0000000001"),
+            b"{\"type\":\"x\"}",
+            chrono_now(),
+        )
+        .await;
+        assert_eq!(st, 202, "{mode}: {a}");
+        let r = s
+            .get(&format!(
+                "/v1/receipts/{}",
+                a["receiptId"].as_str().unwrap()
+            ))
+            .await;
+        assert_eq!(r["receipt"]["state"], "queued", "{mode}");
+        let rec = s
+            .engine
+            .store
+            .get_receipt(a["receiptId"].as_str().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            rec.normalized["fields"]["verified"], expect_verified,
+            "{mode}: verified is stamped"
+        );
+    }
 }

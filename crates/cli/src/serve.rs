@@ -67,6 +67,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let store = SqliteStore::open_dir(&data_dir)
         .with_context(|| format!("opening the store in {}", data_dir.display()))?;
     let db_path = store.path().to_path_buf();
+    let secrets = tb_engine::registration::SecretStore::open(&data_dir.join("secrets"))
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let catalog = catalog.with_fingerprints(|s| secrets.fingerprint(s));
     let store: Arc<dyn Store> = Arc::new(store);
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets_for_metric(
@@ -82,6 +85,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let engine = Engine::start(store.clone(), catalog)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let registered = tb_engine::registration::load_registered(&engine, &secrets)
+        .await
+        .map_err(|e| anyhow::anyhow!("loading registered subscriptions: {}", e.message))?;
+    if registered > 0 {
+        tracing::info!(registered, "registered trigger subscriptions loaded");
+    }
 
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -101,6 +110,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         engine: engine.clone(),
         metrics: Some(metrics),
         keys: tb_api::auth::ApiKeys(std::sync::Arc::new(keys)),
+        secrets: Some(secrets),
         host: tb_api::discovery::HostInfo {
             host_id: server
                 .host_id

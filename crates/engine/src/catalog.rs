@@ -146,6 +146,17 @@ impl Catalog {
         self.workflows.get(id)
     }
 
+    /// A copy with each subscription's secret fingerprint set by `f` (shown instead of the secret).
+    pub fn with_fingerprints(&self, f: impl Fn(&[u8]) -> String) -> Catalog {
+        let mut c = self.clone();
+        for s in c.subs.values_mut() {
+            let mut x = (**s).clone();
+            x.fingerprint = Some(f(&x.secret));
+            *s = Arc::new(x);
+        }
+        c
+    }
+
     /// A copy of this catalog with one more subscription and its binding.
     pub fn with(&self, sub: SubscriptionConfig, binding: Binding) -> Catalog {
         let mut c = self.clone();

@@ -13,6 +13,10 @@ use tb_core::subscription::{admission, Admission};
 use tb_core::{ErrorCode, TbError};
 use tb_store::{DeliveryRef, IngestOutcome, NewReceipt};
 
+use tb_core::connector::ConnectorSpec;
+use tb_ingress::{IngressError, Verified};
+
+use crate::catalog::{SubscriptionConfig, Verification};
 use crate::{clock, router, store_err, Engine};
 
 /// What the sender is told (OpenWOP trigger-bridge §8; issue #2 ingest contract).
@@ -42,6 +46,74 @@ fn single_run(d: &[DeliveryRef]) -> Option<String> {
     match d {
         [one] => one.run_id.clone(),
         _ => None,
+    }
+}
+
+/// Authenticates and normalizes per the subscription's verification mode: `required` must verify;
+/// `best-effort` falls back to the unverified read (stamping `verified: false`); `none` never checks.
+fn verify(
+    sub: &SubscriptionConfig,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Verified, IngressError> {
+    let unverified = || {
+        let mut v = tb_ingress::standard_webhooks::read_unverified(headers, body)?;
+        v.event
+            .fields
+            .insert("verified".into(), serde_json::Value::Bool(false));
+        Ok(v)
+    };
+    match (sub.verification, &sub.connector) {
+        (Verification::None, ConnectorSpec::StandardWebhooks { .. }) => unverified(),
+        (Verification::BestEffort, ConnectorSpec::StandardWebhooks { .. }) => {
+            match tb_ingress::verify(&sub.connector, &sub.secret, headers, body, clock::now_s()) {
+                Ok(v) => Ok(v),
+                Err(IngressError::SignatureInvalid(_)) => unverified(),
+                Err(e) => Err(e),
+            }
+        }
+        _ => tb_ingress::verify(&sub.connector, &sub.secret, headers, body, clock::now_s()),
+    }
+}
+
+/// Keeps a refused request as a `rejected` receipt whose deliveries are dead-lettered with reason
+/// `verification_failed`. Its dedup key is unique to it, so a forged id can never take a real one.
+async fn record_refusal(
+    engine: &Engine,
+    sub: &SubscriptionConfig,
+    headers: &HeaderMap,
+    body: Bytes,
+) {
+    let receipt_id = new_id(IdKind::Receipt);
+    let event = tb_core::normalized::NormalizedEvent {
+        event: "webhook".into(),
+        action: None,
+        fields: Default::default(),
+    };
+    let mut deliveries = router::route(&engine.catalog(), &sub.id, &event, true);
+    for d in &mut deliveries {
+        d.dead_letter_reason = Some("verification_failed".into());
+    }
+    let now = clock::now_ms();
+    let receipt = NewReceipt {
+        id: receipt_id.clone(),
+        subscription_id: sub.id.clone(),
+        dedup_key: dedup_key(&sub.id, &receipt_id),
+        provider_event_id: "unverified".into(),
+        event_type: "webhook".into(),
+        normalized: serde_json::json!({"event": "webhook", "fields": {"verified": false}}),
+        state: ReceiptState::Rejected,
+        content_type: headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.chars().take(128).collect()),
+        body,
+        received_at: now,
+        dedup_until: now,
+        deliveries,
+    };
+    if let Err(e) = engine.store.commit_receipt(receipt).await {
+        tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");
     }
 }
 
@@ -86,16 +158,32 @@ pub async fn ingest(
             ),
         ));
     }
-    let verified =
-        match tb_ingress::verify(&sub.connector, &sub.secret, headers, &body, clock::now_s()) {
-            Ok(v) => v,
-            Err(e) => {
-                count(connector, "rejected");
-                tracing::info!(subscription = %sub.id, error = %e, "request refused");
-                return Err(TbError::new(e.code(), e.to_string()));
+    let mut verified = match verify(&sub, headers, &body) {
+        Ok(v) => v,
+        Err(e) => {
+            count(connector, "rejected");
+            tracing::info!(subscription = %sub.id, error = %e, "request refused");
+            if sub.registration.is_some() && e.code() == ErrorCode::SignatureInvalid {
+                // RFC 0230: a refused post to a registered subscription is kept as a dead-lettered
+                // delivery (reason verification_failed), without any state change.
+                record_refusal(engine, &sub, headers, body).await;
             }
-        };
-    let key = dedup_key(&sub.id, &verified.provider_event_id);
+            return Err(TbError::new(e.code(), e.to_string()));
+        }
+    };
+    let key = if sub.dedup_enabled {
+        dedup_key(&sub.id, &verified.provider_event_id)
+    } else {
+        // No dedup: every request is its own key.
+        dedup_key(&sub.id, &new_id(IdKind::Receipt))
+    };
+    if sub.verification != Verification::Required {
+        let ok = verified.event.fields.remove("verified").is_none();
+        verified
+            .event
+            .fields
+            .insert("verified".into(), serde_json::Value::Bool(ok));
+    }
     let answer_dup = |o: IngestOutcome| match o {
         IngestOutcome::Duplicate {
             receipt_id,

@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod clock;
 pub mod executor;
 pub mod ingest;
+pub mod registration;
 pub mod router;
 pub mod worker;
 

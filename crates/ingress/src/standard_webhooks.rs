@@ -178,6 +178,23 @@ pub fn verify_signature<'h>(
     Ok(msg_id)
 }
 
+/// For subscriptions whose verification mode is `best-effort` or `none` (RFC 0099 §F.2): the request's
+/// `webhook-id` (same pattern as [`verify`]) and normalized JSON-object body, without a signature check.
+/// Errors: [`IngressError::Malformed`] (no valid `webhook-id`, or the body is not a JSON object),
+/// [`IngressError::UnsupportedMediaType`].
+pub fn read_unverified(headers: &HeaderMap, body: &[u8]) -> Result<Verified, IngressError> {
+    require_identity_encoding(headers)?;
+    require_json_content_type(headers, "Standard Webhooks payloads are application/json")?;
+    let id = headers
+        .get(ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| valid_msg_id(v))
+        .ok_or(IngressError::Malformed(
+            "webhook-id must be 16 to 128 characters of A-Z a-z 0-9 _ -",
+        ))?;
+    normalize(id, body)
+}
+
 /// Builds the normalized event of an authentic body (see [`verify`]).
 fn normalize(msg_id: &str, body: &[u8]) -> Result<Verified, IngressError> {
     let text = std::str::from_utf8(body)

@@ -121,6 +121,9 @@ pub async fn start_with_keys(
         metrics: None,
         host: Default::default(),
         keys: trigger_bridge_api::auth::ApiKeys(Arc::new(keys)),
+        secrets: Some(
+            tb_engine::registration::SecretStore::open(&dir.path().join("secrets")).unwrap(),
+        ),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -129,10 +129,10 @@ fn dead_letter_at_ingest(c: &Connection, r: &NewReceipt, d: &NewDelivery) -> Sto
     let event_id = new_id(IdKind::Event);
     c.prepare_cached(
         "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at) \
-         VALUES (?1, 1, ?2, 'dead-lettered', 'subscription_dead_lettered', ?3, 0, NULL)",
+         VALUES (?1, 1, ?2, 'dead-lettered', ?4, ?3, 0, NULL)",
     )
     .map_err(db)?
-    .execute(params![d.id, event_id, r.received_at])
+    .execute(params![d.id, event_id, r.received_at, d.dead_letter_reason.as_deref().unwrap_or("subscription_dead_lettered")])
     .map_err(db)?;
     c.prepare_cached("UPDATE deliveries SET attempts = 1, first_attempt_at = ?2 WHERE id = ?1")
         .map_err(db)?

@@ -1,0 +1,101 @@
+//! `POST /v1/trigger-subscriptions` (OpenWOP trigger-bridge §F.2, RFC 0230): registers a `webhook`
+//! subscription for a workflow and answers 201 `{subscription, binding: {ingestUrl, signingSecret,
+//! secretFingerprint}}`. The `whsec_` signing secret is in this answer only; later reads show the
+//! fingerprint. Errors: 400 `validation_error` (body not a registration, unsupported source, unknown
+//! workflow), 501 `capability_not_provided` when the host has no secret store.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tb_core::retry::Backoff;
+use tb_core::ErrorCode;
+use tb_engine::catalog::Verification;
+use tb_engine::registration::{register as engine_register, RegistrationRequest};
+
+use crate::error::ApiError;
+use crate::{wire, AppState};
+
+/// `retryPolicy` of a registration.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RetryBody {
+    pub max_attempts: Option<u32>,
+    pub backoff: Option<Backoff>,
+}
+
+/// `verification` of a registration.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerificationBody {
+    pub mode: Option<Verification>,
+}
+
+/// `TriggerSubscriptionRegistration` (closed).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RegistrationBody {
+    pub source: String,
+    pub workflow_id: String,
+    pub dedup_enabled: Option<bool>,
+    pub retry_policy: Option<RetryBody>,
+    pub verification: Option<VerificationBody>,
+    /// Host-specific hint; accepted and ignored (runs receive no payload-derived inputs from it).
+    pub input_mapping: Option<Value>,
+}
+
+/// The handler.
+pub async fn register(
+    State(st): State<AppState>,
+    body: Result<Json<RegistrationBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Some(secrets) = st.secrets.as_ref() else {
+        let b = json!({"error": "capability_not_provided", "message": "this host does not serve registration"});
+        return Ok((StatusCode::NOT_IMPLEMENTED, Json(b)).into_response());
+    };
+    let Json(b) = body.map_err(|_| {
+        ApiError::new(ErrorCode::ValidationError, "body must be a TriggerSubscriptionRegistration: {source, workflowId, dedupEnabled?, retryPolicy?, verification?}")
+    })?;
+    if b.source != "webhook" {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "source must be one of triggerBridge.ingestion.externalSources: webhook",
+        ));
+    }
+    if b.workflow_id.is_empty() {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "workflowId must not be empty",
+        ));
+    }
+    if b.retry_policy.as_ref().and_then(|r| r.max_attempts) == Some(0) {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "retryPolicy.maxAttempts must be at least 1",
+        ));
+    }
+    let req = RegistrationRequest {
+        workflow_id: b.workflow_id,
+        dedup_enabled: b.dedup_enabled.unwrap_or(true),
+        retry: b.retry_policy.map(|r| (r.max_attempts, r.backoff)),
+        verification: b.verification.and_then(|v| v.mode).unwrap_or_default(),
+    };
+    let done = engine_register(&st.engine, secrets, req).await?;
+    let rec = st
+        .engine
+        .store
+        .get_subscription(&done.subscription_id)
+        .await?;
+    let body = json!({
+        "subscription": wire::subscription(&rec),
+        "binding": {
+            "ingestUrl": format!("/v1/trigger-subscriptions/{}/ingest", done.subscription_id),
+            "signingSecret": done.signing_secret,
+            "secretFingerprint": done.fingerprint,
+        },
+    });
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}

@@ -1,0 +1,214 @@
+//! OpenWOP trigger-subscription registration (RFC 0099 §F.2, RFC 0230): `POST /v1/trigger-subscriptions`
+//! creates a `webhook` subscription whose Standard Webhooks signing secret the host generates, returns
+//! once, keeps by reference (a file under the secrets directory, mode 0600), and shows afterwards only as
+//! a host-keyed fingerprint. Registered subscriptions are the same records as configured ones and are
+//! reloaded on start.
+
+use std::path::{Path, PathBuf};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use tb_core::binding::{Binding, BindingAction};
+use tb_core::connector::ConnectorSpec;
+use tb_core::ids::{new_id, IdKind};
+use tb_core::retry::{Backoff, RetryPolicy};
+use tb_core::subscription::Source;
+use tb_core::{ErrorCode, TbError};
+
+use crate::catalog::{Registration, SubscriptionConfig, Verification};
+use crate::{clock, store_err, Engine};
+
+/// Where host-generated secrets live, and the host key that fingerprints secrets.
+#[derive(Debug, Clone)]
+pub struct SecretStore {
+    dir: PathBuf,
+    fingerprint_key: Vec<u8>,
+}
+
+fn io(what: &str, p: &Path, e: std::io::Error) -> TbError {
+    TbError::new(
+        ErrorCode::Unavailable,
+        format!("{what} {}: {e}", p.display()),
+    )
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TbError> {
+    use std::io::Write;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(path).map_err(|e| io("cannot create", path, e))?;
+    f.write_all(bytes)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| io("cannot write", path, e))
+}
+
+impl SecretStore {
+    /// Opens (creating) `dir` and its host key `dir/host.key` (32 random bytes, created once).
+    pub fn open(dir: &Path) -> Result<SecretStore, TbError> {
+        std::fs::create_dir_all(dir).map_err(|e| io("cannot create", dir, e))?;
+        let key_path = dir.join("host.key");
+        if !key_path.exists() {
+            write_private(&key_path, &rand::random::<[u8; 32]>())?;
+        }
+        let fingerprint_key =
+            std::fs::read(&key_path).map_err(|e| io("cannot read", &key_path, e))?;
+        Ok(SecretStore {
+            dir: dir.to_path_buf(),
+            fingerprint_key,
+        })
+    }
+
+    /// `fp_` + the first 24 hex characters of HMAC-SHA256(host key, secret): host-keyed, truncated,
+    /// 27 characters (OpenWOP `secretFingerprint` <= 32).
+    pub fn fingerprint(&self, secret: &[u8]) -> String {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.fingerprint_key).expect("any key length");
+        m.update(secret);
+        format!("fp_{}", &hex::encode(m.finalize().into_bytes())[..24])
+    }
+
+    fn read(&self, file: &str) -> Result<Vec<u8>, TbError> {
+        let p = self.dir.join(file);
+        let text = std::fs::read_to_string(&p).map_err(|e| io("cannot read", &p, e))?;
+        tb_ingress::parse_whsec(text.trim())
+            .map_err(|e| TbError::new(ErrorCode::Internal, format!("{}: {e}", p.display())))
+    }
+}
+
+/// A registration request (OpenWOP `TriggerSubscriptionRegistration`, webhook source).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegistrationRequest {
+    pub workflow_id: String,
+    pub dedup_enabled: bool,
+    /// `maxAttempts` and `backoff`; `None` keeps the default policy.
+    pub retry: Option<(Option<u32>, Option<Backoff>)>,
+    pub verification: Verification,
+}
+
+/// What a registration created; `signing_secret` is shown once.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    pub subscription_id: String,
+    pub signing_secret: String,
+    pub fingerprint: String,
+}
+
+fn policy(retry: Option<(Option<u32>, Option<Backoff>)>) -> RetryPolicy {
+    let mut p = RetryPolicy::default();
+    if let Some((max, backoff)) = retry {
+        if let Some(m) = max {
+            p.max_attempts = m.max(1);
+        }
+        match backoff {
+            Some(Backoff::None) => (p.backoff, p.schedule_ms) = (Backoff::None, None),
+            Some(Backoff::Fixed) => (p.backoff, p.schedule_ms) = (Backoff::Fixed, None),
+            _ => {}
+        }
+    }
+    p
+}
+
+fn config_of(
+    id: &str,
+    reg: Registration,
+    secret: Vec<u8>,
+    fingerprint: String,
+    req_like: (&RetryPolicy, bool, Verification),
+) -> (SubscriptionConfig, Binding) {
+    let (retry, dedup_enabled, verification) = req_like;
+    let binding = Binding {
+        id: id.to_string(),
+        subscription: id.to_string(),
+        event_types: vec!["*".into()],
+        filter: Default::default(),
+        action: BindingAction::StartRun {
+            workflow: reg.workflow_id.clone(),
+        },
+        inputs: Default::default(),
+    };
+    let sub = SubscriptionConfig {
+        id: id.to_string(),
+        source: Source::Webhook,
+        connector: ConnectorSpec::StandardWebhooks { tolerance_s: 300 },
+        secret,
+        retry: retry.clone(),
+        dedup_window_s: 86_400,
+        max_body_bytes: 1 << 20,
+        failure_threshold: 5,
+        verification,
+        dedup_enabled,
+        fingerprint: Some(fingerprint),
+        registration: Some(reg),
+    };
+    (sub, binding)
+}
+
+/// Registers a webhook subscription that starts `workflow_id` for every verified event.
+/// Errors: `validation_error` (unknown workflow), `unavailable` (secret or store write failed).
+pub async fn register(
+    engine: &Engine,
+    secrets: &SecretStore,
+    req: RegistrationRequest,
+) -> Result<Registered, TbError> {
+    if engine.catalog().workflow(&req.workflow_id).is_none() {
+        return Err(TbError::new(
+            ErrorCode::ValidationError,
+            "workflowId does not name a workflow this host can start",
+        ));
+    }
+    let id = format!("sub_{}", &new_id(IdKind::Event)[4..]);
+    let key: [u8; 32] = rand::random();
+    let signing_secret = format!("whsec_{}", STANDARD.encode(key));
+    let secret_file = format!("{id}.whsec");
+    write_private(&secrets.dir.join(&secret_file), signing_secret.as_bytes())?;
+    let fingerprint = secrets.fingerprint(&key);
+    let reg = Registration {
+        workflow_id: req.workflow_id.clone(),
+        secret_file,
+    };
+    let retry = policy(req.retry);
+    let (sub, binding) = config_of(
+        &id,
+        reg,
+        key.to_vec(),
+        fingerprint.clone(),
+        (&retry, req.dedup_enabled, req.verification),
+    );
+    let rec = engine
+        .store
+        .upsert_subscription(sub.store_def(), clock::now_ms())
+        .await
+        .map_err(store_err)?;
+    engine.add_to_catalog(sub, binding, rec.state);
+    tracing::info!(subscription = %id, workflow = %req.workflow_id, "trigger subscription registered");
+    Ok(Registered {
+        subscription_id: id,
+        signing_secret,
+        fingerprint,
+    })
+}
+
+/// The registered subscriptions in the store, rebuilt with their secrets (on start).
+pub async fn load_registered(engine: &Engine, secrets: &SecretStore) -> Result<usize, TbError> {
+    let mut n = 0;
+    for rec in engine.store.list_subscriptions().await.map_err(store_err)? {
+        let Ok(reg) = serde_json::from_value::<Registration>(rec.config["registration"].clone())
+        else {
+            continue;
+        };
+        let secret = secrets.read(&reg.secret_file)?;
+        let retry: RetryPolicy =
+            serde_json::from_value(rec.config["retryPolicy"].clone()).unwrap_or_default();
+        let verification: Verification =
+            serde_json::from_value(rec.config["verification"].clone()).unwrap_or_default();
+        let dedup = rec.config["dedupEnabled"].as_bool().unwrap_or(true);
+        let fp = secrets.fingerprint(&secret);
+        let (sub, binding) = config_of(&rec.id, reg, secret, fp, (&retry, dedup, verification));
+        engine.add_to_catalog(sub, binding, rec.state);
+        n += 1;
+    }
+    Ok(n)
+}
