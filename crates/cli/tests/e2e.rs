@@ -451,3 +451,78 @@ fn sigkill_during_an_attempt_lets_the_lease_lapse_and_delivers_once() {
         "one run"
     );
 }
+
+#[test]
+fn a_registered_subscription_survives_a_restart_and_its_secret_is_kept_by_reference() {
+    let data = tempfile::tempdir().unwrap();
+    let mut s = Server::spawn(
+        &repo().join("examples/quickstart.toml"),
+        data.path(),
+        free_port(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let reg: Value = rt.block_on(async {
+        http.post(format!("{}/v1/trigger-subscriptions", s.base))
+            .json(&serde_json::json!({"source": "webhook", "workflowId": "conformance-noop"}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    });
+    let secret = reg["binding"]["signingSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let url = format!(
+        "{}{}",
+        s.base,
+        reg["binding"]["ingestUrl"].as_str().unwrap()
+    );
+    // The database holds no secret; the secrets directory holds it, readable by the owner only.
+    let db = std::fs::read(data.path().join("trigger-bridge.db")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&db).contains(&secret[6..]),
+        "no secret in the database"
+    );
+    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
+    let file = data.path().join("secrets").join(format!("{id}.whsec"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    s.kill9();
+    s.restart();
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), br#"{"type":"after.restart"}"#).unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "send",
+            "--url",
+            &url,
+            "--connector",
+            "standard-webhooks",
+            "--secret",
+            &secret,
+            "--json",
+            "--file",
+        ])
+        .arg(body.path())
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], 202, "{v}");
+    let run = v["response"]["runId"].as_str().unwrap().to_string();
+    s.wait_for(&format!("/v1/runs/{run}"), |r| r["status"] == "completed");
+    let sub = s.get(&format!("/v1/trigger-subscriptions/{id}"));
+    assert_eq!(
+        sub["subscription"]["secretFingerprint"], reg["binding"]["secretFingerprint"],
+        "the fingerprint is stable across restarts"
+    );
+}
