@@ -11,6 +11,7 @@ pub mod inspect;
 pub mod ops;
 pub mod registration;
 pub mod runs;
+pub mod sse;
 pub mod wire;
 
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub fn router(state: AppState) -> Router {
             get(dead_letters::list),
         )
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/events", get(sse::events))
         .route("/v1/runs/{id}/ancestry", get(runs::ancestry))
         .route("/metrics", get(ops::metrics))
         .route(

@@ -555,3 +555,77 @@ async fn best_effort_delivers_unverified_events_and_none_skips_the_check() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_streams_the_log_resumes_after_last_event_id_and_closes_after_the_terminal_event() {
+    let s = start(None, fast_retry(2), 0).await;
+    let (_, a) = s
+        .post_github("pull_request", "sse-1", opened(), GH_SECRET)
+        .await;
+    let run_id = a["runId"].as_str().unwrap().to_string();
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| {
+        v["status"] == "completed"
+    })
+    .await;
+    let url = format!("{}/v1/runs/{run_id}/events", s.base);
+    // The stream ends by itself after the terminal event, so the whole body can be read.
+    let r = tokio::time::timeout(std::time::Duration::from_secs(5), s.http.get(&url).send())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let text = tokio::time::timeout(std::time::Duration::from_secs(5), r.text())
+        .await
+        .unwrap()
+        .unwrap();
+    let datas: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| serde_json::from_str(d.trim()).unwrap())
+        .collect();
+    assert_eq!(
+        datas
+            .iter()
+            .map(|d| d["type"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["run.started", "run.completed"]
+    );
+    assert!(text.contains("id: 0") || text.contains("id:0"));
+    let envelope = validator("run-event.schema.json");
+    for d in &datas {
+        check(&envelope, d);
+    }
+    let resumed = s
+        .http
+        .get(&url)
+        .header("last-event-id", "0")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let types: Vec<&str> = resumed
+        .lines()
+        .filter_map(|l| l.strip_prefix("event:"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(types, vec!["run.completed"], "resumes after Last-Event-ID");
+    let bad = s
+        .http
+        .get(format!("{url}?streamMode=everything"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let ok = s
+        .http
+        .get(format!("{url}?streamMode=updates,debug"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+}
