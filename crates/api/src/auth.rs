@@ -59,6 +59,11 @@ pub fn digest(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
 
+/// Who made a request: the API key's name, or `anonymous` on an open API. Set by [`require`] for the
+/// handlers and the idempotency layer (whose records are scoped per principal).
+#[derive(Debug, Clone)]
+pub struct Principal(pub String);
+
 /// The configured keys; empty means the API is open.
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys(pub Arc<Vec<ApiKey>>);
@@ -92,11 +97,12 @@ fn deny(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 /// The middleware.
-pub async fn require(State(st): State<AppState>, req: Request, next: Next) -> Response {
+pub async fn require(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     let Some(scope) = required_scope(req.method(), req.uri().path()) else {
         return next.run(req).await;
     };
     if st.keys.0.is_empty() {
+        req.extensions_mut().insert(Principal("anonymous".into()));
         return next.run(req).await;
     }
     let presented = req
@@ -125,6 +131,10 @@ pub async fn require(State(st): State<AppState>, req: Request, next: Next) -> Re
             "forbidden",
             &format!("this API key lacks the scope {scope}"),
         ),
-        Some(_) => next.run(req).await,
+        Some(k) => {
+            let name = k.name.clone();
+            req.extensions_mut().insert(Principal(name));
+            next.run(req).await
+        }
     }
 }

@@ -6,6 +6,7 @@ pub mod auth;
 pub mod dead_letters;
 pub mod discovery;
 pub mod error;
+pub mod idempotency;
 pub mod ingest;
 pub mod inspect;
 pub mod ops;
@@ -79,6 +80,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/deliveries/{id}/replay", post(inspect::replay_delivery))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            idempotency::layer,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require,

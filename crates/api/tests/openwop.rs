@@ -629,3 +629,54 @@ async fn sse_streams_the_log_resumes_after_last_event_id_and_closes_after_the_te
         .unwrap();
     assert_eq!(ok.status().as_u16(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_key_replays_the_registration_and_refuses_a_different_body() {
+    let s = start(None, fast_retry(2), 0).await;
+    let post = |key: &str, body: Value| {
+        s.http
+            .post(format!("{}/v1/trigger-subscriptions", s.base))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let body = json!({"source": "webhook", "workflowId": "conformance-noop"});
+    let first = post("reg-1", body.clone()).await.unwrap();
+    assert_eq!(first.status().as_u16(), 201);
+    assert!(first.headers().get("openwop-idempotent-replay").is_none());
+    let first: Value = first.json().await.unwrap();
+    let again = post("reg-1", body.clone()).await.unwrap();
+    assert_eq!(again.status().as_u16(), 201);
+    assert_eq!(again.headers()["openwop-idempotent-replay"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again, first, "the stored answer, not a second subscription");
+    assert_eq!(
+        s.get("/v1/trigger-subscriptions").await["subscriptions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "github + one registration"
+    );
+    let other = post(
+        "reg-1",
+        json!({"source": "webhook", "workflowId": "conformance-noop", "dedupEnabled": false}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(other.status().as_u16(), 409);
+    assert_eq!(
+        other.json::<Value>().await.unwrap()["error"],
+        "idempotency_key_mismatch"
+    );
+    // A 400 is not stored: the same key with a fixed body runs.
+    let bad = post("reg-2", json!({"source": "webhook"})).await.unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+    let fixed = post("reg-2", json!({"source": "webhook"})).await.unwrap();
+    assert!(
+        fixed.headers().get("openwop-idempotent-replay").is_none(),
+        "400 is never replayed"
+    );
+    let r = post("bad key!", body).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+}

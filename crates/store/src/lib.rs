@@ -51,6 +51,8 @@ impl StoreError {
 
 /// Result alias.
 pub type StoreResult<T> = Result<T, StoreError>;
+/// Result of a write that returns nothing.
+pub type StoredResult = StoreResult<()>;
 
 /// The durable state of trigger-bridge. Implemented by [`sqlite::SqliteStore`].
 #[async_trait]
@@ -147,6 +149,26 @@ pub trait Store: Send + Sync + 'static {
     async fn queue_depth(&self) -> StoreResult<QueueDepth>;
     /// One page of a subscription's dead-lettered deliveries, newest first (RFC 0232).
     async fn dead_letters(&self, q: DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>>;
+    /// Claims an HTTP `Idempotency-Key` (OpenWOP Layer 1) atomically: `New` (this request runs; the
+    /// record is pending with a lease of `lease_ms`), `InFlight` (another request holds it),
+    /// `Mismatch` (same key, different request digest) or `Replay` (the stored final answer). Expired
+    /// records (24 h) and lapsed leases are taken over.
+    async fn idempotency_claim(
+        &self,
+        scope: &str,
+        key: &str,
+        digest: &str,
+        now: i64,
+        lease_ms: u64,
+    ) -> StoreResult<IdempotencyClaim>;
+    /// Stores the final answer of a claimed key, or (with `None`) drops the claim so a retry runs again.
+    async fn idempotency_finish(
+        &self,
+        scope: &str,
+        key: &str,
+        reply: Option<StoredReply>,
+        now: i64,
+    ) -> StoredResult;
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 }

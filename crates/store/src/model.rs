@@ -277,3 +277,20 @@ pub struct DeadLetterRecord {
     /// The `trigger.subscription.state.changed` payload this dead-lettering caused, if any.
     pub state_change: Option<Value>,
 }
+
+/// A stored final HTTP answer for idempotent replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredReply {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+/// Outcome of [`crate::Store::idempotency_claim`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyClaim {
+    New,
+    InFlight { retry_after_ms: u64 },
+    Mismatch,
+    Replay(StoredReply),
+}

@@ -478,3 +478,82 @@ async fn a_key_is_held_for_its_window_then_released() {
         );
     }
 }
+
+#[tokio::test]
+async fn idempotency_claims_are_atomic_replayable_and_expire() {
+    for (store, _dir) in backends() {
+        let reply = StoredReply {
+            status: 201,
+            content_type: Some("application/json".into()),
+            body: b"{\"a\":1}".to_vec(),
+        };
+        assert_eq!(
+            store
+                .idempotency_claim("p POST /x", "k1", "d1", 1_000, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::New
+        );
+        assert_eq!(
+            store
+                .idempotency_claim("p POST /x", "k1", "d1", 2_000, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::InFlight {
+                retry_after_ms: 59_000
+            }
+        );
+        assert_eq!(
+            store
+                .idempotency_claim("p POST /x", "k1", "other", 2_000, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::Mismatch
+        );
+        store
+            .idempotency_finish("p POST /x", "k1", Some(reply.clone()), 3_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .idempotency_claim("p POST /x", "k1", "d1", 4_000, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::Replay(reply)
+        );
+        // Another scope is another record.
+        assert_eq!(
+            store
+                .idempotency_claim("q POST /x", "k1", "d1", 4_000, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::New
+        );
+        // A lapsed lease is taken over; a dropped claim runs again; 24 h later the key is free.
+        assert_eq!(
+            store
+                .idempotency_claim("q POST /x", "k1", "d1", 70_000, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::New
+        );
+        store
+            .idempotency_finish("q POST /x", "k1", None, 70_001)
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .idempotency_claim("q POST /x", "k1", "d2", 70_002, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::New
+        );
+        assert_eq!(
+            store
+                .idempotency_claim("p POST /x", "k1", "d9", 3_000 + 86_400_000, 60_000)
+                .await
+                .unwrap(),
+            IdempotencyClaim::New
+        );
+    }
+}

@@ -16,15 +16,21 @@ use tb_core::run::RunStatus;
 use tb_core::subscription::{SubscriptionInput, Transition};
 
 use crate::model::*;
-use crate::{Store, StoreError, StoreResult};
+use crate::{Store, StoreError, StoreResult, StoredResult};
 use read::db;
 use writer::Writer;
 
 /// Versioned migrations, applied in order; `PRAGMA user_version` records the last applied.
-const MIGRATIONS: &[(i64, &str)] = &[(1, include_str!("../../migrations/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/sqlite/0001_init.sql")),
+    (
+        2,
+        include_str!("../../migrations/sqlite/0002_idempotency.sql"),
+    ),
+];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The SQLite store. Cheap to share behind an `Arc<dyn Store>`.
 pub struct SqliteStore {
@@ -304,6 +310,31 @@ impl Store for SqliteStore {
     }
     async fn dead_letters(&self, q: DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>> {
         self.read(move |c| read::dead_letters(c, &q)).await
+    }
+    async fn idempotency_claim(
+        &self,
+        scope: &str,
+        key: &str,
+        digest: &str,
+        now: i64,
+        lease_ms: u64,
+    ) -> StoreResult<IdempotencyClaim> {
+        let (s, k, d) = (scope.to_string(), key.to_string(), digest.to_string());
+        self.writer
+            .write(move |c| write::idempotency_claim(c, &s, &k, &d, now, lease_ms))
+            .await
+    }
+    async fn idempotency_finish(
+        &self,
+        scope: &str,
+        key: &str,
+        reply: Option<StoredReply>,
+        now: i64,
+    ) -> StoredResult {
+        let (s, k) = (scope.to_string(), key.to_string());
+        self.writer
+            .write(move |c| write::idempotency_finish(c, &s, &k, reply.as_ref(), now))
+            .await
     }
     async fn close(&self) {
         self.writer.close().await;

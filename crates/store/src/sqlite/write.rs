@@ -533,3 +533,91 @@ pub(crate) fn replay_delivery(c: &Connection, id: &str, now: i64) -> StoreResult
         .map_err(db)?;
     read::get_delivery(c, id)
 }
+
+/// 24 h: how long a final answer is replayed (OpenWOP Layer-1 floor).
+const IDEMPOTENCY_TTL_MS: i64 = 86_400_000;
+
+pub(crate) fn idempotency_claim(
+    c: &Connection,
+    scope: &str,
+    key: &str,
+    digest: &str,
+    now: i64,
+    lease_ms: u64,
+) -> StoreResult<IdempotencyClaim> {
+    c.prepare_cached(
+        "DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND expires_at <= ?3",
+    )
+    .map_err(db)?
+    .execute(params![scope, key, now])
+    .map_err(db)?;
+    let lease = now + lease_ms as i64;
+    let inserted = c
+        .prepare_cached(
+            "INSERT INTO idempotency_keys (scope, key, digest, state, lease_until, expires_at) \
+             VALUES (?1, ?2, ?3, 'pending', ?4, ?5) ON CONFLICT (scope, key) DO NOTHING",
+        )
+        .map_err(db)?
+        .execute(params![scope, key, digest, lease, now + IDEMPOTENCY_TTL_MS])
+        .map_err(db)?;
+    if inserted == 1 {
+        return Ok(IdempotencyClaim::New);
+    }
+    let (d, state, status, ct, body, lease_until): (String, String, Option<u16>, Option<String>, Option<Vec<u8>>, i64) = c
+        .prepare_cached("SELECT digest, state, status, content_type, body, lease_until FROM idempotency_keys WHERE scope = ?1 AND key = ?2")
+        .map_err(db)?
+        .query_row(params![scope, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
+        .map_err(db)?;
+    if d != digest {
+        return Ok(IdempotencyClaim::Mismatch);
+    }
+    if state == "completed" {
+        return Ok(IdempotencyClaim::Replay(StoredReply {
+            status: status.unwrap_or(200),
+            content_type: ct,
+            body: body.unwrap_or_default(),
+        }));
+    }
+    if lease_until > now {
+        return Ok(IdempotencyClaim::InFlight {
+            retry_after_ms: (lease_until - now) as u64,
+        });
+    }
+    // The holder's lease lapsed (it crashed): take the claim over with a compare-and-set.
+    let taken = c
+        .prepare_cached("UPDATE idempotency_keys SET lease_until = ?4 WHERE scope = ?1 AND key = ?2 AND lease_until = ?3 AND state = 'pending'")
+        .map_err(db)?
+        .execute(params![scope, key, lease_until, lease])
+        .map_err(db)?;
+    Ok(if taken == 1 {
+        IdempotencyClaim::New
+    } else {
+        IdempotencyClaim::InFlight {
+            retry_after_ms: lease_ms,
+        }
+    })
+}
+
+pub(crate) fn idempotency_finish(
+    c: &Connection,
+    scope: &str,
+    key: &str,
+    reply: Option<&StoredReply>,
+    now: i64,
+) -> StoreResult<()> {
+    match reply {
+        Some(r) => c
+            .prepare_cached(
+                "UPDATE idempotency_keys SET state = 'completed', status = ?3, content_type = ?4, body = ?5, expires_at = ?6 \
+                 WHERE scope = ?1 AND key = ?2",
+            )
+            .map_err(db)?
+            .execute(params![scope, key, r.status, r.content_type, r.body, now + IDEMPOTENCY_TTL_MS]),
+        None => c
+            .prepare_cached("DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND state = 'pending'")
+            .map_err(db)?
+            .execute(params![scope, key]),
+    }
+    .map_err(db)?;
+    Ok(())
+}
