@@ -534,6 +534,16 @@ pub(crate) fn replay_delivery(c: &Connection, id: &str, now: i64) -> StoreResult
     read::get_delivery(c, id)
 }
 
+/// A stored idempotency record: digest, state, status, content type, body, lease end.
+type IdempotencyRow = (
+    String,
+    String,
+    Option<u16>,
+    Option<String>,
+    Option<Vec<u8>>,
+    i64,
+);
+
 /// 24 h: how long a final answer is replayed (OpenWOP Layer-1 floor).
 const IDEMPOTENCY_TTL_MS: i64 = 86_400_000;
 
@@ -563,7 +573,7 @@ pub(crate) fn idempotency_claim(
     if inserted == 1 {
         return Ok(IdempotencyClaim::New);
     }
-    let (d, state, status, ct, body, lease_until): (String, String, Option<u16>, Option<String>, Option<Vec<u8>>, i64) = c
+    let (d, state, status, ct, body, lease_until): IdempotencyRow = c
         .prepare_cached("SELECT digest, state, status, content_type, body, lease_until FROM idempotency_keys WHERE scope = ?1 AND key = ?2")
         .map_err(db)?
         .query_row(params![scope, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
