@@ -26,13 +26,23 @@ pub struct ListParams {
 }
 
 impl ListParams {
-    pub(crate) fn query(self, state: Option<String>) -> ListQuery {
-        ListQuery {
+    /// The store query, with `filter` (the `state` or `status` value) checked by `valid`; `hint` says
+    /// which values exist. Errors: 400 `validation_error` (the value is never echoed).
+    pub(crate) fn query(
+        self,
+        filter: Option<String>,
+        valid: impl Fn(&str) -> bool,
+        hint: &str,
+    ) -> Result<ListQuery, ApiError> {
+        if filter.as_deref().is_some_and(|f| !valid(f)) {
+            return Err(ApiError::new(ErrorCode::ValidationError, hint));
+        }
+        Ok(ListQuery {
             limit: self.limit.unwrap_or(50).clamp(1, 500),
             before: self.before,
-            state,
+            state: filter,
             subscription_id: self.subscription,
-        }
+        })
     }
 }
 
@@ -96,16 +106,8 @@ pub async fn list_receipts(
     p: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
-    if let Some(s) = p.state.as_deref() {
-        if ReceiptState::parse(s).is_none() {
-            return Err(ApiError::new(
-                ErrorCode::ValidationError,
-                "unknown receipt state; use received, authenticated, normalized, matched, routed, queued, consumed, rejected, duplicate, unmatched, rate_limited, disabled, expired, target_terminal, routing_failed or dead_lettered",
-            ));
-        }
-    }
     let state = p.state.clone();
-    let q = p.query(state);
+    let q = p.query(state, |s| ReceiptState::parse(s).is_some(), "unknown receipt state; use received, authenticated, normalized, matched, routed, queued, consumed, rejected, duplicate, unmatched, rate_limited, disabled, expired, target_terminal, routing_failed or dead_lettered")?;
     let limit = q.limit;
     let rs = st.engine.store.list_receipts(q).await?;
     Ok(Json(page(
@@ -134,16 +136,12 @@ pub async fn list_deliveries(
     p: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
-    if let Some(s) = p.state.as_deref() {
-        if DeliveryState::parse(s).is_none() {
-            return Err(ApiError::new(
-                ErrorCode::ValidationError,
-                "unknown delivery state; use pending, retrying, delivered or dead-lettered",
-            ));
-        }
-    }
     let state = p.state.clone();
-    let q = p.query(state);
+    let q = p.query(
+        state,
+        |s| DeliveryState::parse(s).is_some(),
+        "unknown delivery state; use pending, retrying, delivered or dead-lettered",
+    )?;
     let limit = q.limit;
     let ds = st.engine.store.list_deliveries(q).await?;
     Ok(Json(page(

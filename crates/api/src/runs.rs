@@ -21,16 +21,8 @@ pub async fn list_runs(
     p: Result<Query<ListParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
-    if let Some(s) = p.status.as_deref() {
-        if RunStatus::parse(s).is_none() {
-            return Err(ApiError::new(
-                ErrorCode::ValidationError,
-                "unknown run status; use pending, running, paused, waiting-approval, waiting-input, waiting-external, completed, failed, cancelling or cancelled",
-            ));
-        }
-    }
     let status = p.status.clone();
-    let q = p.query(status);
+    let q = p.query(status, |s| RunStatus::parse(s).is_some(), "unknown run status; use pending, running, paused, waiting-approval, waiting-input, waiting-external, completed, failed, cancelling or cancelled")?;
     let limit = q.limit;
     let runs = st.engine.store.list_runs(q).await?;
     Ok(Json(page(
