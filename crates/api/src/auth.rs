@@ -62,7 +62,19 @@ pub fn digest(key: &str) -> [u8; 32] {
 /// Who made a request: the API key's name, or `anonymous` on an open API. Set by [`require`] for the
 /// handlers and the idempotency layer (whose records are scoped per principal).
 #[derive(Debug, Clone)]
-pub struct Principal(pub String);
+pub struct Principal(pub String, pub Vec<String>);
+
+impl Principal {
+    /// The caller on an open API (no keys configured): every scope.
+    pub fn anonymous() -> Principal {
+        Principal("anonymous".into(), vec!["*".into()])
+    }
+
+    /// Whether the caller holds `scope`.
+    pub fn may(&self, scope: &str) -> bool {
+        self.1.iter().any(|s| s == "*" || s == scope)
+    }
+}
 
 /// The configured keys; empty means the API is open.
 #[derive(Debug, Clone, Default)]
@@ -93,7 +105,14 @@ pub fn required_scope(method: &Method, path: &str) -> Option<&'static str> {
 }
 
 fn deny(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(json!({"error": code, "message": message}))).into_response()
+    let mut r = (status, Json(json!({"error": code, "message": message}))).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    r
 }
 
 /// The middleware.
@@ -102,15 +121,16 @@ pub async fn require(State(st): State<AppState>, mut req: Request, next: Next) -
         return next.run(req).await;
     };
     if st.keys.0.is_empty() {
-        req.extensions_mut().insert(Principal("anonymous".into()));
+        req.extensions_mut().insert(Principal::anonymous());
         return next.run(req).await;
     }
     let presented = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, k)| k.trim());
     let Some(presented) = presented else {
         return deny(
             StatusCode::UNAUTHORIZED,
@@ -132,8 +152,8 @@ pub async fn require(State(st): State<AppState>, mut req: Request, next: Next) -
             &format!("this API key lacks the scope {scope}"),
         ),
         Some(k) => {
-            let name = k.name.clone();
-            req.extensions_mut().insert(Principal(name));
+            let p = Principal(k.name.clone(), k.scopes.clone());
+            req.extensions_mut().insert(p);
             next.run(req).await
         }
     }

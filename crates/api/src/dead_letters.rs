@@ -18,10 +18,10 @@ use crate::{wire, AppState};
 
 const DAY_MS: i64 = 86_400_000;
 
-/// Query: `limit` (default and maximum `maxPageSize`), `cursor`.
+/// Query: `limit` (default and maximum `maxPageSize`; any value is clamped, never refused), `cursor`.
 #[derive(Debug, Deserialize)]
 pub struct PageParams {
-    pub limit: Option<u32>,
+    pub limit: Option<String>,
     pub cursor: Option<String>,
 }
 
@@ -86,7 +86,13 @@ pub async fn list(
     let p = crate::error::query(p)?;
     st.engine.store.get_subscription(&id).await?;
     let max = st.host.dead_letter_max_page;
-    let limit = p.limit.unwrap_or(max).clamp(1, max);
+    // RFC 0232: limit is clamped to [1, maxPageSize], never refused; a non-number means the default.
+    let limit = p
+        .limit
+        .as_deref()
+        .and_then(|l| l.trim().parse::<f64>().ok())
+        .filter(|l| l.is_finite())
+        .map_or(max, |l| l.clamp(1.0, max as f64) as u32);
     let before = match p.cursor.as_deref() {
         Some(c) => Some(decode_cursor(&id, c)?),
         None => None,

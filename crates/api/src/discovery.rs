@@ -95,7 +95,12 @@ pub async fn discovery(State(st): State<AppState>, headers: HeaderMap) -> Respon
     let matches = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+        // Weak comparison (RFC 9110 §13.1.2): `W/"x"` matches `"x"`.
+        .is_some_and(|v| {
+            v.split(',')
+                .map(|t| t.trim().trim_start_matches("W/"))
+                .any(|t| t == etag || t == "*")
+        });
     if matches {
         return (StatusCode::NOT_MODIFIED, cache).into_response();
     }

@@ -72,3 +72,46 @@ pub async fn not_found() -> ApiError {
         "no such endpoint; see README.md for the API",
     )
 }
+
+/// Wraps error answers produced outside our handlers (extractor rejections such as a path that is not
+/// UTF-8, body-limit rejections) in the flat envelope, so every error a client sees is
+/// `{error, message}` with a stable code and no echo of the request.
+pub async fn envelope_errors(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (code, message) = match status.as_u16() {
+        400 => ("validation_error", "the request is malformed"),
+        404 => ("not_found", "not found"),
+        405 => (
+            "method_not_allowed",
+            "this endpoint does not take that method",
+        ),
+        413 => ("payload_too_large", "the request body is too large"),
+        415 => ("unsupported_media_type", "unsupported content type"),
+        422 => ("validation_error", "the request body is not valid"),
+        s if s < 500 => ("validation_error", "the request was refused"),
+        _ => ("internal", "internal error"),
+    };
+    let mut out = (status, Json(json!({"error": code, "message": message}))).into_response();
+    for h in [
+        axum::http::header::RETRY_AFTER,
+        axum::http::header::WWW_AUTHENTICATE,
+        axum::http::header::ALLOW,
+    ] {
+        if let Some(v) = resp.headers().get(&h) {
+            out.headers_mut().insert(h, v.clone());
+        }
+    }
+    out
+}

@@ -106,8 +106,14 @@ pub async fn ingest(
             deliveries,
             run_id,
         } => {
-            let mut b =
-                json!({"outcome": "accepted", "receiptId": receipt_id, "deliveries": deliveries});
+            // OpenWOP-registered subscriptions answer with RFC 0230's word, `delivered`; configured ones
+            // keep `accepted`.
+            let word = if sub.registration.is_some() {
+                "delivered"
+            } else {
+                "accepted"
+            };
+            let mut b = json!({"outcome": word, "receiptId": receipt_id, "deliveries": deliveries});
             if let Some(r) = run_id {
                 b["runId"] = json!(r);
             }

@@ -36,6 +36,10 @@ pub struct AppState {
     pub secrets: Option<tb_engine::registration::SecretStore>,
 }
 
+/// Largest JSON body of a management request, in bytes (ingest bodies have their own per-subscription
+/// limit and are read by the ingest handler itself).
+pub const MAX_API_BODY: usize = 1 << 20;
+
 /// The whole API router.
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -88,5 +92,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require,
         ))
+        .layer(axum::middleware::from_fn(error::envelope_errors))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_API_BODY))
         .with_state(state)
 }

@@ -50,12 +50,16 @@ pub struct RegistrationBody {
 /// The handler.
 pub async fn register(
     State(st): State<AppState>,
+    principal: Option<axum::Extension<crate::auth::Principal>>,
     body: Result<Json<RegistrationBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Some(secrets) = st.secrets.as_ref() else {
         let b = json!({"error": "capability_not_provided", "message": "this host does not serve registration"});
         return Ok((StatusCode::NOT_IMPLEMENTED, Json(b)).into_response());
     };
+    let principal = principal
+        .map(|p| p.0)
+        .unwrap_or_else(crate::auth::Principal::anonymous);
     let Json(b) = body.map_err(|_| {
         ApiError::new(ErrorCode::ValidationError, "body must be a TriggerSubscriptionRegistration: {source, workflowId, dedupEnabled?, retryPolicy?, verification?}")
     })?;
@@ -71,10 +75,20 @@ pub async fn register(
             "workflowId must not be empty",
         ));
     }
-    if b.retry_policy.as_ref().and_then(|r| r.max_attempts) == Some(0) {
+    if b.retry_policy
+        .as_ref()
+        .and_then(|r| r.max_attempts)
+        .is_some_and(|m| !(1..=100).contains(&m))
+    {
         return Err(ApiError::new(
             ErrorCode::ValidationError,
-            "retryPolicy.maxAttempts must be at least 1",
+            "retryPolicy.maxAttempts must be within 1..=100",
+        ));
+    }
+    if !principal.may("runs:create") {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "registering a subscription starts runs of workflowId: the API key also needs runs:create",
         ));
     }
     let req = RegistrationRequest {

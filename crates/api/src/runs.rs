@@ -38,7 +38,7 @@ pub async fn get_run(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(wire::run(&st.engine.store.get_run(&id).await?)))
+    Ok(Json(load_run(&st, &id).await?.0))
 }
 
 /// Query of the poll endpoint: events after `lastSequence` (all when absent); wait up to `timeout`
@@ -58,8 +58,15 @@ pub async fn poll_events(
     p: Result<Query<PollParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
-    let run = st.engine.store.get_run(&id).await?;
-    let deadline = Instant::now() + Duration::from_secs(p.timeout.unwrap_or(0).min(30));
+    let (_, terminal) = load_run(&st, &id).await?;
+    // Without lastSequence the whole log is returned at once; with it, wait up to `timeout` s
+    // (default 30, at most 60) for a newer event (OpenWOP §12).
+    let wait = if p.last_sequence.is_some() {
+        p.timeout.unwrap_or(30).min(60)
+    } else {
+        p.timeout.unwrap_or(0).min(60)
+    };
+    let deadline = Instant::now() + Duration::from_secs(wait);
     let limit = p.limit.unwrap_or(500).clamp(1, 1000);
     loop {
         let evs = st
@@ -73,7 +80,7 @@ pub async fn poll_events(
                 || e.event_type == "run.cancelled"
         });
         if !evs.is_empty() || Instant::now() >= deadline {
-            let complete = done || (evs.is_empty() && run.status.is_terminal());
+            let complete = done || (evs.is_empty() && terminal);
             return Ok(Json(
                 json!({"events": evs.iter().map(wire::run_event).collect::<Vec<_>>(), "isComplete": complete}),
             ));
@@ -99,10 +106,10 @@ pub async fn post_result(
     Path(id): Path<String>,
     body: Result<Json<ResultBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Json(body) = body.map_err(|e| {
+    let Json(body) = body.map_err(|_| {
         ApiError::new(
             ErrorCode::ValidationError,
-            format!("invalid result body: {}", e.body_text()),
+            "body must be {\"status\": \"completed\"|\"failed\"|\"cancelled\", \"output\"?: any}",
         )
     })?;
     let status = parse_result_status(&body.status)
@@ -121,11 +128,21 @@ pub async fn cancel(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = st
+    let (_, _) = load_run(&st, &id).await?;
+    let run = match st
         .engine
         .store
         .finish_run(&id, RunStatus::Cancelled, None, tb_engine::clock::now_ms())
-        .await?;
+        .await
+    {
+        Err(tb_store::StoreError::NotFound(_)) => {
+            return Err(ApiError::new(
+                ErrorCode::Conflict,
+                "the run has not started yet; retry the cancel shortly",
+            ))
+        }
+        r => r?,
+    };
     Ok(Json(wire::run(&run)))
 }
 
@@ -136,8 +153,37 @@ pub async fn ancestry(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let run = st.engine.store.get_run(&id).await?;
+    load_run(&st, &id).await?;
     Ok(Json(
-        json!({"runId": run.id, "hostId": st.host.host_id, "parent": null}),
+        json!({"runId": id, "hostId": st.host.host_id, "parent": null}),
     ))
+}
+
+/// A run as the API shows it, and whether it has ended. A run announced at ingest (its `runId` is in the
+/// 202) exists from that moment: until its delivery starts it, it reads as `pending` from its delivery.
+/// Errors: 404 when neither a run nor a live delivery has this id.
+pub(crate) async fn load_run(st: &AppState, id: &str) -> Result<(Value, bool), ApiError> {
+    match st.engine.store.get_run(id).await {
+        Ok(r) => Ok((wire::run(&r), r.status.is_terminal())),
+        Err(tb_store::StoreError::NotFound(_)) => {
+            let Some(did) = tb_core::ids::delivery_id_for_run(id) else {
+                return Err(ApiError::new(ErrorCode::NotFound, "run not found"));
+            };
+            match st.engine.store.get_delivery(&did).await {
+                Ok(d) if d.run_id.as_deref() == Some(id) && !d.state.is_terminal() => {
+                    Ok((wire::pending_run(&d), false))
+                }
+                // Delivered between the two reads: the run exists now.
+                Ok(d)
+                    if d.run_id.as_deref() == Some(id)
+                        && d.state == tb_core::delivery::DeliveryState::Delivered =>
+                {
+                    let r = st.engine.store.get_run(id).await?;
+                    Ok((wire::run(&r), r.status.is_terminal()))
+                }
+                _ => Err(ApiError::new(ErrorCode::NotFound, "run not found")),
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
 }

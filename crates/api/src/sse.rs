@@ -61,7 +61,7 @@ pub async fn events(
 ) -> Result<Response, ApiError> {
     let q = crate::error::query(q)?;
     check_mode(q.stream_mode.as_deref())?;
-    st.engine.store.get_run(&id).await?;
+    crate::runs::load_run(&st, &id).await?;
     let after = match headers.get("last-event-id").and_then(|v| v.to_str().ok()) {
         Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
             ApiError::new(

@@ -128,6 +128,19 @@ pub fn run(r: &RunRecord) -> Value {
     m
 }
 
+/// A run announced at ingest whose delivery has not started it yet: status `pending`, no events.
+pub fn pending_run(d: &DeliveryRecord) -> Value {
+    json!({
+        "runId": d.run_id,
+        "workflowId": d.workflow_id,
+        "status": "pending",
+        "inputs": d.inputs,
+        "createdAt": time(d.created_at),
+        "updatedAt": time(d.updated_at),
+        "trigger": {"subscriptionId": d.subscription_id, "receiptId": d.receipt_id, "deliveryId": d.id},
+    })
+}
+
 /// OpenWOP `RunEventDoc` (`eventId, runId, type, payload, timestamp, sequence, causationId?`).
 pub fn run_event(e: &RunEventRecord) -> Value {
     let mut m = json!({

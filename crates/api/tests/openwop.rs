@@ -680,3 +680,222 @@ async fn idempotency_key_replays_the_registration_and_refuses_a_different_body()
     let r = post("bad key!", body).await.unwrap();
     assert_eq!(r.status().as_u16(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hardening_from_the_attack_report() {
+    use trigger_bridge_api::auth::ApiKey;
+    let mut manager = ApiKey::full_scope("manager", "manager-key");
+    manager.scopes = vec!["webhooks:manage".into()];
+    let s = start_with_keys(
+        None,
+        fast_retry(2),
+        0,
+        vec![ApiKey::full_scope("admin", "admin-key"), manager],
+    )
+    .await;
+    let reg = |key: &'static str, mode: &'static str| {
+        s.http
+            .post(format!("{}/v1/trigger-subscriptions", s.base))
+            .bearer_auth(key)
+            .json(&json!({"source": "webhook", "workflowId": "conformance-noop", "verification": {"mode": mode}}))
+            .send()
+    };
+    // Registering starts runs of the workflow: webhooks:manage alone is not enough.
+    let r = reg("manager-key", "none").await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "forbidden");
+    // Lower-case scheme is accepted; a 401 says how to authenticate.
+    let r = s
+        .http
+        .get(format!("{}/v1/runs", s.base))
+        .header("authorization", "bearer admin-key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let r = s
+        .http
+        .get(format!("{}/v1/runs", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["www-authenticate"], "Bearer");
+
+    // Required mode: a refused post keeps no body; the delivered outcome uses RFC 0230's word.
+    let req: Value = reg("admin-key", "required")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ingest = req["binding"]["ingestUrl"].as_str().unwrap().to_string();
+    let secret = req["binding"]["signingSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, _) = post_sw(
+        &s,
+        &ingest,
+        "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "msg_forged_canary_01",
+        b"{\"canary\":\"zq-secret-payload\"}",
+        chrono_now(),
+    )
+    .await;
+    assert_eq!(st, 401);
+    let rejected = s
+        .engine
+        .store
+        .list_receipts(tb_store::ListQuery {
+            limit: 10,
+            state: Some("rejected".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].body_bytes, 0, "no forged content is kept");
+    assert!(s
+        .engine
+        .store
+        .get_body(&rejected[0].id)
+        .await
+        .unwrap()
+        .is_empty());
+    let (st, ok) = post_sw(
+        &s,
+        &ingest,
+        &secret,
+        "msg_real_event_0001",
+        b"{\"type\":\"x\"}",
+        chrono_now(),
+    )
+    .await;
+    assert_eq!((st, ok["outcome"].as_str()), (202, Some("delivered")));
+
+    // Best-effort: a forged post cannot shadow the real event with the same webhook-id.
+    let be: Value = reg("admin-key", "best-effort")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let be_url = be["binding"]["ingestUrl"].as_str().unwrap().to_string();
+    let be_secret = be["binding"]["signingSecret"].as_str().unwrap().to_string();
+    let (st, forged) = post_sw(
+        &s,
+        &be_url,
+        "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "msg_shadow_000001",
+        b"{}",
+        chrono_now(),
+    )
+    .await;
+    assert_eq!(st, 202);
+    let (st, real) = post_sw(
+        &s,
+        &be_url,
+        &be_secret,
+        "msg_shadow_000001",
+        b"{}",
+        chrono_now(),
+    )
+    .await;
+    assert_eq!(st, 202, "the verified event is its own receipt: {real}");
+    assert_ne!(real["runId"], forged["runId"]);
+
+    let get = |path: String| {
+        s.http
+            .get(format!("{}{path}", s.base))
+            .bearer_auth("admin-key")
+            .send()
+    };
+    // Dead-letter limit is clamped, never refused.
+    let id = req["subscription"]["subscriptionId"].as_str().unwrap();
+    for l in ["abc", "-1", "1.5", "99999999999"] {
+        assert_eq!(
+            get(format!(
+                "/v1/trigger-subscriptions/{id}/dead-letters?limit={l}"
+            ))
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+            200,
+            "limit={l}"
+        );
+    }
+    // Extractor rejections are enveloped too.
+    let r = get("/v1/trigger-subscriptions/%FF".into()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "validation_error"
+    );
+    // Weak ETag comparison.
+    let d = get("/.well-known/openwop".into()).await.unwrap();
+    let etag = d.headers()["etag"].to_str().unwrap().to_string();
+    let r = s
+        .http
+        .get(format!("{}/.well-known/openwop", s.base))
+        .header("if-none-match", format!("W/{etag}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 304);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_announced_run_is_readable_before_its_delivery_starts_it() {
+    // A worker that takes 1.5 s to answer: the run stays pending meanwhile.
+    let app = axum::Router::new().route(
+        "/run",
+        axum::routing::post(|| async {
+            tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+            StatusCode::OK
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/run", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let s = start(Some(url), fast_retry(2), 0).await;
+    let (_, a) = s
+        .post_github("pull_request", "early-1", opened(), GH_SECRET)
+        .await;
+    let run_id = a["runId"].as_str().unwrap().to_string();
+    let run = s.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(run["status"], "pending", "{run}");
+    assert_eq!(run["runId"], run_id.as_str());
+    let poll = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
+    assert_eq!(poll["events"].as_array().unwrap().len(), 0);
+    assert_eq!(poll["isComplete"], false);
+    // A long-poll from before the start returns the first events once the run starts.
+    let waited = s
+        .get(&format!(
+            "/v1/runs/{run_id}/events/poll?lastSequence=0&timeout=0"
+        ))
+        .await;
+    assert_eq!(waited["events"].as_array().unwrap().len(), 0);
+    let from_start = s
+        .http
+        .get(format!("{}/v1/runs/{run_id}/events/poll", s.base))
+        .query(&[("timeout", "5")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(from_start.status().as_u16(), 200);
+    s.wait_for(&format!("/v1/runs/{run_id}"), |v| {
+        v["status"] == "completed"
+    })
+    .await;
+    let r = s
+        .http
+        .get(format!(
+            "{}/v1/runs/run_00000000000000000000000000000000",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+}

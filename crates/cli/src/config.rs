@@ -17,7 +17,7 @@ use tb_core::workflow::{Executor, Workflow};
 use tb_engine::{Catalog, SubscriptionConfig};
 
 /// Default body limit: 25 MiB (GitHub's own cap; signals-and-connectors §1.4).
-pub const DEFAULT_MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
+pub const DEFAULT_MAX_BODY_BYTES: usize = tb_engine::catalog::DEFAULT_MAX_BODY_BYTES;
 /// Default dedup window: 24 h (the OpenWOP Layer-1 floor), in seconds.
 pub const DEFAULT_DEDUP_WINDOW_S: u64 = 86_400;
 /// Default breaker threshold: consecutive failed attempts before `active -> failed`.

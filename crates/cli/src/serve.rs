@@ -119,8 +119,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             dead_letter_retention_days: server.dead_letter_retention_days.unwrap_or(14),
             ..Default::default()
         },
-    })
-    .layer(axum::extract::DefaultBodyLimit::disable());
+    });
     let mut http_stop = stop_rx.clone();
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = http_stop.wait_for(|s| *s).await;

@@ -13,6 +13,8 @@ pub enum ErrorCode {
     SignatureInvalid,
     /// 404: no such resource.
     NotFound,
+    /// 403: the API key lacks a scope the operation needs.
+    Forbidden,
     /// 409: the subscription is paused (or otherwise not accepting work).
     SubscriptionNotActive,
     /// 409: a state conflict (e.g. a result for a run that is already terminal).
@@ -36,6 +38,7 @@ impl ErrorCode {
             ErrorCode::ValidationError => "validation_error",
             ErrorCode::SignatureInvalid => "signature_invalid",
             ErrorCode::NotFound => "not_found",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::SubscriptionNotActive => "subscription_not_active",
             ErrorCode::Conflict => "conflict",
             ErrorCode::PayloadTooLarge => "payload_too_large",
@@ -52,6 +55,7 @@ impl ErrorCode {
             ErrorCode::ValidationError => 400,
             ErrorCode::SignatureInvalid => 401,
             ErrorCode::NotFound => 404,
+            ErrorCode::Forbidden => 403,
             ErrorCode::SubscriptionNotActive | ErrorCode::Conflict => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,

@@ -31,6 +31,20 @@ pub fn new_id(kind: IdKind) -> String {
     format!("{}_{}", kind.prefix(), uuid::Uuid::now_v7().simple())
 }
 
+/// The id of the run a `start_run` delivery starts: the delivery's own UUID under the `run_` prefix, so
+/// the run id can be announced at ingest and traced back to its delivery without a lookup table.
+pub fn run_id_for_delivery(delivery_id: &str) -> String {
+    format!(
+        "run_{}",
+        delivery_id.strip_prefix("dlv_").unwrap_or(delivery_id)
+    )
+}
+
+/// The delivery that starts (or started) the run `run_id`, when `run_id` has the derived shape.
+pub fn delivery_id_for_run(run_id: &str) -> Option<String> {
+    run_id.strip_prefix("run_").map(|u| format!("dlv_{u}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +57,14 @@ mod tests {
         assert_eq!(a.len(), 5 + 32);
         assert_ne!(a, b);
         assert!(a < b, "uuid v7 ids sort by creation: {a} {b}");
+    }
+
+    #[test]
+    fn run_and_delivery_ids_map_both_ways() {
+        let d = new_id(IdKind::Delivery);
+        let r = run_id_for_delivery(&d);
+        assert!(r.starts_with("run_") && r.len() == d.len());
+        assert_eq!(delivery_id_for_run(&r), Some(d));
+        assert_eq!(delivery_id_for_run("nope"), None);
     }
 }

@@ -80,6 +80,9 @@ impl SubscriptionConfig {
     }
 }
 
+/// Default body limit: 25 MiB (GitHub's own cap; signals-and-connectors §1.4), in bytes.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
+
 /// Id of the always-present `noop` workflow advertised as an OpenWOP fixture.
 pub const CONFORMANCE_NOOP: &str = "conformance-noop";
 

@@ -78,12 +78,10 @@ fn verify(
 
 /// Keeps a refused request as a `rejected` receipt whose deliveries are dead-lettered with reason
 /// `verification_failed`. Its dedup key is unique to it, so a forged id can never take a real one.
-async fn record_refusal(
-    engine: &Engine,
-    sub: &SubscriptionConfig,
-    headers: &HeaderMap,
-    body: Bytes,
-) {
+///
+/// The record is content-free (RFC 0232): no body is kept, so forged posts cannot fill the disk with
+/// their payloads.
+async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &HeaderMap) {
     let receipt_id = new_id(IdKind::Receipt);
     let event = tb_core::normalized::NormalizedEvent {
         event: "webhook".into(),
@@ -103,11 +101,8 @@ async fn record_refusal(
         event_type: "webhook".into(),
         normalized: serde_json::json!({"event": "webhook", "fields": {"verified": false}}),
         state: ReceiptState::Rejected,
-        content_type: headers
-            .get(http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(|s| s.chars().take(128).collect()),
-        body,
+        content_type: media_type(headers),
+        body: Bytes::new(),
         received_at: now,
         dedup_until: now,
         deliveries,
@@ -115,6 +110,19 @@ async fn record_refusal(
     if let Err(e) = engine.store.commit_receipt(receipt).await {
         tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");
     }
+}
+
+/// The request's media type (e.g. `application/json`) when it is a plain token, for display; parameters
+/// and anything unusual are dropped so no inbound text is echoed.
+fn media_type(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(http::header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = v.split(';').next()?.trim().to_ascii_lowercase();
+    let ok = !essence.is_empty()
+        && essence.len() <= 100
+        && essence
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/+.-".contains(&b));
+    ok.then_some(essence)
 }
 
 fn count(connector: &'static str, outcome: &'static str) {
@@ -166,12 +174,20 @@ pub async fn ingest(
             if sub.registration.is_some() && e.code() == ErrorCode::SignatureInvalid {
                 // RFC 0230: a refused post to a registered subscription is kept as a dead-lettered
                 // delivery (reason verification_failed), without any state change.
-                record_refusal(engine, &sub, headers, body).await;
+                record_refusal(engine, &sub, headers).await;
             }
             return Err(TbError::new(e.code(), e.to_string()));
         }
     };
-    let key = if sub.dedup_enabled {
+    let unverified = verified.event.fields.get("verified") == Some(&serde_json::Value::Bool(false));
+    let key = if sub.dedup_enabled && unverified {
+        // An unverified request (best-effort / none) never takes the key of a verified one, so a forged
+        // post cannot shadow the real event.
+        dedup_key(
+            &sub.id,
+            &format!("unverified:{}", verified.provider_event_id),
+        )
+    } else if sub.dedup_enabled {
         dedup_key(&sub.id, &verified.provider_event_id)
     } else {
         // No dedup: every request is its own key.
@@ -226,10 +242,7 @@ pub async fn ingest(
         (false, true) => ReceiptState::DeadLettered,
         (false, false) => ReceiptState::Queued,
     };
-    let content_type = headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(|s| s.chars().take(128).collect());
+    let content_type = media_type(headers);
     let receipt = NewReceipt {
         id: new_id(IdKind::Receipt),
         subscription_id: sub.id.clone(),

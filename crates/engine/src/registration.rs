@@ -43,7 +43,14 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TbError> {
     let mut f = opts.open(path).map_err(|e| io("cannot create", path, e))?;
     f.write_all(bytes)
         .and_then(|_| f.sync_all())
-        .map_err(|e| io("cannot write", path, e))
+        .map_err(|e| io("cannot write", path, e))?;
+    // Make the new directory entry durable too.
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io("cannot sync", dir, e))?;
+    }
+    Ok(())
 }
 
 impl SecretStore {
@@ -136,7 +143,7 @@ fn config_of(
         secret,
         retry: retry.clone(),
         dedup_window_s: 86_400,
-        max_body_bytes: 1 << 20,
+        max_body_bytes: crate::catalog::DEFAULT_MAX_BODY_BYTES,
         failure_threshold: 5,
         verification,
         dedup_enabled,
@@ -199,7 +206,15 @@ pub async fn load_registered(engine: &Engine, secrets: &SecretStore) -> Result<u
         else {
             continue;
         };
-        let secret = secrets.read(&reg.secret_file)?;
+        let secret = match secrets.read(&reg.secret_file) {
+            Ok(s) => s,
+            Err(e) => {
+                // One lost secret must not stop the bridge: that subscription is not served (404)
+                // until its secret is restored; everything else starts.
+                tracing::error!(subscription = %rec.id, error = %e.message, "registered subscription not loaded: its secret cannot be read");
+                continue;
+            }
+        };
         let retry: RetryPolicy =
             serde_json::from_value(rec.config["retryPolicy"].clone()).unwrap_or_default();
         let verification: Verification =

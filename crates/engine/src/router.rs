@@ -3,7 +3,7 @@
 
 use tb_core::binding::BindingAction;
 use tb_core::delivery::DeliveryState;
-use tb_core::ids::{new_id, IdKind};
+use tb_core::ids::{new_id, run_id_for_delivery, IdKind};
 use tb_core::normalized::NormalizedEvent;
 use tb_store::NewDelivery;
 
@@ -23,21 +23,24 @@ pub fn route(
         .iter()
         .filter(|b| b.matches(event))
         .map(|b| match &b.action {
-            BindingAction::StartRun { workflow } => NewDelivery {
-                id: new_id(IdKind::Delivery),
-                binding_id: b.id.clone(),
-                action: "start_run".into(),
-                workflow_id: Some(workflow.clone()),
-                // A dead-lettered delivery starts no run; a replay mints the run id when it delivers.
-                run_id: (!dead_letter).then(|| new_id(IdKind::Run)),
-                inputs: b.map_inputs(event),
-                state: if dead_letter {
-                    DeliveryState::DeadLettered
-                } else {
-                    DeliveryState::Pending
-                },
-                dead_letter_reason: dead_letter.then(|| "subscription_dead_lettered".to_string()),
-            },
+            BindingAction::StartRun { workflow } => {
+                let id = new_id(IdKind::Delivery);
+                NewDelivery {
+                    run_id: (!dead_letter).then(|| run_id_for_delivery(&id)),
+                    id,
+                    binding_id: b.id.clone(),
+                    action: "start_run".into(),
+                    workflow_id: Some(workflow.clone()),
+                    inputs: b.map_inputs(event),
+                    state: if dead_letter {
+                        DeliveryState::DeadLettered
+                    } else {
+                        DeliveryState::Pending
+                    },
+                    dead_letter_reason: dead_letter
+                        .then(|| "subscription_dead_lettered".to_string()),
+                }
+            }
         })
         .collect()
 }

@@ -122,7 +122,11 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             .await;
         return;
     };
-    let run_id = d.run_id.clone().unwrap_or_else(|| new_id(IdKind::Run));
+    // A dead-lettered-at-ingest delivery has no run id yet; a replay derives it from the delivery.
+    let run_id = d
+        .run_id
+        .clone()
+        .unwrap_or_else(|| tb_core::ids::run_id_for_delivery(&d.id));
     let workflow = d
         .workflow_id
         .as_deref()

@@ -84,9 +84,16 @@ impl SqliteStore {
     /// Opens (creating if needed) `dir/trigger-bridge.db`, migrates it, and starts the writer.
     /// Errors: the directory cannot be created, the file cannot be opened, or a migration failed.
     pub fn open_dir(dir: &Path) -> StoreResult<SqliteStore> {
+        let fresh = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::Database(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
+        // A new data dir holds webhook bodies: readable by the owner only.
+        #[cfg(unix)]
+        if fresh {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        }
         Self::open(&dir.join("trigger-bridge.db"))
     }
 
