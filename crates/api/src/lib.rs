@@ -77,7 +77,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/receipts/{id}", get(inspect::get_receipt))
         .route("/v1/deliveries", get(inspect::list_deliveries))
         .route("/v1/deliveries/{id}", get(inspect::get_delivery))
-        .route("/v1/runs", get(runs::list_runs))
+        .route("/v1/runs", get(runs::list_runs).post(runs::create))
         .route("/v1/runs/{id}", get(runs::get_run))
         .route("/v1/runs/{id}/events/poll", get(runs::poll_events))
         .route("/v1/runs/{id}/result", post(runs::post_result))

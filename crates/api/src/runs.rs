@@ -187,3 +187,46 @@ pub(crate) async fn load_run(st: &AppState, id: &str) -> Result<(Value, bool), A
         Err(e) => Err(e.into()),
     }
 }
+
+/// Body of `POST /v1/runs` (OpenWOP §12; closed).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CreateRunBody {
+    pub workflow_id: String,
+    #[serde(default)]
+    pub inputs: Option<Value>,
+    pub tenant_id: Option<String>,
+    pub scope_id: Option<String>,
+    pub callback_url: Option<String>,
+    pub configurable: Option<Value>,
+    pub tags: Option<Vec<String>>,
+    pub metadata: Option<Value>,
+}
+
+/// `POST /v1/runs` -> 201 `{runId, status: "pending", eventsUrl, statusUrl}`. The run is started by the
+/// delivery engine (retried, recorded) like a trigger run; `Idempotency-Key` is honoured by the
+/// idempotency layer. Errors: 400 `validation_error` (body), 404 `not_found` (workflow).
+pub async fn create(
+    State(st): State<AppState>,
+    body: bytes::Bytes,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let b: CreateRunBody = serde_json::from_slice(&body).map_err(|_| {
+        ApiError::new(ErrorCode::ValidationError, "body must be {workflowId, inputs?, tenantId?, scopeId?, callbackUrl?, configurable?, tags?, metadata?}")
+    })?;
+    let inputs = b.inputs.unwrap_or_else(|| json!({}));
+    if !inputs.is_object() {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "inputs must be an object",
+        ));
+    }
+    let run_id = tb_engine::runs::start(&st.engine, &b.workflow_id, inputs, body).await?;
+    let reply = json!({
+        "runId": run_id,
+        "status": "pending",
+        "eventsUrl": format!("/v1/runs/{run_id}/events"),
+        "statusUrl": format!("/v1/runs/{run_id}"),
+    });
+    Ok((axum::http::StatusCode::CREATED, Json(reply)).into_response())
+}

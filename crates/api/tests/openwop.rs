@@ -899,3 +899,73 @@ async fn the_announced_run_is_readable_before_its_delivery_starts_it() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_runs_starts_a_run_through_the_delivery_engine_once_per_idempotency_key() {
+    let s = start(None, fast_retry(2), 0).await;
+    let post = |body: Value, key: Option<&str>| {
+        let mut r = s.http.post(format!("{}/v1/runs", s.base)).json(&body);
+        if let Some(k) = key {
+            r = r.header("idempotency-key", k);
+        }
+        r.send()
+    };
+    let body = json!({"workflowId": "conformance-noop", "inputs": {"n": 1}, "tags": ["t"]});
+    let r = post(body.clone(), Some("run-1")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let created: Value = r.json().await.unwrap();
+    let run_id = created["runId"].as_str().unwrap().to_string();
+    assert_eq!(created["statusUrl"], format!("/v1/runs/{run_id}"));
+    assert_eq!(created["eventsUrl"], format!("/v1/runs/{run_id}/events"));
+    assert!(["pending", "running"].contains(&created["status"].as_str().unwrap()));
+    let run = s
+        .wait_for(&format!("/v1/runs/{run_id}"), |v| {
+            v["status"] == "completed"
+        })
+        .await;
+    assert_eq!(run["inputs"], json!({"n": 1}));
+    let evs = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
+    let envelope = validator("run-event.schema.json");
+    let evs = evs["events"].as_array().unwrap();
+    assert_eq!(
+        evs.iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["run.started", "run.completed"]
+    );
+    for e in evs {
+        check(&envelope, e);
+    }
+    // The same Idempotency-Key replays the same run; no second run exists.
+    let again = post(body.clone(), Some("run-1")).await.unwrap();
+    assert_eq!(again.headers()["openwop-idempotent-replay"], "true");
+    assert_eq!(
+        again.json::<Value>().await.unwrap()["runId"],
+        run_id.as_str()
+    );
+    assert_eq!(s.get("/v1/runs").await["runs"].as_array().unwrap().len(), 1);
+    // API runs belong to no trigger subscription.
+    assert_eq!(
+        s.get("/v1/trigger-subscriptions").await["subscriptions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let r = post(json!({"workflowId": "nope"}), None).await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let r = post(
+        json!({"workflowId": "conformance-noop", "surprise": true}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    let r = post(
+        json!({"workflowId": "conformance-noop", "inputs": [1]}),
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+}

@@ -9,6 +9,7 @@ pub mod executor;
 pub mod ingest;
 pub mod registration;
 pub mod router;
+pub mod runs;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -31,6 +32,10 @@ pub struct Engine {
     pub work_ready: Notify,
     pub(crate) http: reqwest::Client,
 }
+
+/// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
+/// it; it is not a trigger subscription and has no state.
+pub const API_SOURCE: &str = "api";
 
 /// Maps a store error onto the API's typed error, keeping the message.
 pub fn store_err(e: StoreError) -> TbError {

@@ -114,7 +114,13 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let number = d.attempts + 1;
     let event_id = new_id(IdKind::Event);
     let catalog = engine.catalog();
-    let Some(sub) = catalog.subscription(&d.subscription_id).cloned() else {
+    let sub = if d.subscription_id == crate::API_SOURCE {
+        // A run started through `POST /v1/runs`: the default retry policy, no subscription.
+        Some(std::sync::Arc::new(crate::catalog::api_runs_config()))
+    } else {
+        catalog.subscription(&d.subscription_id).cloned()
+    };
+    let Some(sub) = sub else {
         tracing::warn!(delivery = %d.id, "subscription no longer configured; releasing lease");
         let _ = engine
             .store

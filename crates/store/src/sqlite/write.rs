@@ -371,8 +371,13 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         settle_receipt(c, &d.receipt_id, a.now)?;
     }
 
-    // Subscription counters and state machine (the rules live in tb_core::subscription).
-    let sub = read::get_subscription(c, &d.subscription_id)?;
+    // Subscription counters and state machine (the rules live in tb_core::subscription). Runs started
+    // through the API (`POST /v1/runs`) belong to no trigger subscription: nothing to update.
+    let sub = match read::get_subscription(c, &d.subscription_id) {
+        Ok(s) => s,
+        Err(StoreError::NotFound(_)) => return Ok(AttemptCommitted::default()),
+        Err(e) => return Err(e),
+    };
     let mut inputs = Vec::new();
     let (failures, last_success) = if at.outcome == AttemptOutcome::Delivered {
         inputs.push(SubscriptionInput::AttemptDelivered);

@@ -1,0 +1,62 @@
+//! Runs started through the API (`POST /v1/runs`, OpenWOP §12): the request becomes a receipt of the
+//! pseudo-subscription [`crate::API_SOURCE`] with one `start_run` delivery, so the run is started,
+//! retried and recorded by the same delivery engine as trigger runs. The run id is known at once and
+//! reads as `pending` until the delivery starts it.
+
+use bytes::Bytes;
+use serde_json::Value;
+use tb_core::dedup::dedup_key;
+use tb_core::delivery::DeliveryState;
+use tb_core::ids::{new_id, run_id_for_delivery, IdKind};
+use tb_core::receipt::ReceiptState;
+use tb_core::{ErrorCode, TbError};
+use tb_store::{NewDelivery, NewReceipt};
+
+use crate::{clock, store_err, Engine, API_SOURCE};
+
+/// Starts a run of `workflow_id` with `inputs`; `request` is the request body, kept as the receipt's
+/// body. Returns the run id. Errors: `not_found` (no such workflow), `unavailable` (store).
+pub async fn start(
+    engine: &Engine,
+    workflow_id: &str,
+    inputs: Value,
+    request: Bytes,
+) -> Result<String, TbError> {
+    if engine.catalog().workflow(workflow_id).is_none() {
+        return Err(TbError::new(ErrorCode::NotFound, "no such workflow"));
+    }
+    let receipt_id = new_id(IdKind::Receipt);
+    let delivery_id = new_id(IdKind::Delivery);
+    let run_id = run_id_for_delivery(&delivery_id);
+    let now = clock::now_ms();
+    let receipt = NewReceipt {
+        id: receipt_id.clone(),
+        subscription_id: API_SOURCE.into(),
+        dedup_key: dedup_key(API_SOURCE, &receipt_id),
+        provider_event_id: receipt_id.clone(),
+        event_type: "run.requested".into(),
+        normalized: serde_json::json!({"event": "run.requested"}),
+        state: ReceiptState::Queued,
+        content_type: Some("application/json".into()),
+        body: request,
+        received_at: now,
+        dedup_until: now,
+        deliveries: vec![NewDelivery {
+            id: delivery_id,
+            binding_id: API_SOURCE.into(),
+            action: "start_run".into(),
+            workflow_id: Some(workflow_id.into()),
+            run_id: Some(run_id.clone()),
+            inputs,
+            state: DeliveryState::Pending,
+            dead_letter_reason: None,
+        }],
+    };
+    engine
+        .store
+        .commit_receipt(receipt)
+        .await
+        .map_err(store_err)?;
+    engine.work_ready.notify_one();
+    Ok(run_id)
+}
