@@ -78,6 +78,7 @@ fn record(r: &DeadLetterRecord, retention_days: u32) -> Value {
 }
 
 /// The handler. Errors: 404 `not_found` (unknown subscription), 400 `validation_error` (bad cursor or query).
+#[utoipa::path(get, path = "/v1/trigger-subscriptions/{id}/dead-letters", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "TriggerDeadLetterPage (RFC 0232)"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn list(
     State(st): State<AppState>,
     Path(id): Path<String>,

@@ -85,6 +85,7 @@ pub fn document(st: &AppState) -> Value {
 }
 
 /// `GET /.well-known/openwop`.
+#[utoipa::path(get, path = "/.well-known/openwop", tag = "discovery", responses((status = 200, description = "Discovery document"), (status = 304, description = "Not modified")))]
 pub async fn discovery(State(st): State<AppState>, headers: HeaderMap) -> Response {
     let body = document(&st).to_string();
     let etag = format!("\"{}\"", &hex_sha(&body)[..32]);

@@ -69,6 +69,7 @@ fn too_large(limit: usize) -> ApiError {
 }
 
 /// The ingest handler: reads at most the subscription's `max_body_bytes`, then runs the pipeline.
+#[utoipa::path(post, path = "/v1/trigger-subscriptions/{id}/ingest", tag = "ingest", params(("id" = String, Path, description = "Resource id")), responses((status = 202, description = "Committed: accepted / delivered / unmatched / dead_lettered"), (status = 200, description = "Duplicate: the first receipt and run"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found"), (status = 409, description = "subscription_not_active"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type"), (status = 422, description = "unprocessable_event")))]
 pub async fn ingest(
     State(st): State<AppState>,
     Path(id): Path<String>,

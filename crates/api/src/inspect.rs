@@ -59,6 +59,7 @@ pub(crate) fn page(key: &str, items: Vec<Value>, limit: u32, id_key: &str) -> Va
 }
 
 /// `GET /v1/trigger-subscriptions` -> `{subscriptions: [TriggerSubscription]}`.
+#[utoipa::path(get, path = "/v1/trigger-subscriptions", tag = "trigger-subscriptions", responses((status = 200, description = "{subscriptions: [TriggerSubscription]}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn list_subscriptions(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let subs = st.engine.store.list_subscriptions().await?;
     Ok(Json(
@@ -67,6 +68,7 @@ pub async fn list_subscriptions(State(st): State<AppState>) -> Result<Json<Value
 }
 
 /// `GET /v1/trigger-subscriptions/{id}` -> `{subscription}`.
+#[utoipa::path(get, path = "/v1/trigger-subscriptions/{id}", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{subscription}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_subscription(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -85,6 +87,7 @@ async fn operate(
 }
 
 /// `POST /v1/trigger-subscriptions/{id}/pause` -> `{subscription}` (emits `state.changed`, `operator-paused`).
+#[utoipa::path(post, path = "/v1/trigger-subscriptions/{id}/pause", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{subscription}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn pause_subscription(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -93,6 +96,7 @@ pub async fn pause_subscription(
 }
 
 /// `POST /v1/trigger-subscriptions/{id}/resume` -> `{subscription}`.
+#[utoipa::path(post, path = "/v1/trigger-subscriptions/{id}/resume", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{subscription}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn resume_subscription(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -101,6 +105,7 @@ pub async fn resume_subscription(
 }
 
 /// `GET /v1/receipts` -> `{receipts, nextCursor?}`. Errors: 400 for an unknown `state`.
+#[utoipa::path(get, path = "/v1/receipts", tag = "receipts", responses((status = 200, description = "{receipts, nextCursor?}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn list_receipts(
     State(st): State<AppState>,
     p: Result<Query<ListParams>, QueryRejection>,
@@ -119,6 +124,7 @@ pub async fn list_receipts(
 }
 
 /// `GET /v1/receipts/{id}` -> `{receipt, deliveries}`.
+#[utoipa::path(get, path = "/v1/receipts/{id}", tag = "receipts", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{receipt, deliveries}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_receipt(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -131,6 +137,7 @@ pub async fn get_receipt(
 }
 
 /// `GET /v1/deliveries` -> `{deliveries, nextCursor?}`. Errors: 400 for an unknown `state`.
+#[utoipa::path(get, path = "/v1/deliveries", tag = "deliveries", responses((status = 200, description = "{deliveries, nextCursor?}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn list_deliveries(
     State(st): State<AppState>,
     p: Result<Query<ListParams>, QueryRejection>,
@@ -153,6 +160,7 @@ pub async fn list_deliveries(
 }
 
 /// `GET /v1/deliveries/{id}` -> `{delivery, attempts}`.
+#[utoipa::path(get, path = "/v1/deliveries/{id}", tag = "deliveries", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{delivery, attempts}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_delivery(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -166,6 +174,7 @@ pub async fn get_delivery(
 
 /// `POST /v1/deliveries/{id}/replay` -> `{delivery}`: puts a dead-lettered delivery back in the queue
 /// (one more attempt; attempt numbers continue). Errors: 404; 409 `conflict` unless dead-lettered.
+#[utoipa::path(post, path = "/v1/deliveries/{id}/replay", tag = "deliveries", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{delivery}"), (status = 409, description = "conflict: not dead-lettered"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn replay_delivery(
     State(st): State<AppState>,
     Path(id): Path<String>,

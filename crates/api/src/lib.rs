@@ -9,6 +9,7 @@ pub mod error;
 pub mod idempotency;
 pub mod ingest;
 pub mod inspect;
+pub mod openapi;
 pub mod ops;
 pub mod registration;
 pub mod runs;
@@ -45,6 +46,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(ops::health))
         .route("/.well-known/openwop", get(discovery::discovery))
+        .route("/v1/openapi.json", get(openapi::openapi))
         .route(
             "/v1/trigger-subscriptions/{id}/dead-letters",
             get(dead_letters::list),

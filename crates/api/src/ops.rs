@@ -9,11 +9,13 @@ use serde_json::json;
 use crate::AppState;
 
 /// `GET /health` -> `{"status":"ok"}`.
+#[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "{status: ok}")))]
 pub async fn health() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
 /// `GET /metrics`: Prometheus exposition. Refreshes the queue-depth gauges from the store first.
+#[utoipa::path(get, path = "/metrics", tag = "operations", responses((status = 200, description = "Prometheus text")))]
 pub async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
     if let Ok(d) = st.engine.store.queue_depth().await {
         metrics::gauge!("tb_queue_depth", "state" => "pending").set(d.pending as f64);

@@ -20,22 +20,24 @@ use crate::error::ApiError;
 use crate::{wire, AppState};
 
 /// `retryPolicy` of a registration.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RetryBody {
     pub max_attempts: Option<u32>,
+    #[schema(value_type = Option<String>)]
     pub backoff: Option<Backoff>,
 }
 
 /// `verification` of a registration.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerificationBody {
+    #[schema(value_type = Option<String>)]
     pub mode: Option<Verification>,
 }
 
 /// `TriggerSubscriptionRegistration` (closed).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RegistrationBody {
     pub source: String,
@@ -44,10 +46,12 @@ pub struct RegistrationBody {
     pub retry_policy: Option<RetryBody>,
     pub verification: Option<VerificationBody>,
     /// Host-specific hint; accepted and ignored (runs receive no payload-derived inputs from it).
+    #[schema(value_type = Option<Object>)]
     pub input_mapping: Option<Value>,
 }
 
 /// The handler.
+#[utoipa::path(post, path = "/v1/trigger-subscriptions", tag = "trigger-subscriptions", request_body = RegistrationBody, responses((status = 201, description = "{subscription, binding: {ingestUrl, signingSecret, secretFingerprint}}"), (status = 501, description = "capability_not_provided"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn register(
     State(st): State<AppState>,
     principal: Option<axum::Extension<crate::auth::Principal>>,

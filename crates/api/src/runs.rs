@@ -16,6 +16,7 @@ use crate::inspect::{page, ListParams};
 use crate::{wire, AppState};
 
 /// `GET /v1/runs` -> `{runs, nextCursor?}` (`status` filters). Errors: 400 for an unknown status.
+#[utoipa::path(get, path = "/v1/runs", tag = "runs", responses((status = 200, description = "{runs, nextCursor?}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn list_runs(
     State(st): State<AppState>,
     p: Result<Query<ListParams>, QueryRejection>,
@@ -34,6 +35,7 @@ pub async fn list_runs(
 }
 
 /// `GET /v1/runs/{id}` -> the run.
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "The run"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_run(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -52,6 +54,7 @@ pub struct PollParams {
 }
 
 /// `GET /v1/runs/{id}/events/poll` -> `{events: [RunEventDoc], isComplete}`.
+#[utoipa::path(get, path = "/v1/runs/{id}/events/poll", tag = "runs", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{events: [RunEventDoc], isComplete}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn poll_events(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -90,17 +93,19 @@ pub async fn poll_events(
 }
 
 /// Body of `POST /v1/runs/{id}/result`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResultBody {
     /// `completed`, `failed` or `cancelled`.
     pub status: String,
+    #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
 }
 
 /// `POST /v1/runs/{id}/result {status, output?}`: an http worker that answered 202 reports the end of
 /// its run. Errors: 400 `validation_error` (bad body or non-terminal status), 404, 409 `conflict` (run
 /// already terminal).
+#[utoipa::path(post, path = "/v1/runs/{id}/result", tag = "runs", params(("id" = String, Path, description = "Resource id")), request_body = ResultBody, responses((status = 200, description = "The run"), (status = 409, description = "conflict"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn post_result(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -124,6 +129,7 @@ pub async fn post_result(
 
 /// `POST /v1/runs/{id}/cancel` -> the run, now `cancelled` with a `run.cancelled` event (its one terminal
 /// event, last). Errors: 404; 409 `conflict` when the run already ended.
+#[utoipa::path(post, path = "/v1/runs/{id}/cancel", tag = "runs", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "The run, cancelled"), (status = 409, description = "conflict"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn cancel(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -149,6 +155,7 @@ pub async fn cancel(
 /// `GET /v1/runs/{id}/ancestry` -> `{runId, hostId, parent}` (RFC 0040 §C). Runs here are started by
 /// trigger deliveries, never dispatched by another run, so `parent` is `null`; the trigger link is
 /// `run.started.causationId`. Errors: 404.
+#[utoipa::path(get, path = "/v1/runs/{id}/ancestry", tag = "runs", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{runId, hostId, parent}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn ancestry(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -189,23 +196,27 @@ pub(crate) async fn load_run(st: &AppState, id: &str) -> Result<(Value, bool), A
 }
 
 /// Body of `POST /v1/runs` (OpenWOP §12; closed).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CreateRunBody {
     pub workflow_id: String,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub inputs: Option<Value>,
     pub tenant_id: Option<String>,
     pub scope_id: Option<String>,
     pub callback_url: Option<String>,
+    #[schema(value_type = Option<Object>)]
     pub configurable: Option<Value>,
     pub tags: Option<Vec<String>>,
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
 }
 
 /// `POST /v1/runs` -> 201 `{runId, status: "pending", eventsUrl, statusUrl}`. The run is started by the
 /// delivery engine (retried, recorded) like a trigger run; `Idempotency-Key` is honoured by the
 /// idempotency layer. Errors: 400 `validation_error` (body), 404 `not_found` (workflow).
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body = CreateRunBody, responses((status = 201, description = "{runId, status, eventsUrl, statusUrl}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn create(
     State(st): State<AppState>,
     body: bytes::Bytes,

@@ -53,6 +53,7 @@ struct Cursor {
 }
 
 /// The handler.
+#[utoipa::path(get, path = "/v1/runs/{id}/events", tag = "runs", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "text/event-stream of RunEventDoc"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn events(
     State(st): State<AppState>,
     Path(id): Path<String>,

@@ -969,3 +969,56 @@ async fn post_runs_starts_a_run_through_the_delivery_engine_once_per_idempotency
     .unwrap();
     assert_eq!(r.status().as_u16(), 400);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_is_generated_public_and_covers_the_routes() {
+    use trigger_bridge_api::auth::ApiKey;
+    let s = start_with_keys(
+        None,
+        fast_retry(2),
+        0,
+        vec![ApiKey::full_scope("admin", "admin-key")],
+    )
+    .await;
+    let r = s
+        .http
+        .get(format!("{}/v1/openapi.json", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200, "no credential needed");
+    let doc: Value = r.json().await.unwrap();
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3.1"),
+        "{}",
+        doc["openapi"]
+    );
+    let paths = doc["paths"].as_object().unwrap();
+    for (p, m) in [
+        ("/.well-known/openwop", "get"),
+        ("/v1/trigger-subscriptions", "post"),
+        ("/v1/trigger-subscriptions", "get"),
+        ("/v1/trigger-subscriptions/{id}/ingest", "post"),
+        ("/v1/trigger-subscriptions/{id}/dead-letters", "get"),
+        ("/v1/runs", "post"),
+        ("/v1/runs/{id}", "get"),
+        ("/v1/runs/{id}/events", "get"),
+        ("/v1/runs/{id}/events/poll", "get"),
+        ("/v1/runs/{id}/cancel", "post"),
+        ("/v1/runs/{id}/ancestry", "get"),
+        ("/v1/deliveries/{id}/replay", "post"),
+        ("/v1/receipts/{id}", "get"),
+    ] {
+        assert!(
+            paths.get(p).and_then(|x| x.get(m)).is_some(),
+            "{m} {p} missing from the OpenAPI document"
+        );
+    }
+    assert!(doc["components"]["schemas"]
+        .get("RegistrationBody")
+        .is_some());
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+}

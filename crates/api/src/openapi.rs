@@ -1,0 +1,34 @@
+//! `GET /v1/openapi.json`: the OpenAPI 3.1 document of the whole API, generated from the handlers'
+//! `#[utoipa::path]` annotations and the request types' schemas (never hand-written).
+
+use axum::Json;
+use utoipa::OpenApi;
+
+/// The API description.
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "trigger-bridge", description = "Durable inbound-work bridge: OpenWOP v1 trigger-bridge surface and management API."),
+    paths(crate::dead_letters::list, crate::discovery::discovery, crate::ingest::ingest, crate::inspect::list_subscriptions, crate::inspect::get_subscription, crate::inspect::pause_subscription, crate::inspect::resume_subscription, crate::inspect::list_receipts, crate::inspect::get_receipt, crate::inspect::list_deliveries, crate::inspect::get_delivery, crate::inspect::replay_delivery, crate::ops::health, crate::ops::metrics, crate::registration::register, crate::runs::list_runs, crate::runs::get_run, crate::runs::poll_events, crate::runs::post_result, crate::runs::cancel, crate::runs::ancestry, crate::runs::create, crate::sse::events),
+    components(schemas(crate::registration::RegistrationBody, crate::registration::RetryBody, crate::registration::VerificationBody, crate::runs::CreateRunBody, crate::runs::ResultBody)),
+    modifiers(&BearerAuth),
+    security(("bearer" = []))
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The handler (no auth).
+pub async fn openapi() -> Json<utoipa::openapi::OpenApi> {
+    Json(ApiDoc::openapi())
+}
