@@ -8,30 +8,6 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use support::*;
 
-fn schema(name: &str) -> Value {
-    serde_json::from_slice(&std::fs::read(fixtures().join("openwop").join(name)).unwrap()).unwrap()
-}
-
-fn validator(name: &str) -> jsonschema::Validator {
-    // Relative `$ref`s (e.g. run-event-payloads.schema.json#/$defs/...) resolve against the vendored files.
-    let payloads = schema("run-event-payloads.trigger-subset.schema.json");
-    jsonschema::options()
-        .with_resource(
-            "https://openwop.dev/spec/v1/run-event-payloads.schema.json",
-            jsonschema::Resource::from_contents(payloads).expect("resource"),
-        )
-        .build(&schema(name))
-        .expect("schema compiles")
-}
-
-fn check(v: &jsonschema::Validator, instance: &Value) {
-    let errs: Vec<String> = v
-        .iter_errors(instance)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
-    assert!(errs.is_empty(), "{errs:?}\n{instance}");
-}
-
 /// The core profile predicate (OpenWOP trigger-bridge §6 `isCore`).
 fn is_core(d: &Value) -> bool {
     d["protocolVersion"]

@@ -6,12 +6,7 @@
 mod support;
 
 use serde_json::{json, Value};
-
-fn schema(name: &str) -> Value {
-    let p = support::fixtures().join("openwop").join(name);
-    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .unwrap()
-}
+use support::{check, schema};
 
 /// A validator for `$defs/{def}` of a schema document.
 fn def_validator(doc: &Value, def: &str) -> jsonschema::Validator {
@@ -19,17 +14,6 @@ fn def_validator(doc: &Value, def: &str) -> jsonschema::Validator {
     let mut s = doc.clone();
     s["$ref"] = json!(format!("#/$defs/{def}"));
     jsonschema::validator_for(&s).expect("schema compiles")
-}
-
-fn check(v: &jsonschema::Validator, instance: &Value, what: &str) {
-    let errs: Vec<String> = v
-        .iter_errors(instance)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
-    assert!(
-        errs.is_empty(),
-        "{what} fails the schema: {errs:?}\n{instance}"
-    );
 }
 
 const FORBIDDEN: [&str; 7] = [
@@ -107,7 +91,7 @@ async fn emitted_events_validate_against_the_openwop_schemas() {
         }
         match e.event_type.as_str() {
             "trigger.delivery.attempted" => {
-                check(&attempted, &e.payload, "trigger.delivery.attempted");
+                check(&attempted, &e.payload);
                 for k in &keys {
                     assert!(
                         declared.contains(k),
@@ -115,7 +99,7 @@ async fn emitted_events_validate_against_the_openwop_schemas() {
                     );
                 }
             }
-            "trigger.subscription.state.changed" => check(&changed, &e.payload, "state.changed"),
+            "trigger.subscription.state.changed" => check(&changed, &e.payload),
             other => panic!("unexpected event {other}"),
         }
         *seen.entry(e.event_type.clone()).or_insert(0) += 1;
@@ -133,15 +117,15 @@ async fn emitted_events_validate_against_the_openwop_schemas() {
     let evs = evs["events"].as_array().unwrap();
     assert_eq!(evs.len(), 2);
     for e in evs {
-        check(&envelope, e, "run event envelope");
+        check(&envelope, e);
     }
-    check(&started, &evs[0]["payload"], "run.started payload");
+    check(&started, &evs[0]["payload"]);
 
     let sub = schema("trigger-subscription.schema.json");
     let sub_v = jsonschema::validator_for(&sub).expect("schema compiles");
     assert!(!sub_v.is_valid(&json!({"subscriptionId": "s", "source": "webhook", "state": "active", "connector": "github"})));
     let subs = s.get("/v1/trigger-subscriptions").await;
     for x in subs["subscriptions"].as_array().unwrap() {
-        check(&sub_v, x, "TriggerSubscription");
+        check(&sub_v, x);
     }
 }

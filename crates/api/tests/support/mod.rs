@@ -242,3 +242,32 @@ pub fn chrono_now() -> i64 {
         .unwrap()
         .as_secs() as i64
 }
+
+/// A vendored OpenWOP schema from `../shared/fixtures/openwop/`.
+pub fn schema(name: &str) -> Value {
+    let p = fixtures().join("openwop").join(name);
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
+}
+
+/// A Draft 2020-12 validator for a vendored schema; relative `$ref`s into
+/// `run-event-payloads.schema.json` resolve against its vendored subset.
+pub fn validator(name: &str) -> jsonschema::Validator {
+    let payloads = schema("run-event-payloads.trigger-subset.schema.json");
+    jsonschema::options()
+        .with_resource(
+            "https://openwop.dev/spec/v1/run-event-payloads.schema.json",
+            jsonschema::Resource::from_contents(payloads).expect("resource"),
+        )
+        .build(&schema(name))
+        .expect("schema compiles")
+}
+
+/// Asserts `instance` is valid, listing every error.
+pub fn check(v: &jsonschema::Validator, instance: &Value) {
+    let errs: Vec<String> = v
+        .iter_errors(instance)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errs.is_empty(), "{errs:?}\n{instance}");
+}
