@@ -37,6 +37,8 @@ pub struct ServerSection {
     pub host_id: Option<String>,
     /// Days a dead-lettered delivery stays readable (default 14; RFC 0232 `retentionDays`).
     pub dead_letter_retention_days: Option<u32>,
+    /// Days raw request bodies are kept after their receipt settled (default 7); receipts stay.
+    pub body_retention_days: Option<u32>,
 }
 
 /// `[subscriptions.hmac]`: settings of the generic `hmac` connector.

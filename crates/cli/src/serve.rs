@@ -105,6 +105,17 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let worker =
         (!args.no_worker).then(|| tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone())));
+    let day = std::time::Duration::from_secs(86_400);
+    let sweeper = tokio::spawn(tb_engine::sweeper::run(
+        engine.clone(),
+        tb_engine::sweeper::SweeperConfig {
+            interval: std::time::Duration::from_secs(60),
+            body_retention: day * server.body_retention_days.unwrap_or(7),
+            dead_letter_retention: day * server.dead_letter_retention_days.unwrap_or(14),
+            batch: 1000,
+        },
+        stop_rx.clone(),
+    ));
 
     let app = tb_api::router(tb_api::AppState {
         engine: engine.clone(),
@@ -133,6 +144,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(w) = worker {
         let _ = w.await;
     }
+    let _ = sweeper.await;
     store.close().await;
     signals.abort();
     tracing::info!("stopped cleanly");

@@ -10,6 +10,7 @@ pub mod ingest;
 pub mod registration;
 pub mod router;
 pub mod runs;
+pub mod sweeper;
 pub mod worker;
 
 use std::collections::HashMap;

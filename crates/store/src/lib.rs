@@ -169,6 +169,17 @@ pub trait Store: Send + Sync + 'static {
         reply: Option<StoredReply>,
         now: i64,
     ) -> StoredResult;
+    /// Deletes, in batches of at most `batch` rows per kind: raw bodies of settled receipts received
+    /// before `bodies_before` (ms), dead-lettered deliveries (with their attempts) dead-lettered before
+    /// `dead_letters_before`, and expired idempotency records (DESIGN §7 retention; RFC 0232 purge).
+    /// Receipts, runs and events are kept.
+    async fn sweep(
+        &self,
+        now: i64,
+        bodies_before: i64,
+        dead_letters_before: i64,
+        batch: u32,
+    ) -> StoreResult<SweepCounts>;
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 }

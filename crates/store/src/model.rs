@@ -294,3 +294,14 @@ pub enum IdempotencyClaim {
     Mismatch,
     Replay(StoredReply),
 }
+
+/// What one retention sweep removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct SweepCounts {
+    /// Raw bodies of settled receipts older than the body retention.
+    pub bodies: u64,
+    /// Dead-lettered deliveries (and their attempts) older than the dead-letter retention.
+    pub dead_letters: u64,
+    /// Expired idempotency records.
+    pub idempotency: u64,
+}

@@ -557,3 +557,74 @@ async fn idempotency_claims_are_atomic_replayable_and_expire() {
         );
     }
 }
+
+#[tokio::test]
+async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        // An old settled receipt (unmatched) and an old dead-lettered delivery.
+        let old = receipt("s", "dk_old", b"old body", &[]);
+        let old_id = old.id.clone();
+        store.commit_receipt(old).await.unwrap();
+        let r = receipt("s", "dk_dl", b"{}", &["b1"]);
+        store.commit_receipt(r).await.unwrap();
+        let lease = store
+            .lease_due("w", 2_000, 60_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        let mut c = commit_for(
+            &lease,
+            AttemptOutcome::DeadLettered,
+            DeliveryState::DeadLettered,
+            None,
+            2_100,
+        );
+        c.attempt.next_due_at = None;
+        store.commit_attempt(c).await.unwrap();
+        // A queued receipt keeps its body whatever its age.
+        let queued = receipt("s", "dk_q", b"queued body", &["b1"]);
+        let queued_id = queued.id.clone();
+        store.commit_receipt(queued).await.unwrap();
+        store
+            .idempotency_claim("p", "k", "d", 1_000, 1_000)
+            .await
+            .unwrap();
+
+        let counts = store.sweep(200_000_000, 10_000, 10_000, 100).await.unwrap();
+        assert_eq!(
+            counts,
+            SweepCounts {
+                bodies: 2,
+                dead_letters: 1,
+                idempotency: 1
+            },
+            "unmatched + dead-lettered bodies"
+        );
+        assert!(matches!(
+            store.get_body(&old_id).await,
+            Err(StoreError::NotFound(_))
+        ));
+        assert_eq!(
+            &store.get_body(&queued_id).await.unwrap()[..],
+            b"queued body"
+        );
+        assert_eq!(
+            store.get_receipt(&old_id).await.unwrap().id,
+            old_id,
+            "receipts are kept"
+        );
+        let q = DeadLetterQuery {
+            subscription_id: "s".into(),
+            limit: 10,
+            before: None,
+            not_before: 0,
+        };
+        assert!(store.dead_letters(q).await.unwrap().is_empty());
+        assert_eq!(
+            store.sweep(200_000_000, 10_000, 10_000, 100).await.unwrap(),
+            SweepCounts::default(),
+            "idempotent"
+        );
+    }
+}

@@ -343,6 +343,17 @@ impl Store for SqliteStore {
             .write(move |c| write::idempotency_finish(c, &s, &k, reply.as_ref(), now))
             .await
     }
+    async fn sweep(
+        &self,
+        now: i64,
+        bodies_before: i64,
+        dead_letters_before: i64,
+        batch: u32,
+    ) -> StoreResult<SweepCounts> {
+        self.writer
+            .write(move |c| write::sweep(c, now, bodies_before, dead_letters_before, batch))
+            .await
+    }
     async fn close(&self) {
         self.writer.close().await;
     }

@@ -636,3 +636,49 @@ pub(crate) fn idempotency_finish(
     .map_err(db)?;
     Ok(())
 }
+
+pub(crate) fn sweep(
+    c: &Connection,
+    now: i64,
+    bodies_before: i64,
+    dead_letters_before: i64,
+    batch: u32,
+) -> StoreResult<SweepCounts> {
+    let bodies = c
+        .prepare_cached(
+            "DELETE FROM bodies WHERE receipt_id IN (SELECT id FROM receipts WHERE received_at < ?1 \
+             AND state NOT IN ('received','authenticated','normalized','matched','routed','queued') LIMIT ?2)",
+        )
+        .map_err(db)?
+        .execute(params![bodies_before, batch])
+        .map_err(db)? as u64;
+    let doomed: Vec<String> = c
+        .prepare_cached(
+            "SELECT id FROM deliveries WHERE state = 'dead-lettered' AND updated_at < ?1 LIMIT ?2",
+        )
+        .map_err(db)?
+        .query_map(params![dead_letters_before, batch], |r| r.get(0))
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
+    for id in &doomed {
+        c.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
+            .map_err(db)?
+            .execute([id])
+            .map_err(db)?;
+        c.prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+            .map_err(db)?
+            .execute([id])
+            .map_err(db)?;
+    }
+    let idempotency = c
+        .prepare_cached("DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)")
+        .map_err(db)?
+        .execute(params![now, batch])
+        .map_err(db)? as u64;
+    Ok(SweepCounts {
+        bodies,
+        dead_letters: doomed.len() as u64,
+        idempotency,
+    })
+}
