@@ -76,6 +76,7 @@ pub fn document(st: &AppState) -> Value {
                 "maxPageSize": st.host.dead_letter_max_page,
             },
         },
+        "webhooks": {"supported": true, "signatureAlgorithms": ["v1"], "durable": true},
         "multiAgent": {"executionModel": {"crossHostCausation": {
             "supported": false,
             "hostId": st.host.host_id,

@@ -14,6 +14,7 @@ pub mod ops;
 pub mod registration;
 pub mod runs;
 pub mod sse;
+pub mod webhooks;
 pub mod wire;
 
 use std::sync::Arc;
@@ -47,6 +48,8 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(ops::health))
         .route("/.well-known/openwop", get(discovery::discovery))
         .route("/v1/openapi.json", get(openapi::openapi))
+        .route("/v1/webhooks", post(webhooks::register))
+        .route("/v1/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route(
             "/v1/trigger-subscriptions/{id}/dead-letters",
             get(dead_letters::list),

@@ -8,8 +8,8 @@ use utoipa::OpenApi;
 #[derive(OpenApi)]
 #[openapi(
     info(title = "trigger-bridge", description = "Durable inbound-work bridge: OpenWOP v1 trigger-bridge surface and management API."),
-    paths(crate::dead_letters::list, crate::discovery::discovery, crate::ingest::ingest, crate::inspect::list_subscriptions, crate::inspect::get_subscription, crate::inspect::pause_subscription, crate::inspect::resume_subscription, crate::inspect::list_receipts, crate::inspect::get_receipt, crate::inspect::list_deliveries, crate::inspect::get_delivery, crate::inspect::replay_delivery, crate::ops::health, crate::ops::metrics, crate::registration::register, crate::runs::list_runs, crate::runs::get_run, crate::runs::poll_events, crate::runs::post_result, crate::runs::cancel, crate::runs::ancestry, crate::runs::create, crate::sse::events),
-    components(schemas(crate::registration::RegistrationBody, crate::registration::RetryBody, crate::registration::VerificationBody, crate::runs::CreateRunBody, crate::runs::ResultBody)),
+    paths(crate::webhooks::register, crate::webhooks::delete, crate::dead_letters::list, crate::discovery::discovery, crate::ingest::ingest, crate::inspect::list_subscriptions, crate::inspect::get_subscription, crate::inspect::pause_subscription, crate::inspect::resume_subscription, crate::inspect::list_receipts, crate::inspect::get_receipt, crate::inspect::list_deliveries, crate::inspect::get_delivery, crate::inspect::replay_delivery, crate::ops::health, crate::ops::metrics, crate::registration::register, crate::runs::list_runs, crate::runs::get_run, crate::runs::poll_events, crate::runs::post_result, crate::runs::cancel, crate::runs::ancestry, crate::runs::create, crate::sse::events),
+    components(schemas(crate::webhooks::WebhookBody, crate::registration::RegistrationBody, crate::registration::RetryBody, crate::registration::VerificationBody, crate::runs::CreateRunBody, crate::runs::ResultBody)),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]

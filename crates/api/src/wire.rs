@@ -143,20 +143,7 @@ pub fn pending_run(d: &DeliveryRecord) -> Value {
 
 /// OpenWOP `RunEventDoc` (`eventId, runId, type, payload, timestamp, sequence, causationId?`).
 pub fn run_event(e: &RunEventRecord) -> Value {
-    let mut m = json!({
-        "eventId": e.event_id,
-        "runId": e.run_id,
-        "type": e.event_type,
-        "payload": e.payload,
-        "timestamp": time(e.timestamp),
-        "sequence": e.sequence,
-    });
-    put(
-        m.as_object_mut().expect("object"),
-        "causationId",
-        e.causation_id.clone().map(Value::String),
-    );
-    m
+    tb_engine::wire_event::run_event_doc(e)
 }
 
 /// A run-less trigger event in the same envelope, without `runId`/`sequence`.

@@ -64,9 +64,16 @@ async fn discovery_is_valid_cached_and_honest() {
         d["triggerBridge"]["ingestion"]["registrationEndpoint"],
         true
     );
-    // Honest: no root deadLetter (run.dead_lettered) and no durable outbound webhooks are served yet, so
-    // the trigger-bridge profile is not claimed.
-    assert!(d.get("deadLetter").is_none() && d.get("webhooks").is_none());
+    // Honest: durable webhooks are served, but no root deadLetter (run.dead_lettered + fork), so the
+    // trigger-bridge profile predicate is not met.
+    assert_eq!(
+        d["webhooks"],
+        json!({"supported": true, "signatureAlgorithms": ["v1"], "durable": true})
+    );
+    assert!(
+        d.get("deadLetter").is_none(),
+        "no run-level dead-letter sink (RFC 0053) is served"
+    );
     assert!(!is_trigger_bridge(&d));
     let r = s
         .http
@@ -996,5 +1003,172 @@ async fn openapi_document_is_generated_public_and_covers_the_routes() {
     assert_eq!(
         doc["components"]["securitySchemes"]["bearer"]["scheme"],
         "bearer"
+    );
+}
+
+/// A receiver that records (headers, body) and answers `codes` in turn (then 200).
+async fn receiver(
+    codes: Vec<u16>,
+) -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, Value)>>>,
+) {
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, Value)>>> =
+        Default::default();
+    let s2 = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |h: axum::http::HeaderMap, body: axum::body::Bytes| {
+            let seen = s2.clone();
+            let codes = codes.clone();
+            async move {
+                let mut g = seen.lock().unwrap();
+                let n = g.len();
+                g.push((h, serde_json::from_slice(&body).unwrap()));
+                StatusCode::from_u16(*codes.get(n).unwrap_or(&200)).unwrap()
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_webhooks_are_ssrf_checked_signed_durable_and_deletable() {
+    let s = start(None, fast_retry(2), 0).await;
+    let reg = |body: Value| {
+        s.http
+            .post(format!("{}/v1/webhooks", s.base))
+            .json(&body)
+            .send()
+    };
+    // SSRF guard (the local-testing switch is off): loopback and plain http are refused.
+    for url in [
+        "https://127.0.0.1/hook",
+        "http://example.com/hook",
+        "https://169.254.169.254/latest",
+    ] {
+        let r = reg(json!({"url": url, "events": ["run.completed"], "tenantId": "t1"}))
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{url}");
+        assert_eq!(
+            r.json::<Value>().await.unwrap()["error"],
+            "webhook_url_rejected"
+        );
+    }
+    let r = reg(json!({"url": "https://93.184.216.34/x", "events": []}))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400, "empty events");
+    let r = reg(json!({"url": "https://93.184.216.34/x", "events": ["run.completed"], "signatureAlgorithms": ["v2"]})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+
+    s.engine
+        .webhook_allow_private
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let (url, seen) = receiver(vec![500]).await;
+    let r = reg(json!({"url": url, "events": ["run.started", "run.completed"], "tenantId": "t1"}))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let w: Value = r.json().await.unwrap();
+    let (id, secret) = (
+        w["webhookId"].as_str().unwrap().to_string(),
+        w["secret"].as_str().unwrap().to_string(),
+    );
+    assert_eq!(w["secretFingerprint"].as_str().unwrap().len(), 8);
+
+    let (_, a) = s
+        .post_github("pull_request", "hook-1", opened(), GH_SECRET)
+        .await;
+    let run_id = a["runId"].as_str().unwrap().to_string();
+    // run.started and run.completed arrive; the first POST failed (500) and was retried.
+    for _ in 0..200 {
+        if seen.lock().unwrap().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let got = seen.lock().unwrap().clone();
+    assert_eq!(got.len(), 3, "one failure, then both events");
+    let mut types: Vec<&str> = got[1..]
+        .iter()
+        .map(|(_, b)| b["event"]["type"].as_str().unwrap())
+        .collect();
+    types.sort();
+    assert_eq!(types, vec!["run.completed", "run.started"]);
+    let envelope = validator("run-event.schema.json");
+    for (h, b) in &got {
+        assert_eq!(b["runId"], run_id.as_str());
+        assert_eq!(b["workspaceId"], "t1");
+        check(&envelope, &b["event"]);
+        let ts: i64 = h["x-openwop-timestamp"].to_str().unwrap().parse().unwrap();
+        let body = serde_json::to_vec(b).unwrap();
+        let _ = body;
+        assert_eq!(h["x-openwop-signature-algorithm"], "v1");
+        assert_eq!(h["x-openwop-webhook-id"], id.as_str());
+        assert!(h["x-openwop-signature"]
+            .to_str()
+            .unwrap()
+            .starts_with("sha256="));
+        assert_eq!(h["openwop-signature"], h["x-openwop-signature"]);
+        assert!((ts - chrono_now()).abs() <= 5);
+    }
+    // The signature covers the exact body: recompute over the raw bytes of one delivery.
+    let raw = s
+        .engine
+        .store
+        .get_run_event(got[1].1["event"]["eventId"].as_str().unwrap())
+        .await
+        .unwrap();
+    let doc = json!({"runId": raw.run_id, "workspaceId": "t1", "event": tb_engine::wire_event::run_event_doc(&raw)}).to_string();
+    let ts: i64 = got[1].0["x-openwop-timestamp"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        got[1].0["x-openwop-signature"].to_str().unwrap(),
+        format!(
+            "sha256={}",
+            tb_engine::webhooks::sign_v1(&secret, ts, doc.as_bytes())
+        )
+    );
+    // The registration is a trigger subscription whose deliveries are recorded.
+    let sub = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
+    assert_eq!(sub["subscription"]["state"], "active");
+    // Delete: 204, then 404; another tenant cannot delete it.
+    let r = s
+        .http
+        .delete(format!("{}/v1/webhooks/{id}?tenantId=t2", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let r = s
+        .http
+        .delete(format!("{}/v1/webhooks/{id}?tenantId=t1", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let r = s
+        .http
+        .delete(format!("{}/v1/webhooks/{id}?tenantId=t1", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    let before = seen.lock().unwrap().len();
+    s.post_github("pull_request", "hook-2", opened(), GH_SECRET)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        before,
+        "no deliveries after delete"
     );
 }

@@ -88,6 +88,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let registered = tb_engine::registration::load_registered(&engine, &secrets)
         .await
         .map_err(|e| anyhow::anyhow!("loading registered subscriptions: {}", e.message))?;
+    let hooks = tb_engine::webhooks::load(&engine, &secrets)
+        .await
+        .map_err(|e| anyhow::anyhow!("loading webhooks: {}", e.message))?;
+    if hooks > 0 {
+        tracing::info!(webhooks = hooks, "outbound webhooks loaded");
+    }
     if registered > 0 {
         tracing::info!(registered, "registered trigger subscriptions loaded");
     }

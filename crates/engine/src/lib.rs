@@ -10,7 +10,10 @@ pub mod ingest;
 pub mod registration;
 pub mod router;
 pub mod runs;
+pub mod ssrf;
 pub mod sweeper;
+pub mod webhooks;
+pub mod wire_event;
 pub mod worker;
 
 use std::collections::HashMap;
@@ -32,6 +35,10 @@ pub struct Engine {
     /// Signalled after every commit that creates due work.
     pub work_ready: Notify,
     pub(crate) http: reqwest::Client,
+    /// Live outbound webhooks.
+    pub webhooks: webhooks::Registry,
+    /// Lifts the SSRF address rules for outbound webhooks (local testing only).
+    pub webhook_allow_private: std::sync::atomic::AtomicBool,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -66,6 +73,10 @@ impl Engine {
             catalog: RwLock::new(Arc::new(catalog)),
             states: RwLock::new(states),
             work_ready: Notify::new(),
+            webhooks: Default::default(),
+            webhook_allow_private: std::sync::atomic::AtomicBool::new(
+                std::env::var("OPENWOP_WEBHOOK_ALLOW_PRIVATE").is_ok_and(|v| v == "true"),
+            ),
             http,
         }))
     }

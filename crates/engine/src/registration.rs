@@ -77,6 +77,19 @@ impl SecretStore {
         format!("fp_{}", &hex::encode(m.finalize().into_bytes())[..24])
     }
 
+    /// Writes a new secret file (mode 0600, fsync'd with its directory).
+    pub fn write(&self, file: &str, bytes: &[u8]) -> Result<(), TbError> {
+        write_private(&self.dir.join(file), bytes)
+    }
+
+    /// Reads a secret file as text.
+    pub fn read_raw(&self, file: &str) -> Result<String, TbError> {
+        let p = self.dir.join(file);
+        std::fs::read_to_string(&p)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| io("cannot read", &p, e))
+    }
+
     fn read(&self, file: &str) -> Result<Vec<u8>, TbError> {
         let p = self.dir.join(file);
         let text = std::fs::read_to_string(&p).map_err(|e| io("cannot read", &p, e))?;

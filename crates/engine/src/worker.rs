@@ -114,7 +114,13 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let number = d.attempts + 1;
     let event_id = new_id(IdKind::Event);
     let catalog = engine.catalog();
-    let sub = if d.subscription_id == crate::API_SOURCE {
+    let sub = if d.action == "webhook" {
+        // An outbound webhook delivery: its own retry policy; the webhook's subscription row counts it.
+        let mut c = crate::catalog::api_runs_config();
+        c.id = d.subscription_id.clone();
+        c.retry = crate::webhooks::retry_policy();
+        Some(std::sync::Arc::new(c))
+    } else if d.subscription_id == crate::API_SOURCE {
         // A run started through `POST /v1/runs`: the default retry policy, no subscription.
         Some(std::sync::Arc::new(crate::catalog::api_runs_config()))
     } else {
@@ -137,27 +143,33 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         .workflow_id
         .as_deref()
         .and_then(|w| catalog.workflow(w).cloned());
-    let result: Result<RunStatus, ActionResult> = match workflow {
-        None => Err(ActionResult::Failed {
-            error_class: "workflow_missing".into(),
-            retry_after_ms: None,
-            permanent: true,
-        }),
-        Some(w) => {
-            let event_type = match engine.store.get_receipt(&d.receipt_id).await {
-                Ok(r) => r.event_type,
-                Err(_) => String::new(),
-            };
-            let req = StartRequest {
-                run_id: &run_id,
-                delivery_id: &d.id,
-                causation_id: &event_id,
-                inputs: &d.inputs,
-                subscription_id: &d.subscription_id,
-                event_type: &event_type,
-                receipt_id: &d.receipt_id,
-            };
-            executor::start_run(&engine.http, &w, &req).await
+    let result: Result<RunStatus, ActionResult> = if d.action == "webhook" {
+        crate::webhooks::deliver(engine, d)
+            .await
+            .map(|_| RunStatus::Completed)
+    } else {
+        match workflow {
+            None => Err(ActionResult::Failed {
+                error_class: "workflow_missing".into(),
+                retry_after_ms: None,
+                permanent: true,
+            }),
+            Some(w) => {
+                let event_type = match engine.store.get_receipt(&d.receipt_id).await {
+                    Ok(r) => r.event_type,
+                    Err(_) => String::new(),
+                };
+                let req = StartRequest {
+                    run_id: &run_id,
+                    delivery_id: &d.id,
+                    causation_id: &event_id,
+                    inputs: &d.inputs,
+                    subscription_id: &d.subscription_id,
+                    event_type: &event_type,
+                    receipt_id: &d.receipt_id,
+                };
+                executor::start_run(&engine.http, &w, &req).await
+            }
         }
     };
     let action = match &result {

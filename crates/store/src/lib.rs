@@ -180,6 +180,15 @@ pub trait Store: Send + Sync + 'static {
         dead_letters_before: i64,
         batch: u32,
     ) -> StoreResult<SweepCounts>;
+    /// Registers an outbound webhook and its trigger-subscription row (one transaction).
+    async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()>;
+    /// Deletes (tombstones) a webhook of `tenant`; no further deliveries are created for it.
+    /// Errors: `NotFound` (unknown, deleted, or another tenant's).
+    async fn delete_webhook(&self, id: &str, tenant: &str) -> StoreResult<()>;
+    /// Live webhooks.
+    async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>>;
+    /// One run event by its id.
+    async fn get_run_event(&self, event_id: &str) -> StoreResult<RunEventRecord>;
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 }

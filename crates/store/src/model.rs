@@ -305,3 +305,17 @@ pub struct SweepCounts {
     /// Expired idempotency records.
     pub idempotency: u64,
 }
+
+/// An outbound webhook registration. Each run event whose type is in `events` becomes one `webhook`
+/// delivery (in the same transaction as the event), retried and dead-lettered like any delivery.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WebhookRecord {
+    pub id: String,
+    pub url: String,
+    /// Run event types (`run.completed`, ...) or `*`.
+    pub events: Vec<String>,
+    pub tenant_id: String,
+    /// File name of the signing secret under the secrets directory.
+    pub secret_file: String,
+    pub created_at: i64,
+}

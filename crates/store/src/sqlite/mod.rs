@@ -27,10 +27,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
         2,
         include_str!("../../migrations/sqlite/0002_idempotency.sql"),
     ),
+    (3, include_str!("../../migrations/sqlite/0003_webhooks.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The SQLite store. Cheap to share behind an `Arc<dyn Store>`.
 pub struct SqliteStore {
@@ -353,6 +354,24 @@ impl Store for SqliteStore {
         self.writer
             .write(move |c| write::sweep(c, now, bodies_before, dead_letters_before, batch))
             .await
+    }
+    async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()> {
+        self.writer
+            .write(move |c| write::create_webhook(c, &w, &sub))
+            .await
+    }
+    async fn delete_webhook(&self, id: &str, tenant: &str) -> StoreResult<()> {
+        let (i, t) = (id.to_string(), tenant.to_string());
+        self.writer
+            .write(move |c| write::delete_webhook(c, &i, &t))
+            .await
+    }
+    async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>> {
+        self.read(read::list_webhooks).await
+    }
+    async fn get_run_event(&self, event_id: &str) -> StoreResult<RunEventRecord> {
+        let id = event_id.to_string();
+        self.read(move |c| read::get_run_event(c, &id)).await
     }
     async fn close(&self) {
         self.writer.close().await;

@@ -441,3 +441,44 @@ pub(crate) fn dead_letters(
         .map_err(db)?;
     rows.collect::<Result<_, _>>().map_err(db)
 }
+
+pub(crate) fn list_webhooks(c: &Connection) -> StoreResult<Vec<WebhookRecord>> {
+    let mut st = c
+        .prepare_cached("SELECT id, url, events, tenant_id, secret_file, created_at FROM webhooks WHERE deleted = 0 ORDER BY id")
+        .map_err(db)?;
+    let rows = st
+        .query_map([], |r| {
+            let events: String = r.get(2)?;
+            Ok(WebhookRecord {
+                id: r.get(0)?,
+                url: r.get(1)?,
+                events: serde_json::from_str(&events).unwrap_or_default(),
+                tenant_id: r.get(3)?,
+                secret_file: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
+pub(crate) fn get_run_event(c: &Connection, event_id: &str) -> StoreResult<RunEventRecord> {
+    c.prepare_cached(
+        "SELECT run_id, sequence, event_id, type, payload, causation_id, timestamp FROM run_events WHERE event_id = ?1",
+    )
+    .map_err(db)?
+    .query_row([event_id], |r| {
+        Ok(RunEventRecord {
+            run_id: r.get(0)?,
+            sequence: r.get(1)?,
+            event_id: r.get(2)?,
+            event_type: r.get(3)?,
+            payload: json(r.get(4)?),
+            causation_id: r.get(5)?,
+            timestamp: r.get(6)?,
+        })
+    })
+    .optional()
+    .map_err(db)?
+    .ok_or_else(|| StoreError::NotFound("run event".into()))
+}

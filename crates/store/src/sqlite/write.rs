@@ -237,6 +237,20 @@ fn insert_run_event(
     .map_err(db)?
     .execute(params![run, seq as i64, new_id(IdKind::Event), ty, payload.to_string(), causation, now])
     .map_err(db)?;
+    // Outbox for outbound webhooks: one delivery per live webhook that takes this event type, written
+    // with the event. The event id stands in the receipt column, so (event, webhook) is unique.
+    c.prepare_cached(
+        "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+           inputs, state, due_at, created_at, updated_at) \
+         SELECT 'dlv_' || lower(hex(randomblob(16))), e.event_id, w.id, w.id, e.event_id, 'webhook', NULL, e.run_id, \
+           '{}', 'pending', ?3, ?3, ?3 \
+         FROM run_events e JOIN webhooks w ON w.deleted = 0 \
+           AND EXISTS (SELECT 1 FROM json_each(w.events) j WHERE j.value = e.type OR j.value = '*') \
+         WHERE e.run_id = ?1 AND e.sequence = ?2",
+    )
+    .map_err(db)?
+    .execute(params![run, seq as i64, now])
+    .map_err(db)?;
     Ok(())
 }
 
@@ -681,4 +695,33 @@ pub(crate) fn sweep(
         dead_letters: doomed.len() as u64,
         idempotency,
     })
+}
+
+pub(crate) fn create_webhook(
+    c: &Connection,
+    w: &WebhookRecord,
+    sub: &SubscriptionDef,
+) -> StoreResult<()> {
+    upsert_subscription(c, sub, w.created_at)?;
+    c.prepare_cached(
+        "INSERT INTO webhooks (id, url, events, tenant_id, secret_file, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )
+    .map_err(db)?
+    .execute(params![w.id, w.url, serde_json::to_string(&w.events).expect("json"), w.tenant_id, w.secret_file, w.created_at])
+    .map_err(db)?;
+    Ok(())
+}
+
+pub(crate) fn delete_webhook(c: &Connection, id: &str, tenant: &str) -> StoreResult<()> {
+    let n = c
+        .prepare_cached(
+            "UPDATE webhooks SET deleted = 1 WHERE id = ?1 AND tenant_id = ?2 AND deleted = 0",
+        )
+        .map_err(db)?
+        .execute(params![id, tenant])
+        .map_err(db)?;
+    if n == 0 {
+        return Err(StoreError::NotFound("webhook".into()));
+    }
+    Ok(())
 }

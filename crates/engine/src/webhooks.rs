@@ -1,0 +1,243 @@
+//! Outbound webhooks (OpenWOP `webhooks.md` v1.2, durable mode RFC 0083): registrations, and the
+//! delivery of run events as `{runId, workspaceId, event}` signed with the v1 scheme
+//! (`X-openwop-Signature: sha256=<hex HMAC-SHA256(secret, "{timestamp}.{body}")>`). Each delivery is a
+//! `webhook` delivery of the engine: written with its run event, retried (5 attempts, 500 ms doubling),
+//! dead-lettered, and counted in the registration's trigger-subscription states.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use sha2::{Digest, Sha256};
+use tb_core::delivery::ActionResult;
+use tb_core::ids::new_id;
+use tb_core::retry::{Backoff, RetryPolicy};
+use tb_core::subscription::Source;
+use tb_core::{ErrorCode, TbError};
+use tb_store::{DeliveryRecord, SubscriptionDef, WebhookRecord};
+
+use crate::registration::SecretStore;
+use crate::{clock, ssrf, store_err, Engine};
+
+/// A live webhook as the worker needs it.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub url: String,
+    pub secret: String,
+    pub tenant_id: String,
+}
+
+/// Live webhooks by id.
+#[derive(Debug, Default)]
+pub struct Registry(RwLock<HashMap<String, Target>>);
+
+impl Registry {
+    fn get(&self, id: &str) -> Option<Target> {
+        self.0.read().expect("webhooks lock").get(id).cloned()
+    }
+    fn put(&self, id: String, t: Target) {
+        self.0.write().expect("webhooks lock").insert(id, t);
+    }
+    fn remove(&self, id: &str) {
+        self.0.write().expect("webhooks lock").remove(id);
+    }
+}
+
+/// Retry policy of webhook deliveries (reference v2 host defaults): 5 attempts, 500 ms doubling.
+pub fn retry_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 5,
+        backoff: Backoff::Exponential,
+        initial_ms: 500,
+        max_ms: 60_000,
+        jitter: 0.2,
+        schedule_ms: None,
+    }
+}
+
+/// `secretFingerprint` per webhooks.md: the first 8 hex characters of SHA-256(secret).
+pub fn fingerprint(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))[..8].to_string()
+}
+
+/// What a registration created; `secret` is shown once.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub webhook_id: String,
+    pub secret: String,
+    pub fingerprint: String,
+}
+
+/// Registers a webhook after the SSRF check. Errors: `validation_error` with code text
+/// `webhook_url_rejected: ...` for a refused URL, `unavailable` for store or secret-file failures.
+pub async fn register(
+    engine: &Engine,
+    secrets: &SecretStore,
+    url: &str,
+    events: Vec<String>,
+    tenant_id: String,
+    allow_private: bool,
+) -> Result<Created, TbError> {
+    ssrf::check(url, allow_private).await.map_err(|r| {
+        TbError::new(
+            ErrorCode::ValidationError,
+            format!("webhook_url_rejected: {}", r.0),
+        )
+    })?;
+    let id = format!("wh_{}", &new_id(tb_core::ids::IdKind::Event)[4..]);
+    let secret = format!("whk_{}", hex::encode(rand::random::<[u8; 32]>()));
+    let secret_file = format!("{id}.secret");
+    secrets.write(&secret_file, secret.as_bytes())?;
+    let now = clock::now_ms();
+    let def = SubscriptionDef {
+        id: id.clone(),
+        source: Source::Webhook,
+        connector: "openwop-webhook".into(),
+        config: serde_json::json!({"retryPolicy": retry_policy(), "dedupEnabled": true, "secretFingerprint": fingerprint(&secret), "outbound": true}),
+        failure_threshold: 4,
+    };
+    let rec = WebhookRecord {
+        id: id.clone(),
+        url: url.into(),
+        events,
+        tenant_id: tenant_id.clone(),
+        secret_file,
+        created_at: now,
+    };
+    engine
+        .store
+        .create_webhook(rec, def)
+        .await
+        .map_err(store_err)?;
+    engine.webhooks.put(
+        id.clone(),
+        Target {
+            url: url.into(),
+            secret: secret.clone(),
+            tenant_id,
+        },
+    );
+    tracing::info!(webhook = %id, "outbound webhook registered");
+    Ok(Created {
+        webhook_id: id,
+        fingerprint: fingerprint(&secret),
+        secret,
+    })
+}
+
+/// Deletes a webhook of `tenant`. Errors: `not_found`.
+pub async fn delete(engine: &Engine, id: &str, tenant: &str) -> Result<(), TbError> {
+    engine
+        .store
+        .delete_webhook(id, tenant)
+        .await
+        .map_err(store_err)?;
+    engine.webhooks.remove(id);
+    Ok(())
+}
+
+/// Loads live webhooks and their secrets (on start); a webhook whose secret is missing is skipped.
+pub async fn load(engine: &Engine, secrets: &SecretStore) -> Result<usize, TbError> {
+    let mut n = 0;
+    for w in engine.store.list_webhooks().await.map_err(store_err)? {
+        match secrets.read_raw(&w.secret_file) {
+            Ok(secret) => {
+                engine.webhooks.put(
+                    w.id.clone(),
+                    Target {
+                        url: w.url,
+                        secret,
+                        tenant_id: w.tenant_id,
+                    },
+                );
+                n += 1;
+            }
+            Err(e) => {
+                tracing::error!(webhook = %w.id, error = %e.message, "webhook not loaded: its secret cannot be read")
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The v1 signature of a body sent at `ts` (Unix s): lowercase hex HMAC-SHA256 over `"{ts}.{body}"`.
+pub fn sign_v1(secret: &str, ts: i64, body: &[u8]) -> String {
+    let mut m = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key length");
+    m.update(ts.to_string().as_bytes());
+    m.update(b".");
+    m.update(body);
+    hex::encode(m.finalize().into_bytes())
+}
+
+fn failed(class: impl Into<String>, permanent: bool) -> ActionResult {
+    ActionResult::Failed {
+        error_class: class.into(),
+        retry_after_ms: None,
+        permanent,
+    }
+}
+
+/// Performs one webhook delivery: the run event (its id is in the delivery's receipt column), signed
+/// and POSTed to the re-resolved, checked and pinned address, no redirects, 5 s timeout. 2xx is success.
+pub async fn deliver(engine: &Engine, d: &DeliveryRecord) -> Result<(), ActionResult> {
+    let Some(t) = engine.webhooks.get(&d.subscription_id) else {
+        return Err(failed("webhook_deleted", true));
+    };
+    let event = engine
+        .store
+        .get_run_event(&d.receipt_id)
+        .await
+        .map_err(|_| failed("event_missing", true))?;
+    let body = serde_json::json!({"runId": event.run_id, "workspaceId": t.tenant_id, "event": crate::wire_event::run_event_doc(&event)}).to_string();
+    let (host, addrs) = ssrf::check(
+        &t.url,
+        engine
+            .webhook_allow_private
+            .load(std::sync::atomic::Ordering::Relaxed),
+    )
+    .await
+    .map_err(|_| failed("url_rejected", false))?;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .resolve(&host, addrs[0])
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|_| failed("client", false))?;
+    let ts = clock::now_s();
+    let sig = format!("sha256={}", sign_v1(&t.secret, ts, body.as_bytes()));
+    let mut req = client
+        .post(&t.url)
+        .header("content-type", "application/json")
+        .header(
+            "user-agent",
+            concat!("openwop-webhook-dispatcher/", env!("CARGO_PKG_VERSION")),
+        );
+    for (v1, v2, value) in [
+        (
+            "x-openwop-webhook-id",
+            "openwop-webhook-id",
+            d.subscription_id.clone(),
+        ),
+        (
+            "x-openwop-event-type",
+            "openwop-event-type",
+            event.event_type.clone(),
+        ),
+        ("x-openwop-timestamp", "openwop-timestamp", ts.to_string()),
+        ("x-openwop-signature", "openwop-signature", sig.clone()),
+        (
+            "x-openwop-signature-algorithm",
+            "openwop-signature-algorithm",
+            "v1".to_string(),
+        ),
+    ] {
+        req = req.header(v1, value.clone()).header(v2, value);
+    }
+    match req.body(body).send().await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(failed(format!("http_{}", r.status().as_u16()), false)),
+        Err(e) if e.is_timeout() => Err(failed("timeout", false)),
+        Err(_) => Err(failed("connect", false)),
+    }
+}
