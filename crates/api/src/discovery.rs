@@ -77,6 +77,7 @@ pub fn document(st: &AppState) -> Value {
             },
         },
         "webhooks": {"supported": true, "signatureAlgorithms": ["v1"], "durable": true},
+        "deadLetter": {"supported": true, "retentionDays": st.host.dead_letter_retention_days},
         "multiAgent": {"executionModel": {"crossHostCausation": {
             "supported": false,
             "hostId": st.host.host_id,

@@ -83,7 +83,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/deliveries", get(inspect::list_deliveries))
         .route("/v1/deliveries/{id}", get(inspect::get_delivery))
         .route("/v1/runs", get(runs::list_runs).post(runs::create))
-        .route("/v1/runs/{id}", get(runs::get_run))
+        .route("/v1/runs/{id}", get(runs::get_run).post(runs::fork))
         .route("/v1/runs/{id}/events/poll", get(runs::poll_events))
         .route("/v1/runs/{id}/result", post(runs::post_result))
         .route("/v1/deliveries/{id}/replay", post(inspect::replay_delivery))

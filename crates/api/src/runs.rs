@@ -241,3 +241,39 @@ pub async fn create(
     });
     Ok((axum::http::StatusCode::CREATED, Json(reply)).into_response())
 }
+
+#[utoipa::path(post, path = "/v1/runs/{id}:fork", tag = "runs", params(("id" = String, Path, description = "Run id")), responses((status = 201, description = "{runId, status, forkedFrom, eventsUrl, statusUrl}"), (status = 404, description = "not_found"), (status = 409, description = "conflict: the run has not ended")))]
+/// `POST /v1/runs/{runId}:fork`: starts a new run of an ended run's workflow with the same inputs (from
+/// the beginning: runs here have no intermediate checkpoints). Dead-lettered runs stay fork-eligible for
+/// `deadLetter.retentionDays` (RFC 0053). Errors: 404 (unknown run, or a path without `:fork`), 409 (the
+/// run has not ended).
+pub async fn fork(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    let Some(run_id) = id.strip_suffix(":fork") else {
+        return Err(ApiError::new(
+            ErrorCode::NotFound,
+            "no such endpoint; POST /v1/runs/{runId}:fork forks a run",
+        ));
+    };
+    let run = st.engine.store.get_run(run_id).await?;
+    if !run.status.is_terminal() {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            "only an ended run can be forked",
+        ));
+    }
+    let body = bytes::Bytes::from(json!({"forkOf": run.id}).to_string());
+    let new_id =
+        tb_engine::runs::start(&st.engine, &run.workflow_id, run.inputs.clone(), body).await?;
+    let reply = json!({
+        "runId": new_id,
+        "status": "pending",
+        "forkedFrom": run.id,
+        "eventsUrl": format!("/v1/runs/{new_id}/events"),
+        "statusUrl": format!("/v1/runs/{new_id}"),
+    });
+    Ok((axum::http::StatusCode::CREATED, Json(reply)).into_response())
+}

@@ -64,17 +64,19 @@ async fn discovery_is_valid_cached_and_honest() {
         d["triggerBridge"]["ingestion"]["registrationEndpoint"],
         true
     );
-    // Honest: durable webhooks are served, but no root deadLetter (run.dead_lettered + fork), so the
-    // trigger-bridge profile predicate is not met.
     assert_eq!(
         d["webhooks"],
         json!({"supported": true, "signatureAlgorithms": ["v1"], "durable": true})
     );
-    assert!(
-        d.get("deadLetter").is_none(),
-        "no run-level dead-letter sink (RFC 0053) is served"
+    assert_eq!(
+        d["deadLetter"],
+        json!({"supported": true, "retentionDays": 14})
     );
-    assert!(!is_trigger_bridge(&d));
+    // The openwop-trigger-bridge profile is derived from the live document with the suite's predicate.
+    assert!(
+        is_trigger_bridge(&d),
+        "core + triggerBridge + root deadLetter + webhooks.durable"
+    );
     let r = s
         .http
         .get(format!("{}/.well-known/openwop", s.base))
@@ -1171,4 +1173,72 @@ async fn outbound_webhooks_are_ssrf_checked_signed_durable_and_deletable() {
         before,
         "no deliveries after delete"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_run_whose_start_is_exhausted_is_dead_lettered_and_forkable() {
+    let (url, hits) = worker(vec![500, 500]).await;
+    let s = start(Some(url), fast_retry(2), 0).await;
+    *s.engine.api_run_retry.write().unwrap() = fast_retry(2);
+    let created: Value = s
+        .http
+        .post(format!("{}/v1/runs", s.base))
+        .json(&json!({"workflowId": "wf", "inputs": {"k": 1}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = created["runId"].as_str().unwrap().to_string();
+    let run = s
+        .wait_for(&format!("/v1/runs/{run_id}"), |v| v["status"] == "failed")
+        .await;
+    assert_eq!(run["inputs"], json!({"k": 1}));
+    let evs = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
+    let evs = evs["events"].as_array().unwrap();
+    assert_eq!(
+        evs.iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        vec!["run.dead_lettered", "run.failed"]
+    );
+    let payloads = schema("run-event-payloads.trigger-subset.schema.json");
+    let mut dl = payloads.clone();
+    dl["$ref"] = json!("#/$defs/runDeadLettered");
+    let dl_v = jsonschema::validator_for(&dl).unwrap();
+    check(&dl_v, &evs[0]["payload"]);
+    assert_eq!(
+        evs[0]["payload"],
+        json!({"runId": run_id, "reason": "retries_exhausted", "attempts": 2})
+    );
+    let envelope = validator("run-event.schema.json");
+    for e in evs {
+        check(&envelope, e);
+    }
+    // Fork: a new run of the same workflow and inputs; the worker now succeeds.
+    let r = s
+        .http
+        .post(format!("{}/v1/runs/{run_id}:fork", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let f: Value = r.json().await.unwrap();
+    assert_eq!(f["forkedFrom"], run_id.as_str());
+    let forked = f["runId"].as_str().unwrap().to_string();
+    let run = s
+        .wait_for(&format!("/v1/runs/{forked}"), |v| {
+            v["status"] == "completed"
+        })
+        .await;
+    assert_eq!(run["inputs"], json!({"k": 1}));
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 3);
+    let r = s
+        .http
+        .post(format!("{}/v1/runs/{run_id}", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404, "POST without :fork");
 }

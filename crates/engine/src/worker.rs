@@ -121,8 +121,10 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         c.retry = crate::webhooks::retry_policy();
         Some(std::sync::Arc::new(c))
     } else if d.subscription_id == crate::API_SOURCE {
-        // A run started through `POST /v1/runs`: the default retry policy, no subscription.
-        Some(std::sync::Arc::new(crate::catalog::api_runs_config()))
+        // A run started through `POST /v1/runs`: the API run policy, no subscription.
+        let mut c = crate::catalog::api_runs_config();
+        c.retry = engine.api_run_retry.read().expect("policy lock").clone();
+        Some(std::sync::Arc::new(c))
     } else {
         catalog.subscription(&d.subscription_id).cloned()
     };
@@ -196,7 +198,23 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             workflow_id: w.clone(),
             inputs: d.inputs.clone(),
             status: *status,
+            dead_letter: None,
         }),
+        // A run requested through the API exists from its 201; when its start is exhausted it is kept as
+        // a dead-lettered, failed run (RFC 0053), fork-eligible. Trigger deliveries start no run instead
+        // (their dead letters are RFC 0232 records).
+        (Err(_), Some(w))
+            if d.subscription_id == crate::API_SOURCE
+                && decision == AttemptDecision::DeadLetter =>
+        {
+            Some(NewRun {
+                id: run_id.clone(),
+                workflow_id: w.clone(),
+                inputs: d.inputs.clone(),
+                status: RunStatus::Failed,
+                dead_letter: Some(("retries_exhausted".into(), number)),
+            })
+        }
         _ => None,
     };
     let elapsed = t0.elapsed();

@@ -168,8 +168,12 @@ pub struct NewRun {
     pub id: String,
     pub workflow_id: String,
     pub inputs: Value,
-    /// `completed` (noop, or an http worker answering 200/201/204) or `running` (202).
+    /// `completed` (noop, or an http worker answering 200/201/204) or `running` (202); `failed` for a
+    /// dead-lettered API run.
     pub status: RunStatus,
+    /// Set when the run exhausted its start retries (RFC 0053): the log is `run.dead_lettered {runId,
+    /// reason, attempts}` then `run.failed`, and the run stays fork-eligible for the retention period.
+    pub dead_letter: Option<(String, u32)>,
 }
 
 /// Everything one attempt writes, in one transaction: the attempt row, the delivery's next state and due

@@ -213,6 +213,7 @@ async fn delivered_attempt_starts_the_run_with_causation() {
             workflow_id: "noop".into(),
             inputs: json!({"pr": 1}),
             status: RunStatus::Completed,
+            dead_letter: None,
         };
         let c = commit_for(
             &leases[0],

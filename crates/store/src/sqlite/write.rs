@@ -443,24 +443,23 @@ fn insert_run(
 ) -> StoreResult<()> {
     let terminal = run.status.terminal_event();
     let next_seq = if terminal.is_some() { 2 } else { 1 };
-    c.prepare_cached(
-        "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, causation_id, \
-         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
-    )
-    .map_err(db)?
-    .execute(params![
-        run.id,
-        run.workflow_id,
-        run.status.as_str(),
-        run.inputs.to_string(),
-        d.id,
-        d.receipt_id,
-        d.subscription_id,
-        causation,
-        next_seq,
-        now
-    ])
-    .map_err(db)?;
+    if let Some((reason, attempts)) = &run.dead_letter {
+        // RFC 0053: the run never started; its log is the dead-lettering and the failure, last.
+        insert_run_row(c, run, d, causation, 2, now)?;
+        let dl = serde_json::json!({"runId": run.id, "reason": reason, "attempts": attempts});
+        insert_run_event(
+            c,
+            &run.id,
+            0,
+            "run.dead_lettered",
+            &dl,
+            Some(causation),
+            now,
+        )?;
+        let failed = serde_json::json!({"error": {"code": reason, "message": "the run could not be started; its retries are exhausted"}});
+        return insert_run_event(c, &run.id, 1, "run.failed", &failed, None, now);
+    }
+    insert_run_row(c, run, d, causation, next_seq, now)?;
     let started = serde_json::to_value(RunStarted {
         workflow_id: run.workflow_id.clone(),
         inputs: run.inputs.clone(),
@@ -478,6 +477,35 @@ fn insert_run(
     if let Some(ty) = terminal {
         insert_run_event(c, &run.id, 1, ty, &serde_json::json!({}), None, now)?;
     }
+    Ok(())
+}
+
+fn insert_run_row(
+    c: &Connection,
+    run: &NewRun,
+    d: &DeliveryRecord,
+    causation: &str,
+    next_seq: u64,
+    now: i64,
+) -> StoreResult<()> {
+    c.prepare_cached(
+        "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, causation_id, \
+         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+    )
+    .map_err(db)?
+    .execute(params![
+        run.id,
+        run.workflow_id,
+        run.status.as_str(),
+        run.inputs.to_string(),
+        d.id,
+        d.receipt_id,
+        d.subscription_id,
+        causation,
+        next_seq as i64,
+        now
+    ])
+    .map_err(db)?;
     Ok(())
 }
 
