@@ -76,7 +76,7 @@ pub fn document(st: &AppState) -> Value {
                 "maxPageSize": st.host.dead_letter_max_page,
             },
         },
-        "webhooks": {"supported": true, "signatureAlgorithms": ["v1"], "durable": true},
+        "webhooks": {"supported": true, "signatureAlgorithms": ["v1", "standard-webhooks-1"], "durable": true},
         "deadLetter": {"supported": true, "retentionDays": st.host.dead_letter_retention_days},
         "multiAgent": {"executionModel": {"crossHostCausation": {
             "supported": false,

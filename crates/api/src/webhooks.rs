@@ -24,7 +24,8 @@ pub struct WebhookBody {
     pub events: Vec<String>,
     pub tenant_id: Option<String>,
     pub tags: Option<Vec<String>>,
-    /// Accepted for OpenAPI compatibility and ignored: the host generates the secret.
+    /// The `whsec_` key for the `standard-webhooks-1` opt-in (RFC 0201); otherwise ignored (the host
+    /// generates the v1 secret).
     pub secret: Option<String>,
     pub signature_algorithms: Option<Vec<String>>,
 }
@@ -60,24 +61,41 @@ pub async fn register(
             "events must list at least one run event type",
         ));
     }
-    if let Some(a) = &b.signature_algorithms {
-        if !a.iter().any(|x| x == "v1") || a.iter().any(|x| x != "v1") {
-            return Err(ApiError::new(
-                ErrorCode::ValidationError,
-                "signatureAlgorithms must contain v1 and only advertised algorithms (v1)",
-            ));
-        }
+    let algs = b
+        .signature_algorithms
+        .clone()
+        .unwrap_or_else(|| vec!["v1".into()]);
+    let known = |x: &String| x == "v1" || x == "standard-webhooks-1";
+    if !algs.iter().any(|x| x == "v1") || !algs.iter().all(known) {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "signatureAlgorithms must contain v1, and only advertised algorithms (v1, standard-webhooks-1)",
+        ));
     }
+    // RFC 0201: the Standard Webhooks opt-in needs the caller's whsec_ secret.
+    let standard_secret = if algs.iter().any(|x| x == "standard-webhooks-1") {
+        match b.secret.clone() {
+            Some(s) if s.starts_with("whsec_") => Some(s),
+            _ => {
+                return Err(ApiError::new(
+                    ErrorCode::ValidationError,
+                    "standard-webhooks-1 needs secret = whsec_<base64 of 24 to 64 bytes>",
+                ))
+            }
+        }
+    } else {
+        None
+    };
     let tenant = b.tenant_id.unwrap_or_else(|| "default".into());
-    match tb_engine::webhooks::register(&st.engine, secrets, &b.url, b.events, tenant, st.engine.webhook_allow_private.load(std::sync::atomic::Ordering::Relaxed)).await {
+    match tb_engine::webhooks::register(&st.engine, secrets, &b.url, b.events, tenant, st.engine.webhook_allow_private.load(std::sync::atomic::Ordering::Relaxed), standard_secret).await {
         Ok(c) => Ok((
             StatusCode::CREATED,
             Json(json!({"webhookId": c.webhook_id, "secret": c.secret, "secretFingerprint": c.fingerprint})),
         )
             .into_response()),
-        Err(e) if e.message.starts_with("webhook_url_rejected") => {
-            let msg = e.message.trim_start_matches("webhook_url_rejected: ").to_string();
-            Ok((StatusCode::BAD_REQUEST, Json(json!({"error": "webhook_url_rejected", "message": msg}))).into_response())
+        Err(e) if e.message.starts_with("webhook_") => {
+            let (code, msg) = e.message.split_once(": ").unwrap_or(("webhook_url_rejected", ""));
+            Ok((StatusCode::BAD_REQUEST, Json(json!({"error": code, "message": msg}))).into_response())
         }
         Err(e) => Err(e.into()),
     }

@@ -66,7 +66,7 @@ async fn discovery_is_valid_cached_and_honest() {
     );
     assert_eq!(
         d["webhooks"],
-        json!({"supported": true, "signatureAlgorithms": ["v1"], "durable": true})
+        json!({"supported": true, "signatureAlgorithms": ["v1", "standard-webhooks-1"], "durable": true})
     );
     assert_eq!(
         d["deadLetter"],
@@ -1241,4 +1241,79 @@ async fn an_api_run_whose_start_is_exhausted_is_dead_lettered_and_forkable() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 404, "POST without :fork");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn standard_webhooks_opt_in_verifies_the_endpoint_and_signs_deliveries() {
+    let s = start(None, fast_retry(2), 0).await;
+    s.engine
+        .webhook_allow_private
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    // A receiver that echoes verification challenges and records deliveries (raw bytes).
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<(axum::http::HeaderMap, axum::body::Bytes)>>> =
+        Default::default();
+    let s2 = seen.clone();
+    let app = axum::Router::new()
+        .route(
+            "/echo",
+            axum::routing::post(move |h: axum::http::HeaderMap, body: axum::body::Bytes| {
+                let seen = s2.clone();
+                async move {
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    if v["type"] == "openwop.webhook.verification" {
+                        return axum::Json(json!({"challenge": v["challenge"]}));
+                    }
+                    seen.lock().unwrap().push((h, body));
+                    axum::Json(json!({}))
+                }
+            }),
+        )
+        .route("/silent", axum::routing::post(|| async { StatusCode::OK }));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let whsec = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let reg = |url: String, secret: Option<&str>| {
+        let mut b = json!({"url": url, "events": ["run.completed"], "tenantId": "t1", "signatureAlgorithms": ["v1", "standard-webhooks-1"]});
+        if let Some(x) = secret {
+            b["secret"] = json!(x);
+        }
+        s.http
+            .post(format!("{}/v1/webhooks", s.base))
+            .json(&b)
+            .send()
+    };
+    let r = reg(format!("{base}/echo"), None).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400, "the opt-in needs a whsec_ secret");
+    let r = reg(format!("{base}/silent"), Some(whsec)).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "webhook_endpoint_unverified"
+    );
+    let r = reg(format!("{base}/echo"), Some(whsec)).await.unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    s.post_github("pull_request", "sw-1", opened(), GH_SECRET)
+        .await;
+    for _ in 0..200 {
+        if !seen.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let (h, body) = seen.lock().unwrap()[0].clone();
+    let key = tb_ingress::parse_whsec(whsec).unwrap();
+    let id = tb_ingress::standard_webhooks::verify_signature(&key, 300, &h, &body, chrono_now())
+        .expect("valid Standard Webhooks signature");
+    assert!(
+        id.starts_with("dlv_"),
+        "webhook-id is the stable delivery id"
+    );
+    assert!(
+        h["x-openwop-signature"]
+            .to_str()
+            .unwrap()
+            .starts_with("sha256="),
+        "v1 headers too"
+    );
 }

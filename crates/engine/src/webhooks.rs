@@ -26,6 +26,8 @@ pub struct Target {
     pub url: String,
     pub secret: String,
     pub tenant_id: String,
+    /// RFC 0201 opt-in: the `whsec_` key for Standard Webhooks headers.
+    pub standard_key: Option<Vec<u8>>,
 }
 
 /// Live webhooks by id.
@@ -69,8 +71,10 @@ pub struct Created {
     pub fingerprint: String,
 }
 
-/// Registers a webhook after the SSRF check. Errors: `validation_error` with code text
-/// `webhook_url_rejected: ...` for a refused URL, `unavailable` for store or secret-file failures.
+/// Registers a webhook after the SSRF check. With `standard_secret` (a `whsec_` value; RFC 0201
+/// `standard-webhooks-1` opt-in) the endpoint must first echo a verification challenge.
+/// Errors: `validation_error` with text `webhook_url_rejected: ...` (refused URL) or
+/// `webhook_endpoint_unverified: ...` (no echo), `unavailable` for store or secret-file failures.
 pub async fn register(
     engine: &Engine,
     secrets: &SecretStore,
@@ -78,23 +82,42 @@ pub async fn register(
     events: Vec<String>,
     tenant_id: String,
     allow_private: bool,
+    standard_secret: Option<String>,
 ) -> Result<Created, TbError> {
-    ssrf::check(url, allow_private).await.map_err(|r| {
+    let (host, addrs) = ssrf::check(url, allow_private).await.map_err(|r| {
         TbError::new(
             ErrorCode::ValidationError,
             format!("webhook_url_rejected: {}", r.0),
         )
     })?;
+    let standard_key = match &standard_secret {
+        Some(s) => {
+            let key = tb_ingress::parse_whsec(s)
+                .map_err(|e| TbError::new(ErrorCode::ValidationError, format!("secret: {e}")))?;
+            verify_endpoint(url, &host, addrs[0]).await?;
+            Some(key)
+        }
+        None => None,
+    };
     let id = format!("wh_{}", &new_id(tb_core::ids::IdKind::Event)[4..]);
     let secret = format!("whk_{}", hex::encode(rand::random::<[u8; 32]>()));
     let secret_file = format!("{id}.secret");
     secrets.write(&secret_file, secret.as_bytes())?;
+    let standard_secret_file = match &standard_secret {
+        Some(s) => {
+            let f = format!("{id}.whsec");
+            secrets.write(&f, s.as_bytes())?;
+            Some(f)
+        }
+        None => None,
+    };
     let now = clock::now_ms();
     let def = SubscriptionDef {
         id: id.clone(),
         source: Source::Webhook,
         connector: "openwop-webhook".into(),
-        config: serde_json::json!({"retryPolicy": retry_policy(), "dedupEnabled": true, "secretFingerprint": fingerprint(&secret), "outbound": true}),
+        config: serde_json::json!({"retryPolicy": retry_policy(), "dedupEnabled": true,
+            "secretFingerprint": fingerprint(&secret), "outbound": true}),
         failure_threshold: 4,
     };
     let rec = WebhookRecord {
@@ -103,6 +126,7 @@ pub async fn register(
         events,
         tenant_id: tenant_id.clone(),
         secret_file,
+        standard_secret_file,
         created_at: now,
     };
     engine
@@ -110,20 +134,56 @@ pub async fn register(
         .create_webhook(rec, def)
         .await
         .map_err(store_err)?;
-    engine.webhooks.put(
-        id.clone(),
-        Target {
-            url: url.into(),
-            secret: secret.clone(),
-            tenant_id,
-        },
-    );
+    let target = Target {
+        url: url.into(),
+        secret: secret.clone(),
+        tenant_id,
+        standard_key,
+    };
+    engine.webhooks.put(id.clone(), target);
     tracing::info!(webhook = %id, "outbound webhook registered");
     Ok(Created {
         webhook_id: id,
         fingerprint: fingerprint(&secret),
         secret,
     })
+}
+
+/// RFC 0201 endpoint verification: POST `{type: "openwop.webhook.verification", challenge}` (10 s, to the
+/// checked address, no redirects); the receiver must answer 2xx echoing the challenge (as the body, or
+/// as `{"challenge": ...}`). Errors: `validation_error` `webhook_endpoint_unverified: ...`.
+async fn verify_endpoint(url: &str, host: &str, addr: std::net::SocketAddr) -> Result<(), TbError> {
+    let unverified = |why: &str| {
+        TbError::new(
+            ErrorCode::ValidationError,
+            format!("webhook_endpoint_unverified: {why}"),
+        )
+    };
+    let challenge = hex::encode(rand::random::<[u8; 16]>());
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .resolve(host, addr)
+        .timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|_| unverified("client"))?;
+    let r = client
+        .post(url)
+        .json(&serde_json::json!({"type": "openwop.webhook.verification", "challenge": challenge}))
+        .send()
+        .await
+        .map_err(|_| unverified("the endpoint did not answer"))?;
+    if !r.status().is_success() {
+        return Err(unverified("the endpoint did not answer 2xx"));
+    }
+    let text = r.text().await.unwrap_or_default();
+    let echoed = text.trim() == challenge
+        || serde_json::from_str::<serde_json::Value>(&text)
+            .is_ok_and(|v| v["challenge"] == challenge.as_str());
+    if echoed {
+        Ok(())
+    } else {
+        Err(unverified("the endpoint did not echo the challenge"))
+    }
 }
 
 /// Deletes a webhook of `tenant`. Errors: `not_found`.
@@ -141,19 +201,26 @@ pub async fn delete(engine: &Engine, id: &str, tenant: &str) -> Result<(), TbErr
 pub async fn load(engine: &Engine, secrets: &SecretStore) -> Result<usize, TbError> {
     let mut n = 0;
     for w in engine.store.list_webhooks().await.map_err(store_err)? {
-        match secrets.read_raw(&w.secret_file) {
-            Ok(secret) => {
-                engine.webhooks.put(
-                    w.id.clone(),
-                    Target {
-                        url: w.url,
-                        secret,
-                        tenant_id: w.tenant_id,
-                    },
-                );
+        let standard_key = match w.standard_secret_file.as_deref() {
+            None => Ok(None),
+            Some(f) => secrets.read_raw(f).and_then(|s| {
+                tb_ingress::parse_whsec(&s)
+                    .map(Some)
+                    .map_err(|e| TbError::new(ErrorCode::Internal, e.to_string()))
+            }),
+        };
+        match (secrets.read_raw(&w.secret_file), standard_key) {
+            (Ok(secret), Ok(standard_key)) => {
+                let t = Target {
+                    url: w.url,
+                    secret,
+                    tenant_id: w.tenant_id,
+                    standard_key,
+                };
+                engine.webhooks.put(w.id.clone(), t);
                 n += 1;
             }
-            Err(e) => {
+            (Err(e), _) | (_, Err(e)) => {
                 tracing::error!(webhook = %w.id, error = %e.message, "webhook not loaded: its secret cannot be read")
             }
         }
@@ -233,6 +300,14 @@ pub async fn deliver(engine: &Engine, d: &DeliveryRecord) -> Result<(), ActionRe
         ),
     ] {
         req = req.header(v1, value.clone()).header(v2, value);
+    }
+    if let Some(key) = &t.standard_key {
+        // RFC 0201: Standard Webhooks headers too; the delivery id is the stable webhook-id.
+        let sw = tb_ingress::standard_webhooks::sign(key, &d.id, ts, body.as_bytes());
+        req = req
+            .header("webhook-id", &d.id)
+            .header("webhook-timestamp", ts.to_string())
+            .header("webhook-signature", sw);
     }
     match req.body(body).send().await {
         Ok(r) if r.status().is_success() => Ok(()),

@@ -321,5 +321,7 @@ pub struct WebhookRecord {
     pub tenant_id: String,
     /// File name of the signing secret under the secrets directory.
     pub secret_file: String,
+    /// RFC 0201: file name of the `whsec_` key when the webhook also gets Standard Webhooks headers.
+    pub standard_secret_file: Option<String>,
     pub created_at: i64,
 }

@@ -28,10 +28,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0002_idempotency.sql"),
     ),
     (3, include_str!("../../migrations/sqlite/0003_webhooks.sql")),
+    (
+        4,
+        include_str!("../../migrations/sqlite/0004_webhook_standard.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The SQLite store. Cheap to share behind an `Arc<dyn Store>`.
 pub struct SqliteStore {

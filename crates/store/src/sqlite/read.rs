@@ -444,7 +444,10 @@ pub(crate) fn dead_letters(
 
 pub(crate) fn list_webhooks(c: &Connection) -> StoreResult<Vec<WebhookRecord>> {
     let mut st = c
-        .prepare_cached("SELECT id, url, events, tenant_id, secret_file, created_at FROM webhooks WHERE deleted = 0 ORDER BY id")
+        .prepare_cached(
+            "SELECT id, url, events, tenant_id, secret_file, created_at, standard_secret_file FROM webhooks \
+             WHERE deleted = 0 ORDER BY id",
+        )
         .map_err(db)?;
     let rows = st
         .query_map([], |r| {
@@ -456,6 +459,7 @@ pub(crate) fn list_webhooks(c: &Connection) -> StoreResult<Vec<WebhookRecord>> {
                 tenant_id: r.get(3)?,
                 secret_file: r.get(4)?,
                 created_at: r.get(5)?,
+                standard_secret_file: r.get(6)?,
             })
         })
         .map_err(db)?;

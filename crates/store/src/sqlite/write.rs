@@ -732,10 +732,19 @@ pub(crate) fn create_webhook(
 ) -> StoreResult<()> {
     upsert_subscription(c, sub, w.created_at)?;
     c.prepare_cached(
-        "INSERT INTO webhooks (id, url, events, tenant_id, secret_file, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO webhooks (id, url, events, tenant_id, secret_file, created_at, standard_secret_file) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )
     .map_err(db)?
-    .execute(params![w.id, w.url, serde_json::to_string(&w.events).expect("json"), w.tenant_id, w.secret_file, w.created_at])
+    .execute(params![
+        w.id,
+        w.url,
+        serde_json::to_string(&w.events).expect("json"),
+        w.tenant_id,
+        w.secret_file,
+        w.created_at,
+        w.standard_secret_file
+    ])
     .map_err(db)?;
     Ok(())
 }
