@@ -76,7 +76,8 @@ pub fn document(st: &AppState) -> Value {
                 "maxPageSize": st.host.dead_letter_max_page,
             },
         },
-        "webhooks": {"supported": true, "signatureAlgorithms": ["v1", "standard-webhooks-1"], "durable": true},
+        "webhooks": {"supported": true, "signatureAlgorithms": ["v1", "standard-webhooks-1"],
+            "durable": st.engine.webhooks_durable.load(std::sync::atomic::Ordering::Relaxed)},
         "deadLetter": {"supported": true, "retentionDays": st.host.dead_letter_retention_days},
         "multiAgent": {"executionModel": {"crossHostCausation": {
             "supported": false,

@@ -1317,3 +1317,75 @@ async fn standard_webhooks_opt_in_verifies_the_endpoint_and_signs_deliveries() {
         "v1 headers too"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn best_effort_webhooks_attempt_once_and_the_breaker_opens_after_four_failures() {
+    let s = start(None, fast_retry(2), 0).await;
+    s.engine
+        .webhook_allow_private
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    s.engine
+        .webhooks_durable
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    let d = s.get("/.well-known/openwop").await;
+    assert_eq!(d["webhooks"]["durable"], false);
+    let (url, seen) = receiver(vec![500; 100]).await;
+    let r = s
+        .http
+        .post(format!("{}/v1/webhooks", s.base))
+        .json(&json!({"url": url, "events": ["run.completed"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let id = r.json::<Value>().await.unwrap()["webhookId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for i in 0..5 {
+        s.post_github("pull_request", &format!("be-{i}"), opened(), GH_SECRET)
+            .await;
+        // Let each event's single attempt finish before the next, so the breaker sees them in order.
+        for _ in 0..100 {
+            let open = s
+                .engine
+                .store
+                .list_deliveries(tb_store::ListQuery {
+                    limit: 100,
+                    subscription_id: Some(id.clone()),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            if open.len() > i && open.iter().all(|d| d.state.is_terminal()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        4,
+        "one attempt each, then the breaker drops the 5th"
+    );
+    let ds = s
+        .engine
+        .store
+        .list_deliveries(tb_store::ListQuery {
+            limit: 100,
+            subscription_id: Some(id.clone()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ds.len(), 5);
+    assert!(ds
+        .iter()
+        .all(|d| d.attempts == 1 && d.state == tb_core::delivery::DeliveryState::DeadLettered));
+    assert_eq!(
+        ds.iter()
+            .filter(|d| d.last_error.as_deref() == Some("breaker_open"))
+            .count(),
+        1
+    );
+}

@@ -39,6 +39,9 @@ pub struct ServerSection {
     pub dead_letter_retention_days: Option<u32>,
     /// Days raw request bodies are kept after their receipt settled (default 7); receipts stay.
     pub body_retention_days: Option<u32>,
+    /// Outbound webhooks are durable (retried, dead-lettered; default true) or best-effort (one attempt,
+    /// breaker: 4 failures open it for 1 h).
+    pub webhooks_durable: Option<bool>,
 }
 
 /// `[subscriptions.hmac]`: settings of the generic `hmac` connector.

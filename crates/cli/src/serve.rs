@@ -85,6 +85,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let engine = Engine::start(store.clone(), catalog)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    engine.webhooks_durable.store(
+        server.webhooks_durable.unwrap_or(true),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let registered = tb_engine::registration::load_registered(&engine, &secrets)
         .await
         .map_err(|e| anyhow::anyhow!("loading registered subscriptions: {}", e.message))?;

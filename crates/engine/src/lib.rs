@@ -39,6 +39,8 @@ pub struct Engine {
     pub webhooks: webhooks::Registry,
     /// Lifts the SSRF address rules for outbound webhooks (local testing only).
     pub webhook_allow_private: std::sync::atomic::AtomicBool,
+    /// Durable outbound webhooks (retried, dead-lettered); off = best-effort with the breaker.
+    pub webhooks_durable: std::sync::atomic::AtomicBool,
     /// Retry policy of runs started through `POST /v1/runs` (default: the Svix schedule).
     pub api_run_retry: RwLock<tb_core::retry::RetryPolicy>,
 }
@@ -77,6 +79,7 @@ impl Engine {
             work_ready: Notify::new(),
             webhooks: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
+            webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
                 std::env::var("OPENWOP_WEBHOOK_ALLOW_PRIVATE").is_ok_and(|v| v == "true"),
             ),

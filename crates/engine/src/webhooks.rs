@@ -30,9 +30,55 @@ pub struct Target {
     pub standard_key: Option<Vec<u8>>,
 }
 
-/// Live webhooks by id.
+/// Live webhooks by id, and the best-effort circuit breakers.
 #[derive(Debug, Default)]
-pub struct Registry(RwLock<HashMap<String, Target>>);
+pub struct Registry(
+    RwLock<HashMap<String, Target>>,
+    std::sync::Mutex<HashMap<String, Breaker>>,
+);
+
+/// Best-effort breaker of one webhook (webhooks.md): 4 consecutive failures open it for 1 h; then one
+/// half-open probe decides; 100 failures within 7 days mark the subscription `failed`.
+#[derive(Debug, Default, Clone)]
+pub struct Breaker {
+    consecutive: u32,
+    open_until_ms: i64,
+    /// Failure times (ms) within the rolling 7 days.
+    recent: std::collections::VecDeque<i64>,
+}
+
+/// Consecutive failures that open the breaker.
+pub const BREAKER_TRIP: u32 = 4;
+/// How long an open breaker drops deliveries, in ms.
+pub const BREAKER_OPEN_MS: i64 = 3_600_000;
+/// Failures within 7 days that mark the webhook `failed`.
+pub const BREAKER_FAIL_LIMIT: usize = 100;
+const WEEK_MS: i64 = 7 * 86_400_000;
+
+impl Breaker {
+    /// Whether a delivery may be attempted at `now` (closed, or open long enough for a probe).
+    pub fn allows(&self, now: i64) -> bool {
+        now >= self.open_until_ms
+    }
+
+    /// Records an attempt's outcome at `now`; returns true when the 7-day failure limit is reached.
+    pub fn record(&mut self, ok: bool, now: i64) -> bool {
+        if ok {
+            self.consecutive = 0;
+            self.open_until_ms = 0;
+            return false;
+        }
+        self.consecutive += 1;
+        if self.consecutive >= BREAKER_TRIP {
+            self.open_until_ms = now + BREAKER_OPEN_MS;
+        }
+        self.recent.push_back(now);
+        while self.recent.front().is_some_and(|t| *t < now - WEEK_MS) {
+            self.recent.pop_front();
+        }
+        self.recent.len() >= BREAKER_FAIL_LIMIT
+    }
+}
 
 impl Registry {
     fn get(&self, id: &str) -> Option<Target> {
@@ -46,7 +92,24 @@ impl Registry {
     }
 }
 
-/// Retry policy of webhook deliveries (reference v2 host defaults): 5 attempts, 500 ms doubling.
+/// Retry policy of webhook deliveries. Durable (reference v2 host defaults): 5 attempts, 500 ms
+/// doubling. Best-effort (`webhooks.durable` off): one attempt, no retry.
+pub fn policy(durable: bool) -> RetryPolicy {
+    if durable {
+        retry_policy()
+    } else {
+        RetryPolicy {
+            max_attempts: 1,
+            backoff: Backoff::None,
+            initial_ms: 0,
+            max_ms: 0,
+            jitter: 0.0,
+            schedule_ms: None,
+        }
+    }
+}
+
+/// Retry policy of durable webhook deliveries (reference v2 host defaults): 5 attempts, 500 ms doubling.
 pub fn retry_policy() -> RetryPolicy {
     RetryPolicy {
         max_attempts: 5,
@@ -251,6 +314,52 @@ pub async fn deliver(engine: &Engine, d: &DeliveryRecord) -> Result<(), ActionRe
     let Some(t) = engine.webhooks.get(&d.subscription_id) else {
         return Err(failed("webhook_deleted", true));
     };
+    let durable = engine
+        .webhooks_durable
+        .load(std::sync::atomic::Ordering::Relaxed);
+    if !durable {
+        // Best-effort: the breaker decides whether this event is attempted at all.
+        let now = clock::now_ms();
+        let allowed = engine
+            .webhooks
+            .1
+            .lock()
+            .expect("breaker lock")
+            .entry(d.subscription_id.clone())
+            .or_default()
+            .allows(now);
+        if !allowed {
+            return Err(failed("breaker_open", true));
+        }
+        let r = send(engine, d, &t).await;
+        let limit = engine
+            .webhooks
+            .1
+            .lock()
+            .expect("breaker lock")
+            .entry(d.subscription_id.clone())
+            .or_default()
+            .record(r.is_ok(), now);
+        if limit {
+            let input = tb_core::subscription::SubscriptionInput::AttemptFailed {
+                consecutive_failures: u32::MAX,
+                threshold: 1,
+            };
+            if let Err(e) = engine
+                .store
+                .apply_subscription_input(&d.subscription_id, input, now)
+                .await
+            {
+                tracing::warn!(webhook = %d.subscription_id, error = %e, "marking the webhook failed");
+            }
+        }
+        return r;
+    }
+    send(engine, d, &t).await
+}
+
+/// One signed POST of the delivery's event to the webhook.
+async fn send(engine: &Engine, d: &DeliveryRecord, t: &Target) -> Result<(), ActionResult> {
     let event = engine
         .store
         .get_run_event(&d.receipt_id)
@@ -314,5 +423,44 @@ pub async fn deliver(engine: &Engine, d: &DeliveryRecord) -> Result<(), ActionRe
         Ok(r) => Err(failed(format!("http_{}", r.status().as_u16()), false)),
         Err(e) if e.is_timeout() => Err(failed("timeout", false)),
         Err(_) => Err(failed("connect", false)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn breaker_opens_after_four_failures_probes_after_an_hour_and_counts_the_week() {
+        let mut b = Breaker::default();
+        for i in 0..3 {
+            assert!(!b.record(false, i));
+            assert!(b.allows(i + 1), "closed until the 4th failure");
+        }
+        assert!(!b.record(false, 10));
+        assert!(
+            !b.allows(11) && !b.allows(10 + BREAKER_OPEN_MS - 1),
+            "open for 1 h"
+        );
+        assert!(b.allows(10 + BREAKER_OPEN_MS), "half-open probe after 1 h");
+        assert!(!b.record(true, 10 + BREAKER_OPEN_MS));
+        assert!(
+            b.allows(10 + BREAKER_OPEN_MS + 1),
+            "a successful probe closes it"
+        );
+        let mut w = Breaker::default();
+        let limit = (0..BREAKER_FAIL_LIMIT as i64)
+            .map(|i| w.record(false, i * 1000))
+            .last()
+            .unwrap();
+        assert!(limit, "100 failures within 7 days");
+        let mut old = Breaker::default();
+        for i in 0..99 {
+            old.record(false, i);
+        }
+        assert!(
+            !old.record(false, 8 * 86_400_000),
+            "older failures leave the window"
+        );
     }
 }

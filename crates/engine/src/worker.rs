@@ -118,7 +118,11 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         // An outbound webhook delivery: its own retry policy; the webhook's subscription row counts it.
         let mut c = crate::catalog::api_runs_config();
         c.id = d.subscription_id.clone();
-        c.retry = crate::webhooks::retry_policy();
+        c.retry = crate::webhooks::policy(
+            engine
+                .webhooks_durable
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
         Some(std::sync::Arc::new(c))
     } else if d.subscription_id == crate::API_SOURCE {
         // A run started through `POST /v1/runs`: the API run policy, no subscription.
