@@ -92,6 +92,9 @@ pub fn required_scope(method: &Method, path: &str) -> Option<&'static str> {
     if path.starts_with("/v1/trigger-subscriptions/") && path.ends_with("/ingest") {
         return None;
     }
+    if path.starts_with("/v1/workflows") {
+        return Some("manifest:read");
+    }
     if path.starts_with("/v1/runs") {
         return Some(if path.ends_with("/cancel") {
             "runs:cancel"

@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(ops::health))
         .route("/.well-known/openwop", get(discovery::discovery))
         .route("/v1/openapi.json", get(openapi::openapi))
+        .route("/v1/workflows/{id}", get(runs::get_workflow))
         .route("/v1/webhooks", post(webhooks::register))
         .route("/v1/webhooks/{id}", axum::routing::delete(webhooks::delete))
         .route(

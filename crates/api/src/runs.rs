@@ -277,3 +277,21 @@ pub async fn fork(
     });
     Ok((axum::http::StatusCode::CREATED, Json(reply)).into_response())
 }
+
+#[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "Workflow id")), responses((status = 200, description = "{workflowId, executor}"), (status = 404, description = "not_found")))]
+/// `GET /v1/workflows/{workflowId}` -> `{workflowId, executor}` (`noop` or `http`; the worker URL and
+/// secret are not shown). Errors: 404.
+pub async fn get_workflow(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let catalog = st.engine.catalog();
+    let w = catalog
+        .workflow(&id)
+        .ok_or_else(|| ApiError::new(ErrorCode::NotFound, "workflow not found"))?;
+    let executor = match w.executor {
+        tb_core::workflow::Executor::Noop => "noop",
+        tb_core::workflow::Executor::Http { .. } => "http",
+    };
+    Ok(Json(json!({"workflowId": w.id, "executor": executor})))
+}
