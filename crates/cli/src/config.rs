@@ -42,6 +42,9 @@ pub struct ServerSection {
     /// Outbound webhooks are durable (retried, dead-lettered; default true) or best-effort (one attempt,
     /// breaker: 4 failures open it for 1 h).
     pub webhooks_durable: Option<bool>,
+    /// Let outbound webhooks reach private / loopback addresses over http (local testing only; also
+    /// `OPENWOP_WEBHOOK_ALLOW_PRIVATE=true`).
+    pub webhook_allow_private: Option<bool>,
 }
 
 /// `[subscriptions.hmac]`: settings of the generic `hmac` connector.

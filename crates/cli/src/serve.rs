@@ -85,6 +85,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let engine = Engine::start(store.clone(), catalog)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    if server.webhook_allow_private == Some(true) {
+        tracing::warn!(
+            "webhook_allow_private is on: outbound webhooks may reach private addresses"
+        );
+        engine
+            .webhook_allow_private
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     engine.webhooks_durable.store(
         server.webhooks_durable.unwrap_or(true),
         std::sync::atomic::Ordering::Relaxed,

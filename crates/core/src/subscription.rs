@@ -98,7 +98,7 @@ pub struct Transition {
     pub from: SubscriptionState,
     pub to: SubscriptionState,
     /// `None` where no value of the closed reason enum fits (the field is optional on the wire):
-    /// breaker trips and recoveries, and operator resumes.
+    /// breaker trips and recoveries.
     pub reason: Option<StateChangeReason>,
 }
 
@@ -119,7 +119,9 @@ pub fn transition(state: SubscriptionState, input: SubscriptionInput) -> Option<
         (S::Paused, I::OperatorPause) => return None,
         (_, I::OperatorPause) => (S::Paused, Some(StateChangeReason::OperatorPaused)),
         (S::Active, I::OperatorResume) => return None,
-        (_, I::OperatorResume) => (S::Active, None),
+        // The closed reason enum has no "resumed": an operator's hold and its release both carry
+        // `operator-paused` (issue #4: pause and resume emit state.changed with operator-paused).
+        (_, I::OperatorResume) => (S::Active, Some(StateChangeReason::OperatorPaused)),
         (
             S::Active,
             I::AttemptFailed {
@@ -186,6 +188,8 @@ mod tests {
         );
         assert_eq!(to(S::Paused, I::OperatorPause), None);
         assert_eq!(to(S::Paused, I::OperatorResume), Some(S::Active));
+        let r = transition(S::Paused, I::OperatorResume).unwrap();
+        assert_eq!(r.reason, Some(StateChangeReason::OperatorPaused));
         assert_eq!(to(S::DeadLettered, I::OperatorResume), Some(S::Active));
         assert_eq!(to(S::Active, I::OperatorResume), None);
     }
