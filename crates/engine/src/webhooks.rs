@@ -9,7 +9,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 use tb_core::delivery::ActionResult;
 use tb_core::ids::new_id;
 use tb_core::retry::{Backoff, RetryPolicy};
@@ -121,10 +121,9 @@ pub fn retry_policy() -> RetryPolicy {
     }
 }
 
-/// `secretFingerprint` per webhooks.md: the first 8 hex characters of SHA-256(secret).
-pub fn fingerprint(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))[..8].to_string()
-}
+// `secretFingerprint`: the host-keyed, truncated HMAC used for trigger subscriptions too
+// ([`SecretStore::fingerprint`]); webhooks.md's unsalted "first 8 hex of SHA-256" is not used, because the
+// webhook's subscription row must not show an unsalted digest (spec notes §16.5).
 
 /// What a registration created; `secret` is shown once.
 #[derive(Debug, Clone)]
@@ -180,7 +179,7 @@ pub async fn register(
         source: Source::Webhook,
         connector: "openwop-webhook".into(),
         config: serde_json::json!({"retryPolicy": retry_policy(), "dedupEnabled": true,
-            "secretFingerprint": fingerprint(&secret), "outbound": true}),
+            "secretFingerprint": secrets.fingerprint(secret.as_bytes()), "outbound": true}),
         failure_threshold: 4,
     };
     let rec = WebhookRecord {
@@ -207,7 +206,7 @@ pub async fn register(
     tracing::info!(webhook = %id, "outbound webhook registered");
     Ok(Created {
         webhook_id: id,
-        fingerprint: fingerprint(&secret),
+        fingerprint: secrets.fingerprint(secret.as_bytes()),
         secret,
     })
 }
