@@ -261,7 +261,7 @@ async fn cancel_ends_a_running_run_once_and_ancestry_is_top_level() {
         .collect();
     assert_eq!(
         types,
-        vec!["run.started", "run.cancelled"],
+        vec!["run.started", "trigger.delivery.attempted", "run.cancelled"],
         "exactly one terminal event, last"
     );
     let envelope = validator("run-event.schema.json");
@@ -576,7 +576,7 @@ async fn sse_streams_the_log_resumes_after_last_event_id_and_closes_after_the_te
             .iter()
             .map(|d| d["type"].as_str().unwrap())
             .collect::<Vec<_>>(),
-        vec!["run.started", "run.completed"]
+        vec!["run.started", "trigger.delivery.attempted", "run.completed"]
     );
     assert!(text.contains("id: 0") || text.contains("id:0"));
     let envelope = validator("run-event.schema.json");
@@ -598,7 +598,11 @@ async fn sse_streams_the_log_resumes_after_last_event_id_and_closes_after_the_te
         .filter_map(|l| l.strip_prefix("event:"))
         .map(str::trim)
         .collect();
-    assert_eq!(types, vec!["run.completed"], "resumes after Last-Event-ID");
+    assert_eq!(
+        types,
+        vec!["trigger.delivery.attempted", "run.completed"],
+        "resumes after Last-Event-ID"
+    );
     let bad = s
         .http
         .get(format!("{url}?streamMode=everything"))
@@ -916,7 +920,7 @@ async fn post_runs_starts_a_run_through_the_delivery_engine_once_per_idempotency
         evs.iter()
             .map(|e| e["type"].as_str().unwrap())
             .collect::<Vec<_>>(),
-        vec!["run.started", "run.completed"]
+        vec!["run.started", "trigger.delivery.attempted", "run.completed"]
     );
     for e in evs {
         check(&envelope, e);

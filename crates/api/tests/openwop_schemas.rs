@@ -115,7 +115,20 @@ async fn emitted_events_validate_against_the_openwop_schemas() {
         jsonschema::validator_for(&schema("run-event.schema.json")).expect("schema compiles");
     let evs = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
     let evs = evs["events"].as_array().unwrap();
-    assert_eq!(evs.len(), 2);
+    assert_eq!(
+        evs.len(),
+        3,
+        "run.started, the delivered attempt, run.completed"
+    );
+    let attempted_on_log = evs
+        .iter()
+        .find(|e| e["type"] == "trigger.delivery.attempted")
+        .unwrap();
+    check(&attempted, &attempted_on_log["payload"]);
+    assert_eq!(
+        attempted_on_log["eventId"], evs[0]["causationId"],
+        "the run log shows the causing attempt"
+    );
     for e in evs {
         check(&envelope, e);
     }

@@ -97,7 +97,7 @@ async fn run_started_carries_the_delivered_attempts_event_id() {
         evs.iter()
             .map(|e| e["type"].as_str().unwrap())
             .collect::<Vec<_>>(),
-        vec!["run.started", "run.completed"]
+        vec!["run.started", "trigger.delivery.attempted", "run.completed"]
     );
     assert_eq!(evs[0]["sequence"], 0);
     let delivery_id = a["deliveries"][0]["deliveryId"].as_str().unwrap();

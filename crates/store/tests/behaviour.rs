@@ -233,7 +233,11 @@ async fn delivered_attempt_starts_the_run_with_causation() {
             evs.iter()
                 .map(|e| (e.sequence, e.event_type.as_str()))
                 .collect::<Vec<_>>(),
-            vec![(0, "run.started"), (1, "run.completed")]
+            vec![
+                (0, "run.started"),
+                (1, "trigger.delivery.attempted"),
+                (2, "run.completed")
+            ]
         );
         assert_eq!(evs[0].causation_id.as_deref(), Some(event_id.as_str()));
         assert_eq!(

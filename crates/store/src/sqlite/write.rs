@@ -230,12 +230,36 @@ fn insert_run_event(
     causation: Option<&str>,
     now: i64,
 ) -> StoreResult<()> {
+    insert_run_event_with_id(
+        c,
+        &new_id(IdKind::Event),
+        run,
+        seq,
+        ty,
+        payload,
+        causation,
+        now,
+    )
+}
+
+/// [`insert_run_event`] with a given event id (the delivered attempt's event keeps its id on the run log).
+#[allow(clippy::too_many_arguments)]
+fn insert_run_event_with_id(
+    c: &Connection,
+    event_id: &str,
+    run: &str,
+    seq: u64,
+    ty: &str,
+    payload: &Value,
+    causation: Option<&str>,
+    now: i64,
+) -> StoreResult<()> {
     c.prepare_cached(
         "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
     )
     .map_err(db)?
-    .execute(params![run, seq as i64, new_id(IdKind::Event), ty, payload.to_string(), causation, now])
+    .execute(params![run, seq as i64, event_id, ty, payload.to_string(), causation, now])
     .map_err(db)?;
     // Outbox for outbound webhooks: one delivery per live webhook that takes this event type, written
     // with the event. The event id stands in the receipt column, so (event, webhook) is unique.
@@ -379,7 +403,7 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     )?;
 
     if let Some(run) = &a.run {
-        insert_run(c, run, &d, &at.event_id, a.now)?;
+        insert_run(c, run, &d, &at.event_id, &attempted, a.now)?;
     }
     if a.next_state.is_terminal() {
         settle_receipt(c, &d.receipt_id, a.now)?;
@@ -434,15 +458,19 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     })
 }
 
+/// Writes a started run: `run.started` (seq 0, causationId = the attempt's event), the delivered
+/// `trigger.delivery.attempted` under its own event id (seq 1; spec notes §15), and the terminal event
+/// when the run already ended (seq 2). A dead-lettered API run gets `run.dead_lettered` then `run.failed`.
 fn insert_run(
     c: &Connection,
     run: &NewRun,
     d: &DeliveryRecord,
     causation: &str,
+    attempted: &Value,
     now: i64,
 ) -> StoreResult<()> {
     let terminal = run.status.terminal_event();
-    let next_seq = if terminal.is_some() { 2 } else { 1 };
+    let next_seq = if terminal.is_some() { 3 } else { 2 };
     if let Some((reason, attempts)) = &run.dead_letter {
         // RFC 0053: the run never started; its log is the dead-lettering and the failure, last.
         insert_run_row(c, run, d, causation, 2, now)?;
@@ -474,8 +502,18 @@ fn insert_run(
         Some(causation),
         now,
     )?;
+    insert_run_event_with_id(
+        c,
+        causation,
+        &run.id,
+        1,
+        events::DELIVERY_ATTEMPTED,
+        attempted,
+        None,
+        now,
+    )?;
     if let Some(ty) = terminal {
-        insert_run_event(c, &run.id, 1, ty, &serde_json::json!({}), None, now)?;
+        insert_run_event(c, &run.id, 2, ty, &serde_json::json!({}), None, now)?;
     }
     Ok(())
 }
