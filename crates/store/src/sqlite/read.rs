@@ -132,14 +132,13 @@ fn attempt_row(r: &Row) -> rusqlite::Result<AttemptRecord> {
 }
 
 pub(crate) fn get_subscription(c: &Connection, id: &str) -> StoreResult<SubscriptionRecord> {
-    c.prepare_cached(&format!(
-        "SELECT {SUB_COLS} FROM subscriptions WHERE id = ?1"
-    ))
-    .map_err(db)?
-    .query_row([id], sub_row)
-    .optional()
-    .map_err(db)?
-    .ok_or_else(|| StoreError::NotFound("subscription".into()))
+    one(
+        c,
+        &format!("SELECT {SUB_COLS} FROM subscriptions WHERE id = ?1"),
+        id,
+        sub_row,
+        "subscription",
+    )
 }
 
 pub(crate) fn list_subscriptions(c: &Connection) -> StoreResult<Vec<SubscriptionRecord>> {
@@ -196,15 +195,46 @@ fn delivery_refs(c: &Connection, receipt_id: &str) -> StoreResult<Vec<DeliveryRe
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
+/// One row by a single key, or `NotFound(what)`.
+fn one<T>(
+    c: &Connection,
+    sql: &str,
+    key: &str,
+    map: fn(&Row) -> rusqlite::Result<T>,
+    what: &str,
+) -> StoreResult<T> {
+    c.prepare_cached(sql)
+        .map_err(db)?
+        .query_row([key], map)
+        .optional()
+        .map_err(db)?
+        .ok_or_else(|| StoreError::NotFound(what.into()))
+}
+
+/// A newest-first page of a table (see [`list_sql`]).
+fn page<T>(
+    c: &Connection,
+    cols: &str,
+    table: &str,
+    q: &ListQuery,
+    map: fn(&Row) -> rusqlite::Result<T>,
+) -> StoreResult<Vec<T>> {
+    let (sql, args) = list_sql(cols, table, q, true);
+    let mut st = c.prepare(&sql).map_err(db)?;
+    let rows = st
+        .query_map(rusqlite::params_from_iter(args.iter()), map)
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
+}
+
 pub(crate) fn get_receipt(c: &Connection, id: &str) -> StoreResult<ReceiptRecord> {
-    c.prepare_cached(&format!(
-        "SELECT {RECEIPT_COLS} FROM receipts WHERE id = ?1"
-    ))
-    .map_err(db)?
-    .query_row([id], receipt_row)
-    .optional()
-    .map_err(db)?
-    .ok_or_else(|| StoreError::NotFound("receipt".into()))
+    one(
+        c,
+        &format!("SELECT {RECEIPT_COLS} FROM receipts WHERE id = ?1"),
+        id,
+        receipt_row,
+        "receipt",
+    )
 }
 
 /// Builds `WHERE` clauses for a newest-first list on a table whose ids are time-ordered.
@@ -235,12 +265,7 @@ fn list_sql(cols: &str, table: &str, q: &ListQuery, state_col: bool) -> (String,
 }
 
 pub(crate) fn list_receipts(c: &Connection, q: &ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
-    let (sql, args) = list_sql(RECEIPT_COLS, "receipts", q, true);
-    let mut st = c.prepare(&sql).map_err(db)?;
-    let rows = st
-        .query_map(rusqlite::params_from_iter(args.iter()), receipt_row)
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+    page(c, RECEIPT_COLS, "receipts", q, receipt_row)
 }
 
 pub(crate) fn get_body(c: &Connection, receipt_id: &str) -> StoreResult<Vec<u8>> {
@@ -253,23 +278,17 @@ pub(crate) fn get_body(c: &Connection, receipt_id: &str) -> StoreResult<Vec<u8>>
 }
 
 pub(crate) fn get_delivery(c: &Connection, id: &str) -> StoreResult<DeliveryRecord> {
-    c.prepare_cached(&format!(
-        "SELECT {DELIVERY_COLS} FROM deliveries WHERE id = ?1"
-    ))
-    .map_err(db)?
-    .query_row([id], delivery_row)
-    .optional()
-    .map_err(db)?
-    .ok_or_else(|| StoreError::NotFound("delivery".into()))
+    one(
+        c,
+        &format!("SELECT {DELIVERY_COLS} FROM deliveries WHERE id = ?1"),
+        id,
+        delivery_row,
+        "delivery",
+    )
 }
 
 pub(crate) fn list_deliveries(c: &Connection, q: &ListQuery) -> StoreResult<Vec<DeliveryRecord>> {
-    let (sql, args) = list_sql(DELIVERY_COLS, "deliveries", q, true);
-    let mut st = c.prepare(&sql).map_err(db)?;
-    let rows = st
-        .query_map(rusqlite::params_from_iter(args.iter()), delivery_row)
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+    page(c, DELIVERY_COLS, "deliveries", q, delivery_row)
 }
 
 pub(crate) fn deliveries_of_receipt(
@@ -297,21 +316,17 @@ pub(crate) fn attempts(c: &Connection, delivery_id: &str) -> StoreResult<Vec<Att
 }
 
 pub(crate) fn get_run(c: &Connection, id: &str) -> StoreResult<RunRecord> {
-    c.prepare_cached(&format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"))
-        .map_err(db)?
-        .query_row([id], run_row)
-        .optional()
-        .map_err(db)?
-        .ok_or_else(|| StoreError::NotFound("run".into()))
+    one(
+        c,
+        &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
+        id,
+        run_row,
+        "run",
+    )
 }
 
 pub(crate) fn list_runs(c: &Connection, q: &ListQuery) -> StoreResult<Vec<RunRecord>> {
-    let (sql, args) = list_sql(RUN_COLS, "runs", q, true);
-    let mut st = c.prepare(&sql).map_err(db)?;
-    let rows = st
-        .query_map(rusqlite::params_from_iter(args.iter()), run_row)
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+    page(c, RUN_COLS, "runs", q, run_row)
 }
 
 pub(crate) fn run_events(
