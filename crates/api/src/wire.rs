@@ -1,16 +1,12 @@
 //! Wire shapes (camelCase JSON, RFC 3339 times) built from store records. Domain and store types never
 //! reach the wire directly.
 
-use chrono::{SecondsFormat, TimeZone, Utc};
 use serde_json::{json, Map, Value};
 use tb_store::*;
 
 /// Unix ms -> RFC 3339 with milliseconds, UTC (`2026-11-29T22:24:36.123Z`).
 pub fn time(ms: i64) -> String {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
-        .unwrap_or_default()
+    tb_engine::wire_event::time(ms)
 }
 
 fn put(m: &mut Map<String, Value>, k: &str, v: Option<Value>) {

@@ -1116,8 +1116,6 @@ async fn outbound_webhooks_are_ssrf_checked_signed_durable_and_deletable() {
         assert_eq!(b["workspaceId"], "t1");
         check(&envelope, &b["event"]);
         let ts: i64 = h["x-openwop-timestamp"].to_str().unwrap().parse().unwrap();
-        let body = serde_json::to_vec(b).unwrap();
-        let _ = body;
         assert_eq!(h["x-openwop-signature-algorithm"], "v1");
         assert_eq!(h["x-openwop-webhook-id"], id.as_str());
         assert!(h["x-openwop-signature"]

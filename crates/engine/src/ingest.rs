@@ -51,28 +51,23 @@ fn single_run(d: &[DeliveryRef]) -> Option<String> {
 
 /// Authenticates and normalizes per the subscription's verification mode: `required` must verify;
 /// `best-effort` falls back to the unverified read (stamping `verified: false`); `none` never checks.
+/// Returns the normalized request and whether its signature was verified.
 fn verify(
     sub: &SubscriptionConfig,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<Verified, IngressError> {
-    let unverified = || {
-        let mut v = tb_ingress::standard_webhooks::read_unverified(headers, body)?;
-        v.event
-            .fields
-            .insert("verified".into(), serde_json::Value::Bool(false));
-        Ok(v)
-    };
+) -> Result<(Verified, bool), IngressError> {
+    let checked = || tb_ingress::verify(&sub.connector, &sub.secret, headers, body, clock::now_s());
+    let unverified =
+        || tb_ingress::standard_webhooks::read_unverified(headers, body).map(|v| (v, false));
     match (sub.verification, &sub.connector) {
         (Verification::None, ConnectorSpec::StandardWebhooks { .. }) => unverified(),
-        (Verification::BestEffort, ConnectorSpec::StandardWebhooks { .. }) => {
-            match tb_ingress::verify(&sub.connector, &sub.secret, headers, body, clock::now_s()) {
-                Ok(v) => Ok(v),
-                Err(IngressError::SignatureInvalid(_)) => unverified(),
-                Err(e) => Err(e),
-            }
-        }
-        _ => tb_ingress::verify(&sub.connector, &sub.secret, headers, body, clock::now_s()),
+        (Verification::BestEffort, ConnectorSpec::StandardWebhooks { .. }) => match checked() {
+            Ok(v) => Ok((v, true)),
+            Err(IngressError::SignatureInvalid(_)) => unverified(),
+            Err(e) => Err(e),
+        },
+        _ => checked().map(|v| (v, true)),
     }
 }
 
@@ -166,7 +161,7 @@ pub async fn ingest(
             ),
         ));
     }
-    let mut verified = match verify(&sub, headers, &body) {
+    let (mut verified, authentic) = match verify(&sub, headers, &body) {
         Ok(v) => v,
         Err(e) => {
             count(connector, "rejected");
@@ -179,8 +174,7 @@ pub async fn ingest(
             return Err(TbError::new(e.code(), e.to_string()));
         }
     };
-    let unverified = verified.event.fields.get("verified") == Some(&serde_json::Value::Bool(false));
-    let key = if sub.dedup_enabled && unverified {
+    let key = if sub.dedup_enabled && !authentic {
         // An unverified request (best-effort / none) never takes the key of a verified one, so a forged
         // post cannot shadow the real event.
         dedup_key(
@@ -194,11 +188,11 @@ pub async fn ingest(
         dedup_key(&sub.id, &new_id(IdKind::Receipt))
     };
     if sub.verification != Verification::Required {
-        let ok = verified.event.fields.remove("verified").is_none();
+        // Stamp the outcome so bindings and operators can tell (RFC 0099 §F.2 `verified`).
         verified
             .event
             .fields
-            .insert("verified".into(), serde_json::Value::Bool(ok));
+            .insert("verified".into(), serde_json::Value::Bool(authentic));
     }
     let answer_dup = |o: IngestOutcome| match o {
         IngestOutcome::Duplicate {

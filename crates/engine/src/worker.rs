@@ -161,9 +161,15 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 permanent: true,
             }),
             Some(w) => {
-                let event_type = match engine.store.get_receipt(&d.receipt_id).await {
-                    Ok(r) => r.event_type,
-                    Err(_) => String::new(),
+                // Only the http executor sends the event type; noop runs skip the read.
+                let event_type = match w.executor {
+                    tb_core::workflow::Executor::Http { .. } => engine
+                        .store
+                        .get_receipt(&d.receipt_id)
+                        .await
+                        .map(|r| r.event_type)
+                        .unwrap_or_default(),
+                    tb_core::workflow::Executor::Noop => String::new(),
                 };
                 let req = StartRequest {
                     run_id: &run_id,
