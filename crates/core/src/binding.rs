@@ -11,13 +11,167 @@ use serde_json::{Map, Value};
 
 use crate::normalized::{FieldValue, NormalizedEvent};
 
-/// The one fixed action a binding takes. Only `start_run` exists so far; `raise_signal` and
-/// `enqueue_prompt` arrive with sessions.
+/// What a coalescing `start_run` binding does when a live session already holds the key
+/// (signals-and-connectors §0.2: the match must say explicitly what happens).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExisting {
+    /// Nothing: the delivery is delivered and names the existing run.
+    #[default]
+    Noop,
+    /// Raise the binding's `signal` on the existing session.
+    Signal,
+    /// Enqueue the binding's `prompt` on the existing session.
+    Prompt,
+}
+
+/// The one fixed action a binding takes (DESIGN §2 binding; signals-and-connectors §0.2). Every target,
+/// workflow, signal name and prompt comes from here; the payload only fills `{field}` placeholders from
+/// allowlisted normalized fields.
+///
+/// A `raise_signal` / `enqueue_prompt` target is either a fixed `run`, or the live session of `workflow`
+/// holding the rendered `coalesce_key`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum BindingAction {
-    /// Start one run of `workflow` per delivery.
-    StartRun { workflow: String },
+    /// Start one run of `workflow` per delivery. With a `coalesce_key` template (session workflows only),
+    /// the first event with a key starts the session and later ones take `on_existing` on it.
+    StartRun {
+        workflow: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coalesce_key: Option<String>,
+        #[serde(default)]
+        on_existing: OnExisting,
+        /// Signal name template for `on_existing = "signal"` (e.g. `pr.{action}`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<String>,
+        /// Prompt template for `on_existing = "prompt"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt: Option<String>,
+        /// Raised signals also enqueue a wake turn.
+        #[serde(default)]
+        wake: bool,
+    },
+    /// Raise the named signal (template) on one target.
+    RaiseSignal {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workflow: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coalesce_key: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<String>,
+        signal: String,
+        #[serde(default)]
+        wake: bool,
+    },
+    /// Enqueue a prompt from the server-owned template on one target.
+    EnqueuePrompt {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workflow: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        coalesce_key: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        run: Option<String>,
+        prompt: String,
+    },
+}
+
+impl BindingAction {
+    /// The action's wire name (`start_run`, `raise_signal`, `enqueue_prompt`), stored on deliveries.
+    pub fn name(&self) -> &'static str {
+        match self {
+            BindingAction::StartRun { .. } => "start_run",
+            BindingAction::RaiseSignal { .. } => "raise_signal",
+            BindingAction::EnqueuePrompt { .. } => "enqueue_prompt",
+        }
+    }
+
+    /// The workflow this action starts or targets, if any.
+    pub fn workflow(&self) -> Option<&str> {
+        match self {
+            BindingAction::StartRun { workflow, .. } => Some(workflow),
+            BindingAction::RaiseSignal { workflow, .. }
+            | BindingAction::EnqueuePrompt { workflow, .. } => workflow.as_deref(),
+        }
+    }
+
+    /// Every template the action holds, with what it is for (for `check-config`).
+    pub fn templates(&self) -> Vec<(&'static str, &str)> {
+        let mut t = Vec::new();
+        let (key, sig, prompt) = match self {
+            BindingAction::StartRun {
+                coalesce_key,
+                signal,
+                prompt,
+                ..
+            } => (coalesce_key, signal.as_ref(), prompt.as_ref()),
+            BindingAction::RaiseSignal {
+                coalesce_key,
+                signal,
+                ..
+            } => (coalesce_key, Some(signal), None),
+            BindingAction::EnqueuePrompt {
+                coalesce_key,
+                prompt,
+                ..
+            } => (coalesce_key, None, Some(prompt)),
+        };
+        if let Some(k) = key {
+            t.push(("coalesce_key", k.as_str()));
+        }
+        if let Some(s) = sig {
+            t.push(("signal", s.as_str()));
+        }
+        if let Some(p) = prompt {
+            t.push(("prompt", p.as_str()));
+        }
+        t
+    }
+}
+
+/// The rendered parameters of one delivery's action, stored with the delivery (JSON, camelCase). Fixed
+/// at routing time, so a retry performs exactly the same action.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ActionParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coalesce_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_existing: Option<OnExisting>,
+    /// Rendered signal name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    #[serde(default)]
+    pub wake: bool,
+    /// Prompt template text (never spliced with payload values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+    /// Values of the fields the prompt refers to (untrusted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables: Option<Value>,
+    /// Fixed target run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+}
+
+/// Why a matching binding could not be turned into a delivery; the delivery is recorded dead-lettered
+/// with this reason and the receipt ends `routing_failed`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteError {
+    /// A template names a field the event does not carry (`template_field_missing`).
+    FieldMissing(String),
+    /// The rendered signal name is not `[a-z0-9_.-]{1,64}` (`invalid_signal_name`).
+    InvalidSignalName,
+}
+
+impl RouteError {
+    /// The closed reason code recorded on the dead-lettered delivery.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RouteError::FieldMissing(_) => "template_field_missing",
+            RouteError::InvalidSignalName => "invalid_signal_name",
+        }
+    }
 }
 
 /// An operator-owned routing rule.
@@ -58,6 +212,72 @@ impl Binding {
                     Some(v) => allowed.iter().any(|a| scalar_eq(a, &v)),
                     None => false,
                 })
+    }
+
+    /// Renders this binding's action for `ev`: the coalesce key, signal name and prompt variables.
+    /// Errors: [`RouteError`].
+    pub fn params(&self, ev: &NormalizedEvent) -> Result<ActionParams, RouteError> {
+        use crate::template::{render, variables};
+        let key = |k: &Option<String>| -> Result<Option<String>, RouteError> {
+            k.as_deref()
+                .map(|t| render(t, ev).map_err(RouteError::FieldMissing))
+                .transpose()
+        };
+        let name = |t: &str| -> Result<String, RouteError> {
+            let n = render(t, ev).map_err(RouteError::FieldMissing)?;
+            crate::signal::validate_name(&n).map_err(|_| RouteError::InvalidSignalName)?;
+            Ok(n)
+        };
+        Ok(match &self.action {
+            BindingAction::StartRun {
+                coalesce_key,
+                on_existing,
+                signal,
+                prompt,
+                wake,
+                ..
+            } => {
+                let coalesce = key(coalesce_key)?;
+                let existing = coalesce.as_ref().map(|_| *on_existing);
+                ActionParams {
+                    signal: match (existing, signal) {
+                        (Some(OnExisting::Signal), Some(t)) => Some(name(t)?),
+                        _ => None,
+                    },
+                    variables: prompt.as_deref().map(|p| variables(p, ev)),
+                    prompt: prompt.clone(),
+                    coalesce_key: coalesce,
+                    on_existing: existing,
+                    wake: *wake,
+                    run: None,
+                }
+            }
+            BindingAction::RaiseSignal {
+                coalesce_key,
+                run,
+                signal,
+                wake,
+                ..
+            } => ActionParams {
+                coalesce_key: key(coalesce_key)?,
+                signal: Some(name(signal)?),
+                wake: *wake,
+                run: run.clone(),
+                ..Default::default()
+            },
+            BindingAction::EnqueuePrompt {
+                coalesce_key,
+                run,
+                prompt,
+                ..
+            } => ActionParams {
+                coalesce_key: key(coalesce_key)?,
+                variables: Some(variables(prompt, ev)),
+                prompt: Some(prompt.clone()),
+                run: run.clone(),
+                ..Default::default()
+            },
+        })
     }
 
     /// The run inputs this binding maps from the event's allowlisted fields.
@@ -106,6 +326,11 @@ mod tests {
             filter: BTreeMap::new(),
             action: BindingAction::StartRun {
                 workflow: "w".into(),
+                coalesce_key: None,
+                on_existing: OnExisting::Noop,
+                signal: None,
+                prompt: None,
+                wake: false,
             },
             inputs: BTreeMap::new(),
         }
@@ -146,5 +371,49 @@ mod tests {
         b.inputs.insert("pr".into(), "pull_request.number".into());
         b.inputs.insert("who".into(), "sender.login".into());
         assert_eq!(b.map_inputs(&e), json!({"pr": 7}));
+    }
+
+    #[test]
+    fn params_render_from_allowlisted_fields_only() {
+        let e = ev(
+            "pull_request",
+            Some("synchronize"),
+            &[
+                ("repository.full_name", json!("o/r")),
+                ("pull_request.number", json!(7)),
+            ],
+        );
+        let mut b = binding(&["pull_request"]);
+        b.action = BindingAction::StartRun {
+            workflow: "pr-session".into(),
+            coalesce_key: Some("{repository.full_name}#{pull_request.number}".into()),
+            on_existing: OnExisting::Signal,
+            signal: Some("pr.{action}".into()),
+            prompt: None,
+            wake: false,
+        };
+        let p = b.params(&e).unwrap();
+        assert_eq!(p.coalesce_key.as_deref(), Some("o/r#7"));
+        assert_eq!(p.signal.as_deref(), Some("pr.synchronize"));
+        assert_eq!(p.on_existing, Some(OnExisting::Signal));
+        b.action = BindingAction::RaiseSignal {
+            workflow: Some("pr-session".into()),
+            coalesce_key: Some("{sender.login}".into()),
+            run: None,
+            signal: "x".into(),
+            wake: true,
+        };
+        assert_eq!(
+            b.params(&e).unwrap_err(),
+            RouteError::FieldMissing("sender.login".into())
+        );
+        b.action = BindingAction::RaiseSignal {
+            workflow: None,
+            coalesce_key: None,
+            run: Some("run_1".into()),
+            signal: "{repository.full_name}".into(),
+            wake: false,
+        };
+        assert_eq!(b.params(&e).unwrap_err(), RouteError::InvalidSignalName);
     }
 }

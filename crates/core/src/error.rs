@@ -25,6 +25,13 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// 422: the request is authentic but its event cannot be processed (e.g. missing event header).
     UnprocessableEvent,
+    /// 409: the target run has ended (completed, failed or cancelled); a signal, prompt or wait can no
+    /// longer reach it. Never 410 (Azure DevOps disables a hook that answers 410; signals-and-connectors §2.4).
+    TargetTerminal,
+    /// 429: the run's signal mailbox is full and its overflow policy is `reject` (signals-and-connectors §5.2).
+    SignalBufferFull,
+    /// 429: a rate limit refused the request; retry after the `Retry-After` seconds.
+    RateLimited,
     /// 503: storage is unavailable or shutting down; senders should retry.
     Unavailable,
     /// 500: an unexpected internal failure.
@@ -44,6 +51,9 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::UnprocessableEvent => "unprocessable_event",
+            ErrorCode::TargetTerminal => "target_terminal",
+            ErrorCode::SignalBufferFull => "signal_buffer_full",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
         }
@@ -56,7 +66,10 @@ impl ErrorCode {
             ErrorCode::SignatureInvalid => 401,
             ErrorCode::NotFound => 404,
             ErrorCode::Forbidden => 403,
-            ErrorCode::SubscriptionNotActive | ErrorCode::Conflict => 409,
+            ErrorCode::SubscriptionNotActive | ErrorCode::Conflict | ErrorCode::TargetTerminal => {
+                409
+            }
+            ErrorCode::SignalBufferFull | ErrorCode::RateLimited => 429,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::UnprocessableEvent => 422,

@@ -11,6 +11,14 @@ pub enum IdKind {
     Run,
     Event,
     Attempt,
+    /// A signal raised without a caller-chosen `signalId`.
+    Signal,
+    /// An armed `wait_for_signal` / `wait_for_any`.
+    Wait,
+    /// A turn on a run's queue.
+    Turn,
+    /// A minted capability endpoint (`sgep_`, signals-and-connectors §4.1).
+    Capability,
 }
 
 impl IdKind {
@@ -22,6 +30,10 @@ impl IdKind {
             IdKind::Run => "run",
             IdKind::Event => "evt",
             IdKind::Attempt => "att",
+            IdKind::Signal => "sig",
+            IdKind::Wait => "wait",
+            IdKind::Turn => "turn",
+            IdKind::Capability => "sgep",
         }
     }
 }

@@ -15,7 +15,11 @@ pub mod normalized;
 pub mod receipt;
 pub mod retry;
 pub mod run;
+pub mod signal;
 pub mod subscription;
+pub mod template;
+pub mod turn;
+pub mod wait;
 pub mod workflow;
 
 pub use error::{ErrorCode, TbError};

@@ -84,18 +84,59 @@ impl ReceiptState {
     }
 }
 
-/// The state a receipt settles in once all its deliveries are terminal: `dead_lettered` if any delivery
-/// was dead-lettered, else `consumed` (every delivery took effect). `None` while any is still open.
-pub fn settle(delivery_states: &[crate::delivery::DeliveryState]) -> Option<ReceiptState> {
+/// One delivery as receipt settlement sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryView<'a> {
+    pub state: crate::delivery::DeliveryState,
+    /// Dead-letter reason, when dead-lettered.
+    pub reason: Option<&'a str>,
+    /// Its effect was consumed: the run started, or the signal / prompt it queued was taken by a wait or
+    /// an acknowledged turn.
+    pub consumed: bool,
+}
+
+/// Dead-letter reasons that mean the target run had ended.
+pub const TARGET_TERMINAL_REASONS: &[&str] = &["target_terminal"];
+/// Dead-letter reasons that mean routing could not be done (non-retryable).
+pub const ROUTING_FAILED_REASONS: &[&str] = &[
+    "template_field_missing",
+    "invalid_signal_name",
+    "target_missing",
+    "workflow_missing",
+];
+
+/// The state a receipt settles in once all its deliveries are terminal (signals-and-connectors §6):
+/// `dead_lettered` if any delivery exhausted its retries, else `routing_failed` if any could not be
+/// routed, else `target_terminal` if any target had ended, else `consumed` when every effect was
+/// consumed, else `queued` (delivered to the target's queue, not yet consumed). `None` while any delivery
+/// is still open.
+pub fn settle(deliveries: &[DeliveryView<'_>]) -> Option<ReceiptState> {
     use crate::delivery::DeliveryState as D;
-    if delivery_states.iter().any(|s| !s.is_terminal()) {
+    if deliveries.iter().any(|d| !d.state.is_terminal()) {
         return None;
     }
-    if delivery_states.contains(&D::DeadLettered) {
-        Some(ReceiptState::DeadLettered)
+    let dead = |set: Option<&[&str]>| {
+        deliveries.iter().any(|d| {
+            d.state == D::DeadLettered
+                && match set {
+                    Some(set) => d.reason.is_some_and(|r| set.contains(&r)),
+                    None => !d.reason.is_some_and(|r| {
+                        ROUTING_FAILED_REASONS.contains(&r) || TARGET_TERMINAL_REASONS.contains(&r)
+                    }),
+                }
+        })
+    };
+    Some(if dead(None) {
+        ReceiptState::DeadLettered
+    } else if dead(Some(ROUTING_FAILED_REASONS)) {
+        ReceiptState::RoutingFailed
+    } else if dead(Some(TARGET_TERMINAL_REASONS)) {
+        ReceiptState::TargetTerminal
+    } else if deliveries.iter().all(|d| d.consumed) {
+        ReceiptState::Consumed
     } else {
-        Some(ReceiptState::Consumed)
-    }
+        ReceiptState::Queued
+    })
 }
 
 #[cfg(test)]
@@ -120,16 +161,45 @@ mod tests {
         assert_eq!(ReceiptState::parse("nope"), None);
     }
 
+    fn v(state: D, reason: Option<&str>, consumed: bool) -> DeliveryView<'_> {
+        DeliveryView {
+            state,
+            reason,
+            consumed,
+        }
+    }
+
     #[test]
     fn settles_when_all_deliveries_are_terminal() {
-        assert_eq!(settle(&[D::Delivered, D::Retrying]), None);
         assert_eq!(
-            settle(&[D::Delivered, D::Delivered]),
+            settle(&[v(D::Delivered, None, true), v(D::Retrying, None, false)]),
+            None
+        );
+        assert_eq!(
+            settle(&[v(D::Delivered, None, true), v(D::Delivered, None, true)]),
             Some(ReceiptState::Consumed)
         );
         assert_eq!(
-            settle(&[D::Delivered, D::DeadLettered]),
+            settle(&[v(D::Delivered, None, true), v(D::Delivered, None, false)]),
+            Some(ReceiptState::Queued)
+        );
+        assert_eq!(
+            settle(&[
+                v(D::Delivered, None, true),
+                v(D::DeadLettered, Some("retries_exhausted"), false)
+            ]),
             Some(ReceiptState::DeadLettered)
+        );
+        assert_eq!(
+            settle(&[v(D::DeadLettered, Some("target_terminal"), false)]),
+            Some(ReceiptState::TargetTerminal)
+        );
+        assert_eq!(
+            settle(&[
+                v(D::DeadLettered, Some("target_terminal"), false),
+                v(D::DeadLettered, Some("target_missing"), false)
+            ]),
+            Some(ReceiptState::RoutingFailed)
         );
     }
 }

@@ -17,6 +17,16 @@ pub enum Executor {
         /// Per-request timeout in ms (default 15 000).
         timeout_ms: u64,
     },
+    /// A long-lived session driven by an agent or service through the API (turns, signals, waits). It
+    /// runs until stopped. `config` is the operator-set session template (identity, agent, model/provider
+    /// policy, namespace, tools, repository access, budgets, concurrency): opaque here, returned to the
+    /// driver in the start turn, never filled from a payload (signals-and-connectors §0.2).
+    Session {
+        #[serde(default)]
+        config: serde_json::Value,
+        #[serde(default)]
+        mailbox: crate::signal::MailboxPolicy,
+    },
 }
 
 /// An approved workflow template.
