@@ -279,7 +279,7 @@ pub async fn fork(
 }
 
 #[utoipa::path(get, path = "/v1/workflows/{id}", tag = "workflows", params(("id" = String, Path, description = "Workflow id")), responses((status = 200, description = "{workflowId, executor}"), (status = 404, description = "not_found")))]
-/// `GET /v1/workflows/{workflowId}` -> `{workflowId, executor}` (`noop` or `http`; the worker URL and
+/// `GET /v1/workflows/{workflowId}` -> `{workflowId, executor}` (`noop`, `http` or `session`; the worker URL and
 /// secret are not shown). Errors: 404.
 pub async fn get_workflow(
     State(st): State<AppState>,
@@ -292,6 +292,7 @@ pub async fn get_workflow(
     let executor = match w.executor {
         tb_core::workflow::Executor::Noop => "noop",
         tb_core::workflow::Executor::Http { .. } => "http",
+        tb_core::workflow::Executor::Session { .. } => "session",
     };
     Ok(Json(json!({"workflowId": w.id, "executor": executor})))
 }

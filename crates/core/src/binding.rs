@@ -77,6 +77,18 @@ pub enum BindingAction {
 }
 
 impl BindingAction {
+    /// A plain `start_run` of `workflow` (no coalescing).
+    pub fn start_run(workflow: impl Into<String>) -> Self {
+        BindingAction::StartRun {
+            workflow: workflow.into(),
+            coalesce_key: None,
+            on_existing: OnExisting::Noop,
+            signal: None,
+            prompt: None,
+            wake: false,
+        }
+    }
+
     /// The action's wire name (`start_run`, `raise_signal`, `enqueue_prompt`), stored on deliveries.
     pub fn name(&self) -> &'static str {
         match self {
@@ -324,14 +336,7 @@ mod tests {
             subscription: "s".into(),
             event_types: types.iter().map(|s| s.to_string()).collect(),
             filter: BTreeMap::new(),
-            action: BindingAction::StartRun {
-                workflow: "w".into(),
-                coalesce_key: None,
-                on_existing: OnExisting::Noop,
-                signal: None,
-                prompt: None,
-                wake: false,
-            },
+            action: BindingAction::start_run("w"),
             inputs: BTreeMap::new(),
         }
     }

@@ -40,6 +40,12 @@ pub async fn start_run(
 ) -> Result<RunStatus, ActionResult> {
     match &workflow.executor {
         Executor::Noop => Ok(RunStatus::Completed),
+        // Sessions start inside the store (crate::effects); reaching here is a routing bug.
+        Executor::Session { .. } => Err(ActionResult::Failed {
+            error_class: "session_not_local".into(),
+            retry_after_ms: None,
+            permanent: true,
+        }),
         Executor::Http {
             url,
             secret,

@@ -101,6 +101,7 @@ async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &Hea
         received_at: now,
         dedup_until: now,
         deliveries,
+        capability: None,
     };
     if let Err(e) = engine.store.commit_receipt(receipt).await {
         tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");
@@ -231,10 +232,18 @@ pub async fn ingest(
     }
     let dead = admit == Admission::AcceptAsDeadLetter;
     let deliveries = router::route(&engine.catalog(), &sub.id, &verified.event, dead);
-    let receipt_state = match (deliveries.is_empty(), dead) {
-        (true, _) => ReceiptState::Unmatched,
-        (false, true) => ReceiptState::DeadLettered,
-        (false, false) => ReceiptState::Queued,
+    let receipt_state = if deliveries.is_empty() {
+        ReceiptState::Unmatched
+    } else if dead {
+        ReceiptState::DeadLettered
+    } else if deliveries
+        .iter()
+        .all(|d| d.state == tb_core::delivery::DeliveryState::DeadLettered)
+    {
+        // Every matching binding failed to render (a template field is absent).
+        ReceiptState::RoutingFailed
+    } else {
+        ReceiptState::Routed
     };
     let content_type = media_type(headers);
     let receipt = NewReceipt {
@@ -250,6 +259,7 @@ pub async fn ingest(
         received_at: now,
         dedup_until: now.saturating_add(sub.dedup_window_s.saturating_mul(1000) as i64),
         deliveries,
+        capability: None,
     };
     match engine
         .store
@@ -266,7 +276,7 @@ pub async fn ingest(
                     count(connector, "unmatched");
                     IngestAnswer::Unmatched { receipt_id }
                 }
-                ReceiptState::DeadLettered => {
+                ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
                     count(connector, "dead_lettered");
                     metrics::counter!("tb_deliveries_total", "outcome" => "dead-lettered")
                         .increment(deliveries.len() as u64);

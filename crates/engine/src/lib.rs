@@ -3,13 +3,16 @@
 //!
 //! [`Engine`] is the one handle the API and CLI hold.
 
+pub mod capability;
 pub mod catalog;
 pub mod clock;
+pub mod effects;
 pub mod executor;
 pub mod ingest;
 pub mod registration;
 pub mod router;
 pub mod runs;
+pub mod sessions;
 pub mod ssrf;
 pub mod sweeper;
 pub mod webhooks;
@@ -43,6 +46,9 @@ pub struct Engine {
     pub webhooks_durable: std::sync::atomic::AtomicBool,
     /// Retry policy of runs started through `POST /v1/runs` (default: the Svix schedule).
     pub api_run_retry: RwLock<tb_core::retry::RetryPolicy>,
+    /// Bumped after every committed change to signals, waits or turns: long-polls (`turns:claim`,
+    /// `GET .../waits/{id}`) and the timer loop wake on it instead of polling.
+    pub sessions: tokio::sync::watch::Sender<u64>,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -78,6 +84,7 @@ impl Engine {
             states: RwLock::new(states),
             work_ready: Notify::new(),
             webhooks: Default::default(),
+            sessions: tokio::sync::watch::channel(0).0,
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
@@ -105,6 +112,11 @@ impl Engine {
             .expect("states lock")
             .insert(sub.id.clone(), state);
         *c = Arc::new(c.with(sub, binding));
+    }
+
+    /// Wakes long-polls and the timer loop after a session change was committed.
+    pub fn session_changed(&self) {
+        self.sessions.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// The cached state of a subscription, if it exists.

@@ -144,9 +144,7 @@ fn config_of(
         subscription: id.to_string(),
         event_types: vec!["*".into()],
         filter: Default::default(),
-        action: BindingAction::StartRun {
-            workflow: reg.workflow_id.clone(),
-        },
+        action: BindingAction::start_run(reg.workflow_id.clone()),
         inputs: Default::default(),
     };
     let sub = SubscriptionConfig {

@@ -36,7 +36,7 @@ pub async fn start(
         provider_event_id: receipt_id.clone(),
         event_type: "run.requested".into(),
         normalized: serde_json::json!({"event": "run.requested"}),
-        state: ReceiptState::Queued,
+        state: ReceiptState::Routed,
         content_type: Some("application/json".into()),
         body: request,
         received_at: now,
@@ -48,9 +48,11 @@ pub async fn start(
             workflow_id: Some(workflow_id.into()),
             run_id: Some(run_id.clone()),
             inputs,
+            params: None,
             state: DeliveryState::Pending,
             dead_letter_reason: None,
         }],
+        capability: None,
     };
     engine
         .store

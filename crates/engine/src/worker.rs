@@ -124,6 +124,11 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
         Some(std::sync::Arc::new(c))
+    } else if d.subscription_id.starts_with("sgep_") {
+        // A minted capability endpoint's signal: the default retry policy, no subscription row.
+        let mut c = crate::catalog::api_runs_config();
+        c.id = d.subscription_id.clone();
+        Some(std::sync::Arc::new(c))
     } else if d.subscription_id == crate::API_SOURCE {
         // A run started through `POST /v1/runs`: the API run policy, no subscription.
         let mut c = crate::catalog::api_runs_config();
@@ -149,10 +154,13 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         .workflow_id
         .as_deref()
         .and_then(|w| catalog.workflow(w).cloned());
+    let effect = crate::effects::plan(d, &run_id, workflow.as_ref());
     let result: Result<RunStatus, ActionResult> = if d.action == "webhook" {
         crate::webhooks::deliver(engine, d)
             .await
             .map(|_| RunStatus::Completed)
+    } else if let Some(e) = &effect {
+        e.as_ref().map(|_| RunStatus::Running).map_err(Clone::clone)
     } else {
         match workflow {
             None => Err(ActionResult::Failed {
@@ -169,7 +177,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                         .await
                         .map(|r| r.event_type)
                         .unwrap_or_default(),
-                    tb_core::workflow::Executor::Noop => String::new(),
+                    _ => String::new(),
                 };
                 let req = StartRequest {
                     run_id: &run_id,
@@ -184,71 +192,99 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             }
         }
     };
-    let action = match &result {
-        Ok(_) => ActionResult::Done,
-        Err(f) => f.clone(),
-    };
-    // Each operator replay grants one attempt beyond the policy (attempt numbers never reset).
-    let mut policy = sub.retry.clone();
-    policy.max_attempts = policy.max_attempts.saturating_add(d.replays);
-    let decision = decide(&policy, number, &action, rand::random::<f64>());
-    let (outcome, next_state) = decision.outcome();
-    let now = clock::now_ms();
-    let next_due_at = match decision {
-        AttemptDecision::Retry { delay_ms } => Some(now + delay_ms as i64),
-        _ => None,
-    };
-    let error_class = match &action {
-        ActionResult::Failed { error_class, .. } => Some(error_class.clone()),
-        ActionResult::Done => None,
-    };
-    let run = match (&result, d.workflow_id.as_ref()) {
-        (Ok(status), Some(w)) => Some(NewRun {
-            id: run_id.clone(),
-            workflow_id: w.clone(),
-            inputs: d.inputs.clone(),
-            status: *status,
-            dead_letter: None,
-        }),
-        // A run requested through the API exists from its 201; when its start is exhausted it is kept as
-        // a dead-lettered, failed run (RFC 0053), fork-eligible. Trigger deliveries start no run instead
-        // (their dead letters are RFC 0232 records).
-        (Err(_), Some(w))
-            if d.subscription_id == crate::API_SOURCE
-                && decision == AttemptDecision::DeadLetter =>
-        {
-            Some(NewRun {
+    let effect = effect.and_then(Result::ok);
+    let build = |result: &Result<RunStatus, ActionResult>, effect: Option<tb_store::Effect>| {
+        let action = match result {
+            Ok(_) => ActionResult::Done,
+            Err(f) => f.clone(),
+        };
+        // Each operator replay grants one attempt beyond the policy (attempt numbers never reset).
+        let mut policy = sub.retry.clone();
+        policy.max_attempts = policy.max_attempts.saturating_add(d.replays);
+        let decision = decide(&policy, number, &action, rand::random::<f64>());
+        let (outcome, next_state) = decision.outcome();
+        let now = clock::now_ms();
+        let next_due_at = match decision {
+            AttemptDecision::Retry { delay_ms } => Some(now + delay_ms as i64),
+            _ => None,
+        };
+        let (error_class, permanent) = match &action {
+            ActionResult::Failed {
+                error_class,
+                permanent,
+                ..
+            } => (Some(error_class.clone()), *permanent),
+            ActionResult::Done => (None, false),
+        };
+        let run = match (result, d.workflow_id.as_ref()) {
+            (Ok(_), _) if effect.is_some() => None,
+            (Ok(status), Some(w)) => Some(NewRun {
                 id: run_id.clone(),
                 workflow_id: w.clone(),
                 inputs: d.inputs.clone(),
-                status: RunStatus::Failed,
-                dead_letter: Some(("retries_exhausted".into(), number)),
-            })
-        }
-        _ => None,
-    };
-    let elapsed = t0.elapsed();
-    let commit = AttemptCommit {
-        delivery_id: d.id.clone(),
-        lease_owner: lease.owner.clone(),
-        attempt: AttemptRecord {
+                status: *status,
+                dead_letter: None,
+                session: None,
+            }),
+            // A run requested through the API exists from its 201; when its start is exhausted it is
+            // kept as a dead-lettered, failed run (RFC 0053), fork-eligible. Trigger deliveries start no
+            // run instead (their dead letters are RFC 0232 records).
+            (Err(_), Some(w))
+                if d.subscription_id == crate::API_SOURCE
+                    && decision == AttemptDecision::DeadLetter =>
+            {
+                Some(NewRun {
+                    id: run_id.clone(),
+                    workflow_id: w.clone(),
+                    inputs: d.inputs.clone(),
+                    status: RunStatus::Failed,
+                    dead_letter: Some(("retries_exhausted".into(), number)),
+                    session: None,
+                })
+            }
+            _ => None,
+        };
+        let elapsed = t0.elapsed();
+        AttemptCommit {
             delivery_id: d.id.clone(),
-            attempt: number,
-            event_id,
-            outcome,
-            error_class: error_class.clone(),
-            started_at: started,
-            duration_ms: elapsed.as_millis() as u64,
-            next_due_at,
-        },
-        next_state,
-        run,
-        dead_letter_reason: matches!(decision, AttemptDecision::DeadLetter)
-            .then(|| "retries_exhausted".to_string()),
-        now,
+            lease_owner: lease.owner.clone(),
+            attempt: AttemptRecord {
+                delivery_id: d.id.clone(),
+                attempt: number,
+                event_id: event_id.clone(),
+                outcome,
+                error_class: error_class.clone(),
+                started_at: started,
+                duration_ms: elapsed.as_millis() as u64,
+                next_due_at,
+            },
+            next_state,
+            run,
+            // A permanent failure is dead-lettered under its own class (e.g. target_terminal).
+            dead_letter_reason: matches!(decision, AttemptDecision::DeadLetter).then(|| {
+                match (&error_class, permanent) {
+                    (Some(c), true) => c.clone(),
+                    _ => "retries_exhausted".to_string(),
+                }
+            }),
+            effect,
+            now,
+        }
     };
+    let mut commit = build(&result, effect);
+    let mut committed = engine.store.commit_attempt(commit.clone()).await;
+    if let Err(StoreError::Rejected { code, .. }) = &committed {
+        // The local effect was refused inside the transaction (nothing written): record the failure.
+        let failed = Err(crate::effects::refusal(*code));
+        commit = build(&failed, None);
+        committed = engine.store.commit_attempt(commit.clone()).await;
+    }
+    let outcome = commit.attempt.outcome;
+    let error_class = commit.attempt.error_class.clone();
+    let next_due_at = commit.attempt.next_due_at;
+    let elapsed = t0.elapsed();
     metrics::histogram!("tb_attempt_duration_seconds").record(elapsed.as_secs_f64());
-    match engine.store.commit_attempt(commit).await {
+    match committed {
         Ok(done) => {
             metrics::counter!("tb_deliveries_total", "outcome" => outcome.as_str()).increment(1);
             tracing::debug!(delivery = %d.id, attempt = number, outcome = outcome.as_str(), error = ?error_class, "attempt recorded");
@@ -257,6 +293,9 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             }
             if next_due_at.is_some() {
                 engine.work_ready.notify_one();
+            }
+            if commit.effect.is_some() {
+                engine.session_changed();
             }
         }
         Err(StoreError::LeaseLost(_)) => {

@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod capability;
 mod common;
 pub mod github;
 pub mod hmac_generic;

@@ -7,6 +7,7 @@
 //! work with `FOR UPDATE SKIP LOCKED`. One behaviour suite (`tests/behaviour.rs`) runs against every backend.
 
 pub mod model;
+pub mod session;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -16,6 +17,7 @@ use tb_core::run::RunStatus;
 use tb_core::subscription::{SubscriptionInput, Transition};
 
 pub use model::*;
+pub use session::*;
 
 /// Store errors. `code()` maps them onto the API's stable error codes.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +36,12 @@ pub enum StoreError {
     Unavailable(String),
     #[error("database error: {0}")]
     Database(String),
+    /// A rule refused the operation (e.g. `target_terminal`, `signal_buffer_full`); nothing was written.
+    #[error("{message}")]
+    Rejected {
+        code: tb_core::ErrorCode,
+        message: String,
+    },
 }
 
 impl StoreError {
@@ -45,6 +53,7 @@ impl StoreError {
             StoreError::Conflict(_) | StoreError::LeaseLost(_) => C::Conflict,
             StoreError::Unavailable(_) => C::Unavailable,
             StoreError::Database(_) => C::Internal,
+            StoreError::Rejected { code, .. } => *code,
         }
     }
 }
@@ -189,6 +198,70 @@ pub trait Store: Send + Sync + 'static {
     async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>>;
     /// One run event by its id.
     async fn get_run_event(&self, event_id: &str) -> StoreResult<RunEventRecord>;
+    // --- sessions: signals, waits, turns (issue #5) ------------------------------------------------
+    /// Raises a signal on a run (signals-and-connectors §5.2): duplicate `signalId`s are recorded and
+    /// suppressed, a full mailbox follows its policy, and the armed wait may consume it at once.
+    /// Errors: `NotFound`; `Rejected(target_terminal | signal_buffer_full)`.
+    async fn raise_signal(
+        &self,
+        run_id: &str,
+        signal: NewSignal,
+        now: i64,
+    ) -> StoreResult<RaiseOutcome>;
+    /// A run's mailbox: buffered, consumed and dropped signals in arrival order. Errors: `NotFound`.
+    async fn list_signals(&self, run_id: &str) -> StoreResult<Vec<SignalRecord>>;
+    /// The bytes behind a signal's `payloadRef`. Errors: `NotFound`.
+    async fn signal_payload(&self, run_id: &str, payload_ref: &str) -> StoreResult<Bytes>;
+    /// Arms a wait (replacing an armed one) and resolves it at once when a candidate is already visible.
+    /// Errors: `NotFound`; `Rejected(target_terminal)`.
+    async fn create_wait(
+        &self,
+        run_id: &str,
+        wait_id: &str,
+        spec: tb_core::wait::WaitSpec,
+        now: i64,
+    ) -> StoreResult<WaitRecord>;
+    /// Cancels an armed wait. Errors: `NotFound`; `Conflict` when it is not armed.
+    async fn cancel_wait(&self, run_id: &str, wait_id: &str, now: i64) -> StoreResult<WaitRecord>;
+    async fn get_wait(&self, run_id: &str, wait_id: &str) -> StoreResult<WaitRecord>;
+    async fn list_waits(&self, run_id: &str) -> StoreResult<Vec<WaitRecord>>;
+    /// Resolves armed waits whose deadline passed (timer winner unless a stronger candidate is
+    /// visible); at most `limit`. Returns how many resolved.
+    async fn fire_timers(&self, now: i64, limit: u32) -> StoreResult<u32>;
+    /// The earliest deadline of an armed (not interrupted) wait.
+    async fn next_timer_at(&self) -> StoreResult<Option<i64>>;
+    /// Enqueues user input as a prompt turn; it interrupts an armed signal wait or wins an `any` wait.
+    /// Errors: `NotFound`; `Rejected(target_terminal)`.
+    async fn enqueue_prompt(
+        &self,
+        run_id: &str,
+        prompt: NewPrompt,
+        now: i64,
+    ) -> StoreResult<TurnRecord>;
+    /// Claims the run's next turn for `lease_ms` (one at a time, in order). Errors: `NotFound`.
+    async fn claim_turn(
+        &self,
+        run_id: &str,
+        lease_ms: u64,
+        now: i64,
+    ) -> StoreResult<Option<TurnRecord>>;
+    /// Acknowledges a claimed turn (re-arming a wait it interrupted). Errors: `NotFound`; `Conflict`.
+    async fn ack_turn(&self, run_id: &str, turn_id: &str, now: i64) -> StoreResult<TurnRecord>;
+    async fn list_turns(&self, run_id: &str) -> StoreResult<Vec<TurnRecord>>;
+
+    // --- capability endpoints (signals-and-connectors §4) -------------------------------------------
+    /// Stores a minted endpoint; the token only as its hash. Errors: `NotFound`; `Rejected(target_terminal)`.
+    async fn create_capability(&self, cap: CapabilityRecord, token_hash: String) -> StoredResult;
+    async fn list_capabilities(&self) -> StoreResult<Vec<CapabilityRecord>>;
+    /// A usable endpoint (not revoked, not expired, uses left) by token hash.
+    async fn capability_by_hash(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> StoreResult<Option<CapabilityRecord>>;
+    /// Revokes at once. Errors: `NotFound`; `Conflict` when already revoked.
+    async fn revoke_capability(&self, id: &str, now: i64) -> StoreResult<CapabilityRecord>;
+
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 }

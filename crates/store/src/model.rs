@@ -48,6 +48,8 @@ pub struct NewDelivery {
     /// Pre-assigned id of the run this delivery starts, so the sender's answer can name it.
     pub run_id: Option<String>,
     pub inputs: Value,
+    /// Rendered action parameters (`ActionParams` JSON), if any.
+    pub params: Option<Value>,
     /// `pending`, or `dead-lettered` when the subscription is dead-lettered.
     pub state: DeliveryState,
     pub dead_letter_reason: Option<String>,
@@ -71,6 +73,9 @@ pub struct NewReceipt {
     /// End of the dedup window (ms): until then the dedup key answers `Duplicate`.
     pub dedup_until: i64,
     pub deliveries: Vec<NewDelivery>,
+    /// A capability endpoint whose use this receipt counts; the commit is refused (`Rejected(not_found)`)
+    /// if the endpoint was revoked, expired or used up meanwhile.
+    pub capability: Option<String>,
 }
 
 /// Summary of one delivery in an ingest answer. `run_id` is absent for a dead-lettered delivery: its run
@@ -138,6 +143,10 @@ pub struct DeliveryRecord {
     pub dead_letter_reason: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Rendered action parameters (`tb_core::binding::ActionParams` as JSON), when the action has any.
+    pub params: Option<Value>,
+    /// When its effect was consumed (run started; signal or prompt taken by a wait or acked turn).
+    pub consumed_at: Option<i64>,
 }
 
 /// A delivery leased to a worker until `lease_until`.
@@ -174,6 +183,8 @@ pub struct NewRun {
     /// Set when the run exhausted its start retries (RFC 0053): the log is `run.dead_lettered {runId,
     /// reason, attempts}` then `run.failed`, and the run stays fork-eligible for the retention period.
     pub dead_letter: Option<(String, u32)>,
+    /// A session run: its start turn's content and its mailbox policy.
+    pub session: Option<(Value, tb_core::signal::MailboxPolicy)>,
 }
 
 /// Everything one attempt writes, in one transaction: the attempt row, the delivery's next state and due
@@ -189,6 +200,10 @@ pub struct AttemptCommit {
     pub next_state: DeliveryState,
     pub run: Option<NewRun>,
     pub dead_letter_reason: Option<String>,
+    /// A local action performed in the same transaction (session start with coalescing, signal, prompt).
+    /// If it cannot be done the whole commit is refused with [`crate::StoreError::Rejected`] and nothing
+    /// is written; the worker then records a failed attempt.
+    pub effect: Option<crate::session::Effect>,
     pub now: i64,
 }
 
@@ -196,6 +211,8 @@ pub struct AttemptCommit {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct AttemptCommitted {
     pub subscription_transition: Option<Transition>,
+    /// The run the delivery started or targeted.
+    pub run_id: Option<String>,
 }
 
 /// A stored run.
@@ -212,6 +229,8 @@ pub struct RunRecord {
     pub causation_id: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
+    /// Why the run is `waiting-external` (the armed wait's reason).
+    pub wait_reason: Option<String>,
 }
 
 /// One event in a run's log (`sequence` from 0).

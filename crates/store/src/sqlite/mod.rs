@@ -2,7 +2,10 @@
 //! writer thread, and a small pool of read-only connections used from blocking tasks.
 
 mod read;
+mod session;
 mod write;
+
+pub use session::wait_view;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -16,6 +19,7 @@ use tb_core::run::RunStatus;
 use tb_core::subscription::{SubscriptionInput, Transition};
 
 use crate::model::*;
+use crate::session::*;
 use crate::{Store, StoreError, StoreResult, StoredResult};
 use read::db;
 use writer::Writer;
@@ -32,10 +36,11 @@ const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/sqlite/0004_webhook_standard.sql"),
     ),
+    (5, include_str!("../../migrations/sqlite/0005_sessions.sql")),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The SQLite store. Cheap to share behind an `Arc<dyn Store>`.
 pub struct SqliteStore {
@@ -376,6 +381,114 @@ impl Store for SqliteStore {
     async fn get_run_event(&self, event_id: &str) -> StoreResult<RunEventRecord> {
         let id = event_id.to_string();
         self.read(move |c| read::get_run_event(c, &id)).await
+    }
+    async fn raise_signal(
+        &self,
+        run_id: &str,
+        signal: NewSignal,
+        now: i64,
+    ) -> StoreResult<RaiseOutcome> {
+        let r = run_id.to_string();
+        self.writer
+            .write(move |c| session::raise_signal(c, &r, &signal, now))
+            .await
+    }
+    async fn list_signals(&self, run_id: &str) -> StoreResult<Vec<SignalRecord>> {
+        let r = run_id.to_string();
+        self.read(move |c| session::list_signals(c, &r)).await
+    }
+    async fn signal_payload(&self, run_id: &str, payload_ref: &str) -> StoreResult<Bytes> {
+        let (r, p) = (run_id.to_string(), payload_ref.to_string());
+        self.read(move |c| session::signal_payload(c, &r, &p))
+            .await
+            .map(Bytes::from)
+    }
+    async fn create_wait(
+        &self,
+        run_id: &str,
+        wait_id: &str,
+        spec: tb_core::wait::WaitSpec,
+        now: i64,
+    ) -> StoreResult<WaitRecord> {
+        let (r, w) = (run_id.to_string(), wait_id.to_string());
+        self.writer
+            .write(move |c| session::create_wait(c, &r, &w, &spec, now))
+            .await
+    }
+    async fn cancel_wait(&self, run_id: &str, wait_id: &str, now: i64) -> StoreResult<WaitRecord> {
+        let (r, w) = (run_id.to_string(), wait_id.to_string());
+        self.writer
+            .write(move |c| session::cancel_wait(c, &r, &w, now))
+            .await
+    }
+    async fn get_wait(&self, run_id: &str, wait_id: &str) -> StoreResult<WaitRecord> {
+        let (r, w) = (run_id.to_string(), wait_id.to_string());
+        self.read(move |c| session::get_wait(c, &r, &w)).await
+    }
+    async fn list_waits(&self, run_id: &str) -> StoreResult<Vec<WaitRecord>> {
+        let r = run_id.to_string();
+        self.read(move |c| session::list_waits(c, &r)).await
+    }
+    async fn fire_timers(&self, now: i64, limit: u32) -> StoreResult<u32> {
+        self.writer
+            .write(move |c| session::fire_timers(c, now, limit))
+            .await
+    }
+    async fn next_timer_at(&self) -> StoreResult<Option<i64>> {
+        self.read(session::next_timer_at).await
+    }
+    async fn enqueue_prompt(
+        &self,
+        run_id: &str,
+        prompt: NewPrompt,
+        now: i64,
+    ) -> StoreResult<TurnRecord> {
+        let r = run_id.to_string();
+        self.writer
+            .write(move |c| session::enqueue_prompt(c, &r, &prompt, now))
+            .await
+    }
+    async fn claim_turn(
+        &self,
+        run_id: &str,
+        lease_ms: u64,
+        now: i64,
+    ) -> StoreResult<Option<TurnRecord>> {
+        let r = run_id.to_string();
+        self.writer
+            .write(move |c| session::claim_turn(c, &r, lease_ms, now))
+            .await
+    }
+    async fn ack_turn(&self, run_id: &str, turn_id: &str, now: i64) -> StoreResult<TurnRecord> {
+        let (r, t) = (run_id.to_string(), turn_id.to_string());
+        self.writer
+            .write(move |c| session::ack_turn(c, &r, &t, now))
+            .await
+    }
+    async fn list_turns(&self, run_id: &str) -> StoreResult<Vec<TurnRecord>> {
+        let r = run_id.to_string();
+        self.read(move |c| session::list_turns(c, &r)).await
+    }
+    async fn create_capability(&self, cap: CapabilityRecord, token_hash: String) -> StoredResult {
+        self.writer
+            .write(move |c| session::create_capability(c, &cap, &token_hash))
+            .await
+    }
+    async fn list_capabilities(&self) -> StoreResult<Vec<CapabilityRecord>> {
+        self.read(session::list_capabilities).await
+    }
+    async fn capability_by_hash(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> StoreResult<Option<CapabilityRecord>> {
+        self.read_inline(|c| session::capability_by_hash(c, token_hash, now))
+    }
+    async fn revoke_capability(&self, id: &str, now: i64) -> StoreResult<CapabilityRecord> {
+        let i = id.to_string();
+        self.writer
+            .write(move |c| session::revoke_capability(c, &i, now))
+            .await
     }
     async fn close(&self) {
         self.writer.close().await;

@@ -69,7 +69,7 @@ fn receipt_row(r: &Row) -> rusqlite::Result<ReceiptRecord> {
     })
 }
 
-pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays";
+pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays, params, consumed_at";
 
 pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
     let state: String = r.get(9)?;
@@ -93,10 +93,12 @@ pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
         dead_letter_reason: r.get(15)?,
         created_at: r.get(16)?,
         updated_at: r.get(17)?,
+        params: r.get::<_, Option<String>>(20)?.map(json),
+        consumed_at: r.get(21)?,
     })
 }
 
-const RUN_COLS: &str = "id, workflow_id, status, inputs, output, delivery_id, receipt_id, subscription_id, causation_id, created_at, updated_at";
+const RUN_COLS: &str = "id, workflow_id, status, inputs, output, delivery_id, receipt_id, subscription_id, causation_id, created_at, updated_at, wait_reason";
 
 pub(crate) fn run_row(r: &Row) -> rusqlite::Result<RunRecord> {
     let status: String = r.get(2)?;
@@ -113,6 +115,7 @@ pub(crate) fn run_row(r: &Row) -> rusqlite::Result<RunRecord> {
         causation_id: r.get(8)?,
         created_at: r.get(9)?,
         updated_at: r.get(10)?,
+        wait_reason: r.get(11)?,
     })
 }
 

@@ -39,6 +39,9 @@ pub(crate) fn commit_receipt(
     normalized: &str,
     inputs: &[String],
 ) -> StoreResult<IngestOutcome> {
+    if let Some(cap) = &r.capability {
+        super::session::use_capability(c, cap, r.received_at)?;
+    }
     let inserted = c
         .prepare_cached(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
@@ -84,8 +87,8 @@ pub(crate) fn commit_receipt(
     let mut ins = c
         .prepare_cached(
             "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-             inputs, state, due_at, dead_letter_reason, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13)",
+             inputs, state, due_at, dead_letter_reason, created_at, updated_at, params) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14)",
         )
         .map_err(db)?;
     let mut refs = Vec::with_capacity(r.deliveries.len());
@@ -104,7 +107,8 @@ pub(crate) fn commit_receipt(
             d.state.as_str(),
             due,
             d.dead_letter_reason,
-            r.received_at
+            r.received_at,
+            d.params.as_ref().map(|p| p.to_string())
         ])
         .map_err(db)?;
         if d.state == DeliveryState::DeadLettered {
@@ -221,7 +225,7 @@ fn insert_sub_event(
     Ok(())
 }
 
-fn insert_run_event(
+pub(crate) fn insert_run_event(
     c: &Connection,
     run: &str,
     seq: u64,
@@ -345,6 +349,19 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         return Err(StoreError::LeaseLost(a.delivery_id.clone()));
     }
     let at = &a.attempt;
+    // A local effect (session start with coalescing, signal, prompt) happens first: if it is refused,
+    // this whole job rolls back and the worker records a failed attempt instead.
+    let mut run_to_write = a.run.clone();
+    let mut target = a.run.as_ref().map(|r| r.id.clone());
+    let mut consumed = a.run.is_some() && at.outcome == AttemptOutcome::Delivered;
+    if let Some(e) = &a.effect {
+        let done = super::session::apply_effect(c, e, a.now)?;
+        if let (true, crate::session::Effect::StartSession { run, .. }) = (done.start, e) {
+            run_to_write = Some(run.clone());
+        }
+        target = Some(done.run_id);
+        consumed = done.consumed;
+    }
     c.prepare_cached(
         "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -364,7 +381,7 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     c.prepare_cached(
         "UPDATE deliveries SET state = ?2, attempts = ?3, due_at = ?4, lease_owner = NULL, lease_until = NULL, \
          first_attempt_at = COALESCE(first_attempt_at, ?5), last_error = ?6, dead_letter_reason = ?7, updated_at = ?8, \
-         run_id = COALESCE(run_id, ?9) WHERE id = ?1",
+         run_id = COALESCE(run_id, ?9), consumed_at = ?10 WHERE id = ?1",
     )
     .map_err(db)?
     .execute(params![
@@ -376,10 +393,11 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         at.error_class,
         a.dead_letter_reason,
         a.now,
-        a.run.as_ref().map(|r| r.id.as_str())
+        target.as_deref(),
+        consumed.then_some(a.now)
     ])
     .map_err(db)?;
-    let run_id = a.run.as_ref().map(|r| r.id.clone());
+    let run_id = target.clone();
     let attempted = serde_json::to_value(DeliveryAttempted {
         subscription_id: d.subscription_id.clone(),
         dedup_key: d.dedup_key.clone(),
@@ -402,7 +420,7 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         a.now,
     )?;
 
-    if let Some(run) = &a.run {
+    if let Some(run) = &run_to_write {
         insert_run(c, run, &d, &at.event_id, &attempted, a.now)?;
     }
     if a.next_state.is_terminal() {
@@ -413,7 +431,12 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     // through the API (`POST /v1/runs`) belong to no trigger subscription: nothing to update.
     let sub = match read::get_subscription(c, &d.subscription_id) {
         Ok(s) => s,
-        Err(StoreError::NotFound(_)) => return Ok(AttemptCommitted::default()),
+        Err(StoreError::NotFound(_)) => {
+            return Ok(AttemptCommitted {
+                subscription_transition: None,
+                run_id: target,
+            })
+        }
         Err(e) => return Err(e),
     };
     let mut inputs = Vec::new();
@@ -455,6 +478,7 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     }
     Ok(AttemptCommitted {
         subscription_transition: last,
+        run_id: target,
     })
 }
 
@@ -515,6 +539,9 @@ fn insert_run(
     if let Some(ty) = terminal {
         insert_run_event(c, &run.id, 2, ty, &serde_json::json!({}), None, now)?;
     }
+    if let Some((content, mailbox)) = &run.session {
+        super::session::start_session(c, &run.id, content, mailbox, now)?;
+    }
     Ok(())
 }
 
@@ -547,18 +574,33 @@ fn insert_run_row(
     Ok(())
 }
 
-fn settle_receipt(c: &Connection, receipt_id: &str, now: i64) -> StoreResult<()> {
+pub(crate) fn settle_receipt(c: &Connection, receipt_id: &str, now: i64) -> StoreResult<()> {
     let mut st = c
-        .prepare_cached("SELECT state FROM deliveries WHERE receipt_id = ?1")
+        .prepare_cached(
+            "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries WHERE receipt_id = ?1",
+        )
         .map_err(db)?;
-    let states = st
-        .query_map([receipt_id], |r| r.get::<_, String>(0))
+    let rows = st
+        .query_map([receipt_id], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, Option<String>>(1)?,
+                r.get::<_, bool>(2)?,
+            ))
+        })
         .map_err(db)?
-        .map(|s| s.map(|s| DeliveryState::parse(&s).unwrap_or(DeliveryState::Pending)))
         .collect::<Result<Vec<_>, _>>()
         .map_err(db)?;
-    if let Some(settled) = receipt::settle(&states) {
-        c.prepare_cached("UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1")
+    let views: Vec<receipt::DeliveryView> = rows
+        .iter()
+        .map(|(s, reason, consumed)| receipt::DeliveryView {
+            state: DeliveryState::parse(s).unwrap_or(DeliveryState::Pending),
+            reason: reason.as_deref(),
+            consumed: *consumed,
+        })
+        .collect();
+    if let Some(settled) = receipt::settle(&views) {
+        c.prepare_cached("UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1 AND state != 'expired'")
             .map_err(db)?
             .execute(params![receipt_id, settled.as_str(), now])
             .map_err(db)?;
@@ -586,8 +628,10 @@ pub(crate) fn finish_run(
             run.status.as_str()
         )));
     }
+    // Stop / cancel wins the armed wait (DESIGN §4 Wait); its events come before the terminal one.
+    super::session::on_run_end(c, run_id, now)?;
     let seq: i64 = c
-        .prepare_cached("UPDATE runs SET status = ?2, output = ?3, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1")
+        .prepare_cached("UPDATE runs SET status = ?2, output = ?3, wait_reason = NULL, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1")
         .map_err(db)?
         .query_row(params![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))
         .optional()

@@ -1,0 +1,305 @@
+//! Capability endpoints (signals-and-connectors §4): an operator mints a URL `POST /v1/hooks/{token}`
+//! that raises ONE named signal on ONE run, like an implicit `raise_signal` binding. The token is shown
+//! once and stored only as its SHA-256; every bad, expired, revoked or used-up token gets the same 404;
+//! revocation takes effect on the next request (the lookup and the use count are in the receipt's
+//! transaction).
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::json;
+use tb_core::dedup::dedup_key;
+use tb_core::delivery::DeliveryState;
+use tb_core::ids::{new_id, IdKind};
+use tb_core::receipt::ReceiptState;
+use tb_core::{ErrorCode, TbError};
+use tb_ingress::capability as cap;
+use tb_store::{CapabilityRecord, IngestOutcome, NewDelivery, NewReceipt, StoreError};
+
+use crate::ingest::IngestAnswer;
+use crate::registration::SecretStore;
+use crate::{clock, store_err, Engine};
+
+/// Token prefix; the rest is 256 random bits as 43 base64url characters.
+pub const TOKEN_PREFIX: &str = "tbcap_";
+/// Default lifetime: 30 days, in seconds.
+pub const DEFAULT_EXPIRES_S: u64 = 30 * 86_400;
+/// Longest lifetime: 90 days, in seconds.
+pub const MAX_EXPIRES_S: u64 = 90 * 86_400;
+/// Default and largest `maxUses`.
+pub const DEFAULT_MAX_USES: u64 = 1_000;
+pub const MAX_MAX_USES: u64 = 1_000_000;
+
+/// A mint request (`POST /v1/capabilities`).
+#[derive(Debug, Clone, Default)]
+pub struct MintRequest {
+    pub run_id: String,
+    /// Signal name raised on every request.
+    pub signal: String,
+    pub label: Option<String>,
+    /// Lifetime in seconds (default 30 days, at most 90).
+    pub expires_in_s: Option<u64>,
+    /// 1 ..= 1 000 000 (default 1 000).
+    pub max_uses: Option<u64>,
+    /// Raised signals also enqueue a wake turn.
+    pub wake: bool,
+    /// Require `X-Signature-256` over the body with a host-generated secret (shown once).
+    pub hmac: bool,
+}
+
+/// What a mint returns: the only time the token (and HMAC secret) is shown.
+#[derive(Debug, Clone)]
+pub struct Minted {
+    pub record: CapabilityRecord,
+    /// `tbcap_...`: the path is `/v1/hooks/{token}`.
+    pub token: String,
+    /// Hex HMAC key, when `hmac` was asked for.
+    pub hmac_secret: Option<String>,
+}
+
+fn bad(msg: impl Into<String>) -> TbError {
+    TbError::new(ErrorCode::ValidationError, msg)
+}
+
+/// Mints an endpoint. Errors: `validation_error` (signal name, lifetime, uses, label over 128
+/// characters, `hmac` without a secret store); `not_found` unknown run; `target_terminal` ended run.
+pub async fn mint(
+    engine: &Engine,
+    secrets: Option<&SecretStore>,
+    req: MintRequest,
+    created_by: Option<String>,
+) -> Result<Minted, TbError> {
+    tb_core::signal::validate_name(&req.signal).map_err(bad)?;
+    let expires_s = req.expires_in_s.unwrap_or(DEFAULT_EXPIRES_S);
+    if expires_s == 0 || expires_s > MAX_EXPIRES_S {
+        return Err(bad(format!(
+            "expiresInS must be between 1 and {MAX_EXPIRES_S} (90 days)"
+        )));
+    }
+    let max_uses = req.max_uses.unwrap_or(DEFAULT_MAX_USES);
+    if !(1..=MAX_MAX_USES).contains(&max_uses) {
+        return Err(bad(format!("maxUses must be between 1 and {MAX_MAX_USES}")));
+    }
+    if req.label.as_ref().is_some_and(|l| l.chars().count() > 128) {
+        return Err(bad("label is at most 128 characters"));
+    }
+    let id = new_id(IdKind::Capability);
+    let token = format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
+    );
+    let (hmac_file, hmac_secret) = if req.hmac {
+        let store = secrets.ok_or_else(|| bad("this server has no secret store for HMAC keys"))?;
+        let secret = hex::encode(rand::random::<[u8; 32]>());
+        let file = format!("{id}.hmac");
+        store.write(&file, secret.as_bytes())?;
+        (Some(file), Some(secret))
+    } else {
+        (None, None)
+    };
+    let now = clock::now_ms();
+    let record = CapabilityRecord {
+        id,
+        run_id: req.run_id,
+        signal: req.signal,
+        label: req.label,
+        wake: req.wake,
+        hmac: hmac_file.is_some(),
+        hmac_file,
+        created_by,
+        created_at: now,
+        expires_at: now + (expires_s * 1000) as i64,
+        max_uses,
+        use_count: 0,
+        revoked_at: None,
+    };
+    engine
+        .store
+        .create_capability(record.clone(), cap::hash_token(&token))
+        .await
+        .map_err(store_err)?;
+    tracing::info!(endpoint = %record.id, run = %record.run_id, "capability endpoint minted");
+    Ok(Minted {
+        record,
+        token,
+        hmac_secret,
+    })
+}
+
+/// Revokes an endpoint: the next request gets 404. Errors: `not_found`; `conflict` already revoked.
+pub async fn revoke(engine: &Engine, id: &str) -> Result<CapabilityRecord, TbError> {
+    let r = engine
+        .store
+        .revoke_capability(id, clock::now_ms())
+        .await
+        .map_err(store_err)?;
+    tracing::info!(endpoint = %id, "capability endpoint revoked");
+    Ok(r)
+}
+
+fn not_found() -> TbError {
+    TbError::new(ErrorCode::NotFound, "no such endpoint")
+}
+
+/// One request to `POST /v1/hooks/{token}`, in the order of signals-and-connectors §4.2: token lookup
+/// (404 alike for unknown / revoked / expired / used up), HMAC when configured (401), size (413),
+/// content type and encoding (415), JSON (422), `Idempotency-Key` dedup (same key and body: 200
+/// duplicate; same key, other body: 409 `conflict`), terminal target (409 `target_terminal`), then one
+/// commit of receipt + delivery + use count. The JSON body becomes the signal's data (untrusted).
+pub async fn ingest(
+    engine: &Engine,
+    secrets: Option<&SecretStore>,
+    token: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<IngestAnswer, TbError> {
+    let now = clock::now_ms();
+    let count = |outcome: &'static str| {
+        metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => outcome)
+            .increment(1)
+    };
+    let Some(c) = engine
+        .store
+        .capability_by_hash(&cap::hash_token(token), now)
+        .await
+        .map_err(store_err)?
+    else {
+        count("not_found");
+        return Err(not_found());
+    };
+    if let Some(file) = &c.hmac_file {
+        let secret = secrets
+            .ok_or_else(|| TbError::new(ErrorCode::Unavailable, "secret store unavailable"))?
+            .read_raw(file)?;
+        if let Err(e) = cap::verify_hmac(secret.as_bytes(), headers, &body) {
+            count("rejected");
+            return Err(TbError::new(e.code(), e.to_string()));
+        }
+    }
+    if body.len() > cap::MAX_BODY_BYTES {
+        count("too_large");
+        return Err(TbError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "body is {} bytes; capability endpoints accept at most {}",
+                body.len(),
+                cap::MAX_BODY_BYTES
+            ),
+        ));
+    }
+    let data = cap::parse_body(headers, &body).map_err(|e| {
+        count("rejected");
+        TbError::new(e.code(), e.to_string())
+    })?;
+    if let Err(e) = tb_core::signal::place_data(Some(data.clone())) {
+        return Err(TbError::new(ErrorCode::ValidationError, e));
+    }
+    let idem = headers
+        .get("idempotency-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty());
+    if idem.is_some_and(|k| k.len() > 255) {
+        return Err(bad("Idempotency-Key is at most 255 characters"));
+    }
+    let receipt_id = new_id(IdKind::Receipt);
+    let key = dedup_key(&c.id, idem.unwrap_or(&receipt_id));
+    if let Some(first) = engine
+        .store
+        .find_duplicate(&c.id, &key, now)
+        .await
+        .map_err(store_err)?
+    {
+        return duplicate(engine, first, &body).await;
+    }
+    let run = engine.store.get_run(&c.run_id).await.map_err(store_err)?;
+    if run.status.is_terminal() {
+        count("target_terminal");
+        return Err(TbError::new(
+            ErrorCode::TargetTerminal,
+            format!("the endpoint's run has ended ({})", run.status.as_str()),
+        ));
+    }
+    let delivery_id = new_id(IdKind::Delivery);
+    let receipt = NewReceipt {
+        id: receipt_id,
+        subscription_id: c.id.clone(),
+        dedup_key: key,
+        provider_event_id: idem.unwrap_or("none").to_string(),
+        event_type: "capability".into(),
+        normalized: json!({"event": "capability", "fields": {"endpoint": c.id, "signal": c.signal}}),
+        state: ReceiptState::Routed,
+        content_type: Some("application/json".into()),
+        body: body.clone(),
+        received_at: now,
+        dedup_until: now + 86_400_000,
+        deliveries: vec![NewDelivery {
+            id: delivery_id,
+            binding_id: c.id.clone(),
+            action: "raise_signal".into(),
+            workflow_id: None,
+            run_id: Some(c.run_id.clone()),
+            inputs: data,
+            params: Some(json!({"run": c.run_id, "signal": c.signal, "wake": c.wake})),
+            state: DeliveryState::Pending,
+            dead_letter_reason: None,
+        }],
+        capability: Some(c.id.clone()),
+    };
+    match engine.store.commit_receipt(receipt).await {
+        Ok(IngestOutcome::Accepted {
+            receipt_id,
+            deliveries,
+        }) => {
+            count("accepted");
+            engine.work_ready.notify_one();
+            Ok(IngestAnswer::Accepted {
+                run_id: Some(c.run_id.clone()),
+                receipt_id,
+                deliveries,
+            })
+        }
+        Ok(dup @ IngestOutcome::Duplicate { .. }) => duplicate(engine, dup, &body).await,
+        Err(StoreError::Rejected {
+            code: ErrorCode::NotFound,
+            ..
+        }) => {
+            count("not_found");
+            Err(not_found())
+        }
+        Err(e) => Err(store_err(e)),
+    }
+}
+
+/// A repeated `Idempotency-Key`: the same body is a duplicate (200), another body is refused (409).
+async fn duplicate(
+    engine: &Engine,
+    first: IngestOutcome,
+    body: &[u8],
+) -> Result<IngestAnswer, TbError> {
+    let (IngestOutcome::Duplicate {
+        receipt_id,
+        deliveries,
+    }
+    | IngestOutcome::Accepted {
+        receipt_id,
+        deliveries,
+    }) = first;
+    let stored = engine
+        .store
+        .get_body(&receipt_id)
+        .await
+        .map_err(store_err)?;
+    if stored.as_ref() != body {
+        return Err(TbError::new(
+            ErrorCode::Conflict,
+            "this Idempotency-Key was used with a different body",
+        ));
+    }
+    metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => "duplicate")
+        .increment(1);
+    Ok(IngestAnswer::Duplicate {
+        run_id: deliveries.first().and_then(|d| d.run_id.clone()),
+        receipt_id,
+    })
+}
