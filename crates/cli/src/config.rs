@@ -61,6 +61,17 @@ pub struct HmacSection {
     pub event_header: Option<String>,
 }
 
+/// `[subscriptions.azure_devops]`: settings of the `azure-devops` connector (signals-and-connectors §2.2).
+/// At least one is required; with both, both must pass.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AzureDevopsSection {
+    /// The service hook's `basicAuthUsername`; the subscription's secret is its `basicAuthPassword`.
+    pub basic_username: Option<String>,
+    /// A header set in the service hook's `httpHeaders` (`Name:value`); its value must be the secret.
+    pub header_name: Option<String>,
+}
+
 /// `[subscriptions.retry]`: every field optional, defaulting to the Svix schedule.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -113,6 +124,7 @@ pub struct SubscriptionSection {
     /// Standard Webhooks / hmac timestamp tolerance in seconds (default 300).
     pub tolerance_s: Option<u64>,
     pub hmac: Option<HmacSection>,
+    pub azure_devops: Option<AzureDevopsSection>,
 }
 
 fn default_source() -> String {
@@ -303,11 +315,43 @@ pub const GITHUB_EVENTS: &[&str] = &[
     "workflow_run",
 ];
 
+/// Azure DevOps service-hook event types the bridge normalizes first (signals-and-connectors §2.3); shown
+/// in check-config messages. Other well-formed ADO event types (e.g. `workitem.updated`) are accepted too.
+pub const AZURE_DEVOPS_EVENTS: &[&str] = &[
+    "git.pullrequest.created",
+    "git.pullrequest.updated",
+    "git.pullrequest.merged",
+    "ms.vss-code.git-pullrequest-comment-event",
+    "git.push",
+    "build.complete",
+    "ms.vss-pipelines.run-state-changed-event",
+    "workitem.created",
+    "workitem.updated",
+];
+
 /// Checks one binding event type: `*`, `event` or `event.action`, each part `[a-z0-9_-]+`; for a
-/// `github` subscription the event must be a GitHub webhook event.
+/// `github` subscription the event must be a GitHub webhook event. For an `azure-devops` subscription the
+/// type is the payload's full `eventType`: dot-separated parts of `[a-z0-9-]+` (e.g.
+/// `git.pullrequest.created`, `ms.vss-code.git-pullrequest-comment-event`), at most 128 bytes.
 pub fn check_event_type(t: &str, connector: Option<&ConnectorSpec>) -> Result<(), String> {
     if t == "*" {
         return Ok(());
+    }
+    if matches!(connector, Some(ConnectorSpec::AzureDevops { .. })) {
+        let ok = t.len() <= 128
+            && t.split('.').all(|p| {
+                !p.is_empty()
+                    && p.bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            });
+        return if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "{t:?} is not an Azure DevOps event type; use \"*\" or the full eventType, dot-separated lowercase parts of a-z 0-9 - (e.g. {})",
+                AZURE_DEVOPS_EVENTS.join(", ")
+            ))
+        };
     }
     let part_ok = |p: &str| {
         !p.is_empty()
@@ -381,13 +425,37 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                     continue;
                 }
             },
+            "azure-devops" => match &s.azure_devops {
+                Some(a) => {
+                    let (user, header) = (a.basic_username.as_deref(), a.header_name.as_deref());
+                    if let Err(e) = tb_ingress::azure_devops::check_config(user, header) {
+                        errs.push(format!("{at}: [subscriptions.azure_devops]: {e}"));
+                        continue;
+                    }
+                    ConnectorSpec::AzureDevops {
+                        basic_username: a.basic_username.clone(),
+                        header_name: a.header_name.clone(),
+                    }
+                }
+                None => {
+                    errs.push(format!(
+                        "{at}: connector \"azure-devops\" needs a [subscriptions.azure_devops] table with basic_username = \"...\" (the secret is the service hook's Basic-auth password) and/or header_name = \"X-Hook-Secret\" (the secret is that header's value)"
+                    ));
+                    continue;
+                }
+            },
             other => {
                 errs.push(format!(
-                    "{at}: unknown connector {other:?}; use github, standard-webhooks or hmac"
+                    "{at}: unknown connector {other:?}; use github, standard-webhooks, hmac or azure-devops"
                 ));
                 continue;
             }
         };
+        if s.azure_devops.is_some() && !matches!(connector, ConnectorSpec::AzureDevops { .. }) {
+            errs.push(format!(
+                "{at}: [subscriptions.azure_devops] is only used with connector = \"azure-devops\"; remove it or change the connector"
+            ));
+        }
         let secret = match resolve_secret(&s.secret, base) {
             Err(e) => {
                 errs.push(format!("{at}: secret: {e}"));
@@ -518,8 +586,19 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         if b.event_types.is_empty() {
             errs.push(format!("{at}: event_types must list at least one type (e.g. \"pull_request.opened\" or \"*\")"));
         }
+        // A subscription that failed validation still decides which event-type rules apply.
+        let unvalidated_ado = ConnectorSpec::AzureDevops {
+            basic_username: None,
+            header_name: None,
+        };
+        let connector = sub.map(|s| &s.connector).or_else(|| {
+            cfg.subscriptions
+                .iter()
+                .any(|s| s.id == b.subscription && s.connector == "azure-devops")
+                .then_some(&unvalidated_ado)
+        });
         for t in &b.event_types {
-            if let Err(e) = check_event_type(t, sub.map(|s| &s.connector)) {
+            if let Err(e) = check_event_type(t, connector) {
                 errs.push(format!("{at}: event_types: {e}"));
             }
         }

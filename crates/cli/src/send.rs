@@ -19,6 +19,9 @@ pub enum Connector {
     StandardWebhooks,
     /// Generic HMAC-SHA256 configured with the --hmac-* flags
     Hmac,
+    /// Azure DevOps service hook: Authorization: Basic (--basic-username) and/or the secret in
+    /// --header-name; the dedup id is the payload's own "id"
+    AzureDevops,
 }
 
 /// How the generic hmac signature is encoded.
@@ -39,16 +42,19 @@ pub struct SendArgs {
     /// Signing scheme of the subscription's connector
     #[arg(long, value_enum)]
     pub connector: Connector,
-    /// Shared secret (a whsec_... value for standard-webhooks)
+    /// Shared secret (a whsec_... value for standard-webhooks; for azure-devops the Basic-auth password
+    /// and/or the --header-name value)
     #[arg(long, env = "TRIGGER_BRIDGE_SECRET", hide_env_values = true)]
     pub secret: String,
-    /// Event name: X-GitHub-Event for github (required), the --hmac-event-header value for hmac
+    /// Event name: X-GitHub-Event for github (required), the --hmac-event-header value for hmac (not for
+    /// azure-devops: the payload's eventType is the event)
     #[arg(long)]
     pub event: Option<String>,
     /// Payload file; its exact bytes are sent (never re-serialized)
     #[arg(long)]
     pub file: PathBuf,
-    /// Delivery id to send (reuse one to test deduplication); default: a fresh id
+    /// Delivery id to send (reuse one to test deduplication); default: a fresh id. Not for azure-devops:
+    /// its dedup id is the payload's top-level "id", so edit that in the file
     #[arg(long)]
     pub delivery_id: Option<String>,
     /// Content-Type; for github, application/x-www-form-urlencoded sends `payload=<file>` form-encoded
@@ -72,6 +78,13 @@ pub struct SendArgs {
     /// hmac: header carrying the event name (--event)
     #[arg(long)]
     pub hmac_event_header: Option<String>,
+    /// azure-devops: Basic-auth username; the secret is the password [default: trigger-bridge]. With
+    /// --header-name, Basic auth is sent only when this is given (subscriptions configured with both)
+    #[arg(long)]
+    pub basic_username: Option<String>,
+    /// azure-devops: send the secret in this header (the service hook's httpHeaders), e.g. X-Hook-Secret
+    #[arg(long)]
+    pub header_name: Option<String>,
     /// Timestamp to sign, in Unix seconds (default: now)
     #[arg(long)]
     pub timestamp: Option<i64>,
@@ -80,12 +93,16 @@ pub struct SendArgs {
     pub json: bool,
 }
 
+/// Basic-auth username `send --connector azure-devops` uses when `--basic-username` is not given.
+pub const DEFAULT_BASIC_USERNAME: &str = "trigger-bridge";
+
 /// A signed request, ready to post.
 #[derive(Debug)]
 pub struct Prepared {
     pub body: Vec<u8>,
     pub headers: Vec<(String, String)>,
-    /// The id the server dedups on, when the sender chooses it (hmac without an id header: none).
+    /// The id the server dedups on, when the sender chooses it (hmac without an id header: none; for
+    /// azure-devops the payload's `id` when it has one).
     pub delivery_id: Option<String>,
 }
 
@@ -216,6 +233,35 @@ pub fn prepare(a: &SendArgs, file: Vec<u8>, now_s: i64) -> Result<Prepared> {
                 (None, Some(_)) => bail!("--delivery-id needs --hmac-id-header for --connector hmac (without it the server dedups on the body's SHA-256)"),
                 (None, None) => None,
             };
+            (file, id)
+        }
+        Connector::AzureDevops => {
+            if a.delivery_id.is_some() {
+                bail!("--delivery-id does not apply to --connector azure-devops: Azure DevOps sends no delivery header, the dedup id is the payload's top-level \"id\"; edit it in the file (reuse one to test deduplication)");
+            }
+            if a.event.is_some() {
+                bail!("--event does not apply to --connector azure-devops: the event is the payload's \"eventType\" (e.g. git.pullrequest.created); edit it in the file");
+            }
+            let basic = match (&a.basic_username, &a.header_name) {
+                (Some(u), _) => Some(u.as_str()),
+                (None, None) => Some(DEFAULT_BASIC_USERNAME),
+                (None, Some(_)) => None,
+            };
+            if let Some(user) = basic {
+                if user.contains(':') {
+                    bail!("--basic-username must not contain ':' (Basic auth separates user and password with it)");
+                }
+                push(
+                    "Authorization",
+                    tb_ingress::azure_devops::basic_authorization(user, a.secret.as_bytes()),
+                );
+            }
+            if let Some(name) = &a.header_name {
+                push(name, a.secret.clone());
+            }
+            let id = serde_json::from_slice::<Value>(&file)
+                .ok()
+                .and_then(|v| v.get("id")?.as_str().map(str::to_owned));
             (file, id)
         }
     };
@@ -399,5 +445,44 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("--event"));
+    }
+
+    #[test]
+    fn azure_devops_auth_and_delivery_id() {
+        let body = br#"{"id":"5d3c2b1a-0000-4000-8000-000000000001","eventType":"git.push","publisherId":"tfs"}"#;
+        let basic = args("--connector azure-devops --secret pw");
+        let p = prepare(&basic, body.to_vec(), 0).unwrap();
+        assert_eq!(
+            p.delivery_id.as_deref(),
+            Some("5d3c2b1a-0000-4000-8000-000000000001")
+        );
+        let spec = |user: Option<&str>, header: Option<&str>| ConnectorSpec::AzureDevops {
+            basic_username: user.map(Into::into),
+            header_name: header.map(Into::into),
+        };
+        let v = verify(&spec(Some("trigger-bridge"), None), b"pw", &p, 0);
+        assert_eq!(v.event.event, "git.push");
+
+        let header = args("--connector azure-devops --secret pw --header-name X-Hook-Secret");
+        let p = prepare(&header, body.to_vec(), 0).unwrap();
+        assert!(!p.headers.iter().any(|(k, _)| k == "Authorization"));
+        verify(&spec(None, Some("X-Hook-Secret")), b"pw", &p, 0);
+
+        let both = args(
+            "--connector azure-devops --secret pw --header-name X-Hook-Secret --basic-username ado",
+        );
+        let p = prepare(&both, body.to_vec(), 0).unwrap();
+        verify(&spec(Some("ado"), Some("X-Hook-Secret")), b"pw", &p, 0);
+
+        let with_id = args("--connector azure-devops --secret pw --delivery-id d1");
+        let err = prepare(&with_id, body.to_vec(), 0).unwrap_err().to_string();
+        assert!(err.contains("payload's top-level \"id\""), "{err}");
+        let with_event = args("--connector azure-devops --secret pw --event git.push");
+        assert!(prepare(&with_event, body.to_vec(), 0)
+            .unwrap_err()
+            .to_string()
+            .contains("eventType"));
+        let colon = args("--connector azure-devops --secret pw --basic-username a:b");
+        assert!(prepare(&colon, body.to_vec(), 0).is_err());
     }
 }

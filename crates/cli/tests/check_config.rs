@@ -111,7 +111,7 @@ filter = { "payload.secret_field" = "x" }
         &[("TB_TEST_SECRET", "s"), ("TB_TEST_WHSEC", "whsec_abc")],
     );
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("subscriptions[0] (gh): unknown connector \"gitlab\"; use github, standard-webhooks or hmac"), "{out}");
+    assert!(out.contains("subscriptions[0] (gh): unknown connector \"gitlab\"; use github, standard-webhooks, hmac or azure-devops"), "{out}");
     assert!(out.contains("subscriptions[1] (sw): secret"), "{out}");
     assert!(
         out.contains("bindings[0] (b1): workflow \"deploy\" does not exist (defined: noop)"),
@@ -162,6 +162,93 @@ filter = { "payload.secret_field" = "x" }
     let (code, out) = check(&short, &[("TB_TEST_SECRET", "whsec_AAECAwQFBgcICQ==")]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("24 to 64 bytes"), "{out}");
+}
+
+const ADO: &str = r#"
+[[subscriptions]]
+id = "ado"
+connector = "azure-devops"
+secret = "env:TB_TEST_SECRET"
+
+[subscriptions.azure_devops]
+basic_username = "trigger-bridge"
+header_name = "X-Hook-Secret"
+
+[[workflows]]
+id = "noop"
+executor = "noop"
+
+[[bindings]]
+id = "pr"
+subscription = "ado"
+event_types = ["git.pullrequest.created", "git.pullrequest.updated", "ms.vss-code.git-pullrequest-comment-event"]
+action = "start_run"
+workflow = "noop"
+filter = { "resource.repository.id" = "5f0d1c2e-7a3b-4c8d-9e10-a1b2c3d4e5f6", "resource.targetRefName" = "refs/heads/main" }
+inputs = { pr = "resource.pullRequestId", lifecycle = "pull_request.action" }
+
+[[bindings]]
+id = "builds"
+subscription = "ado"
+event_types = ["build.complete"]
+action = "start_run"
+workflow = "noop"
+filter = { "resource.result" = ["failed", "partiallySucceeded"] }
+inputs = { build = "resource.id", definition = "resource.definition.name" }
+"#;
+
+#[test]
+fn azure_devops_subscriptions() {
+    let (code, out) = check(ADO, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok (1 subscriptions, 1 workflows, 2 bindings)"),
+        "{out}"
+    );
+    // Header-only is enough.
+    let header_only = ADO.replace("basic_username = \"trigger-bridge\"\n", "");
+    let (code, out) = check(&header_only, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 0, "{out}");
+
+    // No table: names the table and both keys. Event types still follow the ADO rules (no extra noise).
+    let no_table = ADO.replace(
+        "[subscriptions.azure_devops]\nbasic_username = \"trigger-bridge\"\nheader_name = \"X-Hook-Secret\"\n",
+        "",
+    );
+    let (code, out) = check(&no_table, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("subscriptions[0] (ado): connector \"azure-devops\" needs a [subscriptions.azure_devops] table with basic_username"), "{out}");
+    assert!(out.contains("1 problem(s)"), "{out}");
+
+    // An empty table: say what to set.
+    let empty = ADO.replace(
+        "basic_username = \"trigger-bridge\"\nheader_name = \"X-Hook-Secret\"\n",
+        "",
+    );
+    let (code, out) = check(&empty, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("subscriptions[0] (ado): [subscriptions.azure_devops]: set basic_username (the secret is the Basic-auth password) and/or header_name"), "{out}");
+
+    // Unknown keys, bad event types and fields another connector normalizes are refused.
+    let typo = ADO.replace("basic_username =", "basic_user =");
+    let (code, out) = check(&typo, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unknown field `basic_user`"), "{out}");
+    let bad = ADO
+        .replace("\"build.complete\"", "\"Build.Complete\", \"git..push\"")
+        .replace("\"resource.result\"", "\"repository.full_name\"");
+    let (code, out) = check(&bad, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("event_types: \"Build.Complete\" is not an Azure DevOps event type"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\"git..push\" is not an Azure DevOps event type"),
+        "{out}"
+    );
+    assert!(out.contains("bindings[1] (builds): field \"repository.full_name\" is not normalized by connector azure-devops"), "{out}");
+    assert!(!out.contains("s3cret"), "{out}");
 }
 
 #[test]

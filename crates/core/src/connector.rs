@@ -52,15 +52,64 @@ pub enum ConnectorSpec {
         #[serde(default)]
         event_header: Option<String>,
     },
+    /// Azure DevOps service hooks, consumer `webHooks` / action `httpRequest` (signals-and-connectors §2).
+    ///
+    /// Azure DevOps has no HMAC or signature scheme: authenticity rests on Basic auth and/or a secret custom
+    /// header over TLS (signals-and-connectors §2.2). The subscription's resolved secret bytes are:
+    ///
+    /// * with `basic_username`: the Basic-auth password; the request must carry
+    ///   `Authorization: Basic base64(basic_username ":" secret)`;
+    /// * with `header_name`: the exact expected value of that header (configured in the service hook's
+    ///   `httpHeaders` as `Name:value`).
+    ///
+    /// At least one must be set (config validation refuses neither); when both are set, both must pass.
+    /// The dedup identity is the payload's top-level `id` (event GUID, §2.3), never a header.
+    AzureDevops {
+        #[serde(default)]
+        basic_username: Option<String>,
+        #[serde(default)]
+        header_name: Option<String>,
+    },
 }
 
 impl ConnectorSpec {
-    /// The connector's name (`github`, `standard-webhooks`, `hmac`), as used in config and metrics labels.
+    /// The connector's name (`github`, `standard-webhooks`, `hmac`, `azure-devops`), as used in config and
+    /// metrics labels.
     pub fn name(&self) -> &'static str {
         match self {
             ConnectorSpec::Github => "github",
             ConnectorSpec::StandardWebhooks { .. } => "standard-webhooks",
             ConnectorSpec::Hmac { .. } => "hmac",
+            ConnectorSpec::AzureDevops { .. } => "azure-devops",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn azure_devops_serde_shape() {
+        let spec: ConnectorSpec =
+            serde_json::from_str(r#"{"connector":"azure-devops","basic_username":"ado"}"#).unwrap();
+        assert_eq!(
+            spec,
+            ConnectorSpec::AzureDevops {
+                basic_username: Some("ado".into()),
+                header_name: None,
+            }
+        );
+        assert_eq!(spec.name(), "azure-devops");
+        let both = ConnectorSpec::AzureDevops {
+            basic_username: Some("u".into()),
+            header_name: Some("X-Hook-Secret".into()),
+        };
+        let json = serde_json::to_value(&both).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"connector": "azure-devops", "basic_username": "u", "header_name": "X-Hook-Secret"})
+        );
+        assert_eq!(serde_json::from_value::<ConnectorSpec>(json).unwrap(), both);
     }
 }

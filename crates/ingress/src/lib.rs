@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod azure_devops;
 pub mod capability;
 mod common;
 pub mod github;
@@ -23,7 +24,8 @@ pub use secret::{parse_whsec, SecretFormatError};
 /// A request that passed authentication and normalization.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verified {
-    /// The provider's event / delivery id (`X-GitHub-Delivery`, `webhook-id`, ...): the dedup identity.
+    /// The provider's event / delivery id (`X-GitHub-Delivery`, `webhook-id`, the Azure DevOps payload's
+    /// `id`, ...): the dedup identity.
     pub provider_event_id: String,
     /// The allowlisted view routing may look at.
     pub event: NormalizedEvent,
@@ -32,7 +34,8 @@ pub struct Verified {
 /// Why a request was refused. Messages never contain inbound content.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum IngressError {
-    /// Missing, malformed or wrong signature, or a timestamp outside the tolerance (401).
+    /// Missing, malformed or wrong signature or credentials (Basic auth, secret header), or a timestamp
+    /// outside the tolerance (401).
     #[error("signature invalid: {0}")]
     SignatureInvalid(&'static str),
     /// The connector does not take this content type or content encoding (415).
@@ -58,7 +61,8 @@ impl IngressError {
 /// Verifies and normalizes one request.
 ///
 /// * `secret`: the resolved key bytes: for `standard-webhooks` the base64-decoded key (see
-///   [`parse_whsec`]); for `github` and `hmac` the secret's UTF-8 bytes.
+///   [`parse_whsec`]); for `github` and `hmac` the secret's UTF-8 bytes; for `azure-devops` the secret's
+///   UTF-8 bytes, used as the Basic-auth password and/or the secret header's value.
 /// * `now_unix_s`: the verifier's clock in Unix seconds (injected so tests pin it).
 ///
 /// Errors: [`IngressError`]; see each connector module for its rules.
@@ -75,6 +79,16 @@ pub fn verify(
             standard_webhooks::verify(secret, *tolerance_s, headers, body, now_unix_s)
         }
         ConnectorSpec::Hmac { .. } => hmac_generic::verify(spec, secret, headers, body, now_unix_s),
+        ConnectorSpec::AzureDevops {
+            basic_username,
+            header_name,
+        } => azure_devops::verify(
+            basic_username.as_deref(),
+            header_name.as_deref(),
+            secret,
+            headers,
+            body,
+        ),
     }
 }
 
@@ -85,5 +99,6 @@ pub fn normalized_fields(spec: &ConnectorSpec) -> &'static [&'static str] {
         ConnectorSpec::Github => github::FIELDS,
         ConnectorSpec::StandardWebhooks { .. } => standard_webhooks::FIELDS,
         ConnectorSpec::Hmac { .. } => hmac_generic::FIELDS,
+        ConnectorSpec::AzureDevops { .. } => azure_devops::FIELDS,
     }
 }
