@@ -527,7 +527,7 @@ async fn best_effort_delivers_unverified_events_and_none_skips_the_check() {
                 a["receiptId"].as_str().unwrap()
             ))
             .await;
-        assert_eq!(r["receipt"]["state"], "queued", "{mode}");
+        assert_eq!(r["receipt"]["state"], "routed", "{mode}");
         let rec = s
             .engine
             .store

@@ -144,6 +144,14 @@ pub struct WorkflowSection {
     pub secret: Option<String>,
     /// Request timeout in ms (http executor; default 15 000).
     pub timeout_ms: Option<u64>,
+    /// Session executor: the operator-set session template (identity, agent, model/provider policy,
+    /// namespace, tools, repository access, budgets, concurrency), opaque to the bridge and handed to the
+    /// session's driver in its start turn. Never filled from a payload.
+    pub session: Option<toml::Table>,
+    /// Session executor: signals buffered per run before the overflow policy applies (default 64).
+    pub mailbox_bound: Option<u32>,
+    /// Session executor: `reject` (429 / retry; default) or `drop_oldest` (recorded as an event).
+    pub mailbox_overflow: Option<tb_core::signal::Overflow>,
 }
 
 /// `[[bindings]]`.
@@ -155,11 +163,144 @@ pub struct BindingSection {
     pub event_types: Vec<String>,
     #[serde(default)]
     pub filter: BTreeMap<String, OneOrMany>,
-    /// Only `start_run` for now.
+    /// `start_run`, `raise_signal` or `enqueue_prompt`.
     pub action: String,
-    pub workflow: String,
+    /// start_run: the workflow to start; raise_signal / enqueue_prompt: the session workflow whose
+    /// session holding `coalesce_key` is the target.
+    pub workflow: Option<String>,
+    /// Template over normalized fields, e.g. `{repository.full_name}#{pull_request.number}`.
+    pub coalesce_key: Option<String>,
+    /// start_run with coalesce_key: what a later event with the same key does (`noop`, `signal`, `prompt`).
+    pub on_existing: Option<tb_core::binding::OnExisting>,
+    /// Signal name template, e.g. `pr.{action}`.
+    pub signal: Option<String>,
+    /// Server-owned prompt template; `{field}` placeholders are sent as untrusted variables.
+    pub prompt: Option<String>,
+    /// Raised signals also enqueue a wake turn.
+    #[serde(default)]
+    pub wake: bool,
+    /// raise_signal / enqueue_prompt: a fixed target run id (instead of workflow + coalesce_key).
+    pub run: Option<String>,
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
+}
+
+/// Builds and checks a binding's action against the (already validated) workflows. Errors: every
+/// problem, each saying what to set.
+fn binding_action(
+    b: &BindingSection,
+    workflows: &[Workflow],
+) -> Result<BindingAction, Vec<String>> {
+    let mut errs = Vec::new();
+    let is_session = |id: &str| {
+        workflows
+            .iter()
+            .any(|w| w.id == id && matches!(w.executor, Executor::Session { .. }))
+    };
+    if let Some(w) = &b.workflow {
+        if !workflows.iter().any(|x| &x.id == w) {
+            let known: Vec<_> = workflows.iter().map(|w| w.id.as_str()).collect();
+            errs.push(format!(
+                "workflow {w:?} does not exist (defined: {})",
+                known.join(", ")
+            ));
+        }
+    }
+    // A signal-name template must give a valid name: check its fixed parts with placeholders filled.
+    let check_signal = |t: &str, errs: &mut Vec<String>| {
+        let probe: String = t
+            .split(['{', '}'])
+            .enumerate()
+            .map(|(i, p)| if i % 2 == 1 { "x" } else { p })
+            .collect();
+        if let Err(e) = tb_core::signal::validate_name(&probe) {
+            errs.push(format!("signal {t:?}: {e}"));
+        }
+    };
+    let target_ok = |errs: &mut Vec<String>| {
+        match (&b.run, &b.workflow, &b.coalesce_key) {
+        (Some(_), None, None) | (None, Some(_), Some(_)) => {}
+        _ => errs.push(format!(
+            "{} needs a target: either run = \"run_...\", or workflow = \"<session workflow>\" with coalesce_key = \"{{field}}...\"",
+            b.action
+        )),
+    }
+    };
+    let action = match b.action.as_str() {
+        "start_run" => {
+            let Some(workflow) = b.workflow.clone() else {
+                return Err(vec!["start_run needs workflow = \"<workflow id>\"".into()]);
+            };
+            if b.run.is_some() {
+                errs.push("run applies to raise_signal / enqueue_prompt only".into());
+            }
+            let on_existing = b.on_existing.unwrap_or_default();
+            if b.coalesce_key.is_some() && !is_session(&workflow) {
+                errs.push(format!("coalesce_key needs a session workflow; {workflow:?} is not one (executor = \"session\")"));
+            }
+            if b.coalesce_key.is_none() && b.on_existing.is_some() {
+                errs.push("on_existing applies only with a coalesce_key".into());
+            }
+            match on_existing {
+                tb_core::binding::OnExisting::Signal => match &b.signal {
+                    Some(t) => check_signal(t, &mut errs),
+                    None => errs.push("on_existing = \"signal\" needs signal = \"name or template, e.g. pr.{action}\"".into()),
+                },
+                tb_core::binding::OnExisting::Prompt if b.prompt.is_none() => {
+                    errs.push("on_existing = \"prompt\" needs prompt = \"...\"".into())
+                }
+                _ => {}
+            }
+            BindingAction::StartRun {
+                workflow,
+                coalesce_key: b.coalesce_key.clone(),
+                on_existing,
+                signal: b.signal.clone(),
+                prompt: b.prompt.clone(),
+                wake: b.wake,
+            }
+        }
+        "raise_signal" => {
+            target_ok(&mut errs);
+            let Some(signal) = b.signal.clone() else {
+                errs.push(
+                    "raise_signal needs signal = \"name or template, e.g. pr.{action}\"".into(),
+                );
+                return Err(errs);
+            };
+            check_signal(&signal, &mut errs);
+            BindingAction::RaiseSignal {
+                workflow: b.workflow.clone(),
+                coalesce_key: b.coalesce_key.clone(),
+                run: b.run.clone(),
+                signal,
+                wake: b.wake,
+            }
+        }
+        "enqueue_prompt" => {
+            target_ok(&mut errs);
+            let Some(prompt) = b.prompt.clone() else {
+                errs.push("enqueue_prompt needs prompt = \"...\"".into());
+                return Err(errs);
+            };
+            BindingAction::EnqueuePrompt {
+                workflow: b.workflow.clone(),
+                coalesce_key: b.coalesce_key.clone(),
+                run: b.run.clone(),
+                prompt,
+            }
+        }
+        other => {
+            return Err(vec![format!(
+                "action {other:?} is not supported; use start_run, raise_signal or enqueue_prompt"
+            )])
+        }
+    };
+    if errs.is_empty() {
+        Ok(action)
+    } else {
+        Err(errs)
+    }
 }
 
 /// A filter value: one scalar or a list of scalars.
@@ -505,6 +646,30 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         }
         let executor = match w.executor.as_str() {
             "noop" => Executor::Noop,
+            "session" => {
+                let config = match &w.session {
+                    Some(t) => match serde_json::to_value(t) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            errs.push(format!("{at}: session: {e}"));
+                            continue;
+                        }
+                    },
+                    None => serde_json::json!({}),
+                };
+                let d = tb_core::signal::MailboxPolicy::default();
+                let bound = w.mailbox_bound.unwrap_or(d.bound);
+                if bound == 0 || bound > 10_000 {
+                    errs.push(format!("{at}: mailbox_bound must be between 1 and 10000"));
+                }
+                Executor::Session {
+                    config,
+                    mailbox: tb_core::signal::MailboxPolicy {
+                        bound,
+                        overflow: w.mailbox_overflow.unwrap_or(d.overflow),
+                    },
+                }
+            }
             "http" => {
                 let url = match &w.url {
                     Some(u) if u.starts_with("http://") || u.starts_with("https://") => u.clone(),
@@ -542,7 +707,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             }
             other => {
                 errs.push(format!(
-                    "{at}: unknown executor {other:?}; use noop or http"
+                    "{at}: unknown executor {other:?}; use noop, http or session"
                 ));
                 continue;
             }
@@ -569,20 +734,15 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 known.join(", ")
             ));
         }
-        if !cfg.workflows.iter().any(|w| w.id == b.workflow) {
-            let known: Vec<_> = cfg.workflows.iter().map(|w| w.id.as_str()).collect();
-            errs.push(format!(
-                "{at}: workflow {:?} does not exist (defined: {})",
-                b.workflow,
-                known.join(", ")
-            ));
-        }
-        if b.action != "start_run" {
-            errs.push(format!(
-                "{at}: action {:?} is not supported; use start_run",
-                b.action
-            ));
-        }
+        let action = match binding_action(b, &workflows) {
+            Ok(a) => a,
+            Err(e) => {
+                for e in e {
+                    errs.push(format!("{at}: {e}"));
+                }
+                continue;
+            }
+        };
         if b.event_types.is_empty() {
             errs.push(format!("{at}: event_types must list at least one type (e.g. \"pull_request.opened\" or \"*\")"));
         }
@@ -605,7 +765,15 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         if let Some(sub) = sub {
             let allowed = tb_ingress::normalized_fields(&sub.connector);
             let ok = |f: &str| f == "event" || f == "action" || allowed.contains(&f);
-            for f in b.filter.keys().chain(b.inputs.values()) {
+            let mut named: Vec<String> =
+                b.filter.keys().chain(b.inputs.values()).cloned().collect();
+            for (what, t) in action.templates() {
+                match tb_core::template::fields(t) {
+                    Ok(fs) => named.extend(fs),
+                    Err(e) => errs.push(format!("{at}: {what}: {e}")),
+                }
+            }
+            for f in &named {
                 if !ok(f) {
                     errs.push(format!(
                         "{at}: field {f:?} is not normalized by connector {}; allowed: event, action, {}",
@@ -630,9 +798,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                     (k.clone(), vs)
                 })
                 .collect(),
-            action: BindingAction::StartRun {
-                workflow: b.workflow.clone(),
-            },
+            action,
             inputs: b.inputs.clone(),
         });
     }

@@ -36,7 +36,10 @@ pub fn route(
             };
             let plain_start = matches!(
                 &b.action,
-                BindingAction::StartRun { coalesce_key: None, .. }
+                BindingAction::StartRun {
+                    coalesce_key: None,
+                    ..
+                }
             );
             let dead = dead_letter || failure.is_some();
             NewDelivery {

@@ -134,7 +134,10 @@ pub async fn poll_wait(
         if w.state != WaitState::Armed {
             return Ok(w);
         }
-        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+        if tokio::time::timeout_at(deadline, rx.changed())
+            .await
+            .is_err()
+        {
             return Ok(w);
         }
     }

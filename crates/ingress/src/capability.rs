@@ -101,8 +101,12 @@ mod tests {
         assert!(verify_hmac(b"k", &h(&[]), body).is_err());
         assert!(verify_hmac(b"k", &h(&[("x-signature-256", "sha1=00")]), body).is_err());
         assert!(
-            verify_hmac(b"k", &h(&[("x-signature-256", &sig), ("x-signature-256", &sig)]), body)
-                .is_err(),
+            verify_hmac(
+                b"k",
+                &h(&[("x-signature-256", &sig), ("x-signature-256", &sig)]),
+                body
+            )
+            .is_err(),
             "a repeated header is refused"
         );
     }
@@ -121,7 +125,10 @@ mod tests {
         ));
         assert!(matches!(
             parse_body(
-                &h(&[("content-type", "application/json"), ("content-encoding", "gzip")]),
+                &h(&[
+                    ("content-type", "application/json"),
+                    ("content-encoding", "gzip")
+                ]),
                 b"{}"
             ),
             Err(IngressError::UnsupportedMediaType(_))

@@ -52,8 +52,14 @@ pub enum Effect {
         run: NewRun,
         coalesce: Option<Coalesce>,
     },
-    RaiseSignal { target: Target, signal: NewSignal },
-    EnqueuePrompt { target: Target, prompt: NewPrompt },
+    RaiseSignal {
+        target: Target,
+        signal: NewSignal,
+    },
+    EnqueuePrompt {
+        target: Target,
+        prompt: NewPrompt,
+    },
 }
 
 /// Coalescing of a `start_run` delivery.

@@ -47,7 +47,7 @@ fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewR
         state: if bindings.is_empty() {
             ReceiptState::Unmatched
         } else {
-            ReceiptState::Queued
+            ReceiptState::Routed
         },
         content_type: Some("application/json".into()),
         body: Bytes::from_static(body),
@@ -62,10 +62,12 @@ fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewR
                 workflow_id: Some("noop".into()),
                 run_id: Some(new_id(IdKind::Run)),
                 inputs: json!({"pr": 1}),
+                params: None,
                 state: DeliveryState::Pending,
                 dead_letter_reason: None,
             })
             .collect(),
+        capability: None,
     }
 }
 
@@ -93,6 +95,7 @@ fn commit_for(
         run,
         dead_letter_reason: (next == DeliveryState::DeadLettered)
             .then(|| "retries_exhausted".to_string()),
+        effect: None,
         now,
     }
 }
@@ -214,6 +217,7 @@ async fn delivered_attempt_starts_the_run_with_causation() {
             inputs: json!({"pr": 1}),
             status: RunStatus::Completed,
             dead_letter: None,
+            session: None,
         };
         let c = commit_for(
             &leases[0],
@@ -425,7 +429,7 @@ async fn reopening_keeps_everything() {
     let s = SqliteStore::open_dir(dir.path()).unwrap();
     assert_eq!(
         s.get_receipt(&rid).await.unwrap().state,
-        ReceiptState::Queued
+        ReceiptState::Routed
     );
     assert_eq!(s.lease_due("w", 5_000, 1_000, 10).await.unwrap().len(), 1);
 }

@@ -96,9 +96,7 @@ pub async fn start_with_keys(
         subscription: "github".into(),
         event_types: vec!["pull_request.opened".into()],
         filter: Default::default(),
-        action: BindingAction::StartRun {
-            workflow: "wf".into(),
-        },
+        action: BindingAction::start_run("wf"),
         inputs: [("number".to_string(), "pull_request.number".to_string())]
             .into_iter()
             .collect(),

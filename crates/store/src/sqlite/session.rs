@@ -74,10 +74,12 @@ fn set_status(
     reason: Option<&str>,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached("UPDATE runs SET status = ?2, wait_reason = ?3, updated_at = ?4 WHERE id = ?1")
-        .map_err(db)?
-        .execute(params![run_id, status.as_str(), reason, now])
-        .map_err(db)?;
+    c.prepare_cached(
+        "UPDATE runs SET status = ?2, wait_reason = ?3, updated_at = ?4 WHERE id = ?1",
+    )
+    .map_err(db)?
+    .execute(params![run_id, status.as_str(), reason, now])
+    .map_err(db)?;
     Ok(())
 }
 
@@ -258,12 +260,25 @@ pub(crate) fn ack_turn(
         .optional()
         .map_err(db)?;
     if let Some((wait_id, spec)) = rearm {
-        let spec: WaitSpec = serde_json::from_str(&spec).map_err(|e| StoreError::Database(e.to_string()))?;
+        let spec: WaitSpec =
+            serde_json::from_str(&spec).map_err(|e| StoreError::Database(e.to_string()))?;
         let run = read::get_run(c, run_id)?;
         if !run.status.is_terminal() {
-            set_status(c, run_id, RunStatus::WaitingExternal, Some(&spec.reason), now)?;
+            set_status(
+                c,
+                run_id,
+                RunStatus::WaitingExternal,
+                Some(&spec.reason),
+                now,
+            )?;
         }
-        append_event(c, run_id, "tb.wait.resumed", &json!({"waitId": wait_id}), now)?;
+        append_event(
+            c,
+            run_id,
+            "tb.wait.resumed",
+            &json!({"waitId": wait_id}),
+            now,
+        )?;
         resolve_step(c, run_id, now, false)?;
     }
     get_turn(c, run_id, turn_id)
@@ -554,7 +569,13 @@ pub(crate) fn create_wait(
         now
     ])
     .map_err(db)?;
-    set_status(c, run_id, RunStatus::WaitingExternal, Some(&spec.reason), now)?;
+    set_status(
+        c,
+        run_id,
+        RunStatus::WaitingExternal,
+        Some(&spec.reason),
+        now,
+    )?;
     append_event(
         c,
         run_id,
@@ -858,16 +879,14 @@ pub(crate) struct EffectDone {
 }
 
 /// Performs a delivery's local effect (see [`Effect`]).
-pub(crate) fn apply_effect(
-    c: &Connection,
-    e: &Effect,
-    now: i64,
-) -> StoreResult<EffectDone> {
+pub(crate) fn apply_effect(c: &Connection, e: &Effect, now: i64) -> StoreResult<EffectDone> {
     match e {
         Effect::StartSession { run, coalesce } => {
             if let Some(co) = coalesce {
                 let held: Option<String> = c
-                    .prepare_cached("SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2")
+                    .prepare_cached(
+                        "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2",
+                    )
                     .map_err(db)?
                     .query_row(params![co.workflow_id, co.key], |r| r.get(0))
                     .optional()
@@ -880,12 +899,22 @@ pub(crate) fn apply_effect(
                     let consumed = match co.on_existing {
                         tb_core::binding::OnExisting::Noop => true,
                         tb_core::binding::OnExisting::Signal => {
-                            let s = co.signal.as_ref().ok_or_else(|| rejected(ErrorCode::ValidationError, "on_existing = signal needs a signal name"))?;
+                            let s = co.signal.as_ref().ok_or_else(|| {
+                                rejected(
+                                    ErrorCode::ValidationError,
+                                    "on_existing = signal needs a signal name",
+                                )
+                            })?;
                             raise_signal(c, &existing, s, now)?;
                             false
                         }
                         tb_core::binding::OnExisting::Prompt => {
-                            let p = co.prompt.as_ref().ok_or_else(|| rejected(ErrorCode::ValidationError, "on_existing = prompt needs a prompt"))?;
+                            let p = co.prompt.as_ref().ok_or_else(|| {
+                                rejected(
+                                    ErrorCode::ValidationError,
+                                    "on_existing = prompt needs a prompt",
+                                )
+                            })?;
                             enqueue_prompt(c, &existing, p, now)?;
                             false
                         }
@@ -943,7 +972,10 @@ pub(crate) fn start_session(
 ) -> StoreResult<()> {
     c.prepare_cached("UPDATE runs SET mailbox = ?2 WHERE id = ?1")
         .map_err(db)?
-        .execute(params![run_id, serde_json::to_string(mailbox).expect("json")])
+        .execute(params![
+            run_id,
+            serde_json::to_string(mailbox).expect("json")
+        ])
         .map_err(db)?;
     insert_turn(c, run_id, TurnKind::Start, content, None, false, now)?;
     Ok(())
@@ -1048,19 +1080,25 @@ pub(crate) fn revoke_capability(
     now: i64,
 ) -> StoreResult<CapabilityRecord> {
     let n = c
-        .prepare_cached("UPDATE capabilities SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL")
+        .prepare_cached(
+            "UPDATE capabilities SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+        )
         .map_err(db)?
         .execute(params![id, now])
         .map_err(db)?;
     let rec = c
-        .prepare_cached(&format!("SELECT {CAP_COLS} FROM capabilities WHERE id = ?1"))
+        .prepare_cached(&format!(
+            "SELECT {CAP_COLS} FROM capabilities WHERE id = ?1"
+        ))
         .map_err(db)?
         .query_row([id], cap_row)
         .optional()
         .map_err(db)?
         .ok_or_else(|| StoreError::NotFound("capability endpoint".into()))?;
     if n == 0 {
-        return Err(StoreError::Conflict("the endpoint is already revoked".into()));
+        return Err(StoreError::Conflict(
+            "the endpoint is already revoked".into(),
+        ));
     }
     Ok(rec)
 }

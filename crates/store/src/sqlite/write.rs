@@ -600,10 +600,12 @@ pub(crate) fn settle_receipt(c: &Connection, receipt_id: &str, now: i64) -> Stor
         })
         .collect();
     if let Some(settled) = receipt::settle(&views) {
-        c.prepare_cached("UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1 AND state != 'expired'")
-            .map_err(db)?
-            .execute(params![receipt_id, settled.as_str(), now])
-            .map_err(db)?;
+        c.prepare_cached(
+            "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1 AND state != 'expired'",
+        )
+        .map_err(db)?
+        .execute(params![receipt_id, settled.as_str(), now])
+        .map_err(db)?;
     }
     Ok(())
 }
