@@ -92,6 +92,10 @@ pub fn required_scope(method: &Method, path: &str) -> Option<&'static str> {
     if path.starts_with("/v1/trigger-subscriptions/") && path.ends_with("/ingest") {
         return None;
     }
+    // Capability URLs: the token in the path is the credential (signals-and-connectors §4).
+    if path.starts_with("/v1/hooks/") {
+        return None;
+    }
     if path.starts_with("/v1/workflows") {
         return Some("manifest:read");
     }

@@ -13,6 +13,7 @@ pub mod openapi;
 pub mod ops;
 pub mod registration;
 pub mod runs;
+pub mod sessions;
 pub mod sse;
 pub mod webhooks;
 pub mod wire;
@@ -88,6 +89,32 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{id}/events/poll", get(runs::poll_events))
         .route("/v1/runs/{id}/result", post(runs::post_result))
         .route("/v1/deliveries/{id}/replay", post(inspect::replay_delivery))
+        .route(
+            "/v1/runs/{id}/signals",
+            get(sessions::list_signals).post(sessions::raise),
+        )
+        .route(
+            "/v1/runs/{id}/signal-payloads/{ref}",
+            get(sessions::signal_payload),
+        )
+        .route(
+            "/v1/runs/{id}/waits",
+            get(sessions::list_waits).post(sessions::create_wait),
+        )
+        .route(
+            "/v1/runs/{id}/waits/{wait}",
+            get(sessions::get_wait).post(sessions::wait_action),
+        )
+        .route("/v1/runs/{id}/prompts", post(sessions::prompt))
+        .route("/v1/runs/{id}/turns", get(sessions::list_turns))
+        .route("/v1/runs/{id}/turns:claim", post(sessions::claim))
+        .route("/v1/runs/{id}/turns/{turn}/ack", post(sessions::ack))
+        .route(
+            "/v1/capabilities",
+            get(sessions::list_capabilities).post(sessions::mint),
+        )
+        .route("/v1/capabilities/{id}/revoke", post(sessions::revoke))
+        .route("/v1/hooks/{token}", post(sessions::hook))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(

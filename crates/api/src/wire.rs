@@ -115,6 +115,7 @@ pub fn run(r: &RunRecord) -> Value {
     let o = m.as_object_mut().expect("object");
     put(o, "output", r.output.clone());
     put(o, "causationId", r.causation_id.clone().map(Value::String));
+    put(o, "waitReason", r.wait_reason.clone().map(Value::String));
     if let (Some(s), Some(rc), Some(d)) = (&r.subscription_id, &r.receipt_id, &r.delivery_id) {
         o.insert(
             "trigger".into(),

@@ -123,6 +123,9 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let worker =
         (!args.no_worker).then(|| tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone())));
+    // Durable timers of waits run with the worker role.
+    let timers = (!args.no_worker)
+        .then(|| tokio::spawn(tb_engine::sessions::timers(engine.clone(), stop_rx.clone())));
     let day = std::time::Duration::from_secs(86_400);
     let sweeper = tokio::spawn(tb_engine::sweeper::run(
         engine.clone(),
@@ -153,14 +156,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = http_stop.wait_for(|s| *s).await;
     });
+    let closing = engine.clone();
     let signals = tokio::spawn(async move {
         shutdown_signal().await;
         tracing::info!("shutting down: no new requests; finishing attempts in flight");
         let _ = stop_tx.send(true);
+        // Long-polls (turns:claim, waits) answer now instead of holding the shutdown.
+        closing.close();
     });
     server.await.context("http server")?;
     if let Some(w) = worker {
         let _ = w.await;
+    }
+    if let Some(t) = timers {
+        let _ = t.await;
     }
     let _ = sweeper.await;
     store.close().await;

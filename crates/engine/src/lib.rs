@@ -49,6 +49,8 @@ pub struct Engine {
     /// Bumped after every committed change to signals, waits or turns: long-polls (`turns:claim`,
     /// `GET .../waits/{id}`) and the timer loop wake on it instead of polling.
     pub sessions: tokio::sync::watch::Sender<u64>,
+    /// Set on shutdown: long-polls answer at once.
+    pub closing: std::sync::atomic::AtomicBool,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -85,6 +87,7 @@ impl Engine {
             work_ready: Notify::new(),
             webhooks: Default::default(),
             sessions: tokio::sync::watch::channel(0).0,
+            closing: std::sync::atomic::AtomicBool::new(false),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
@@ -117,6 +120,18 @@ impl Engine {
     /// Wakes long-polls and the timer loop after a session change was committed.
     pub fn session_changed(&self) {
         self.sessions.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Marks the engine as shutting down and wakes every long-poll so it answers at once.
+    pub fn close(&self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.session_changed();
+    }
+
+    /// True once [`Engine::close`] was called.
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The cached state of a subscription, if it exists.

@@ -131,7 +131,7 @@ pub async fn poll_wait(
             .get_wait(run_id, wait_id)
             .await
             .map_err(store_err)?;
-        if w.state != WaitState::Armed {
+        if w.state != WaitState::Armed || engine.is_closing() {
             return Ok(w);
         }
         if tokio::time::timeout_at(deadline, rx.changed())
@@ -201,6 +201,9 @@ pub async fn claim(
             .map_err(store_err)?
         {
             return Ok(Some(t));
+        }
+        if engine.is_closing() {
+            return Ok(None);
         }
         let run = engine.store.get_run(run_id).await.map_err(store_err)?;
         if run.status.is_terminal() {

@@ -106,6 +106,7 @@ pub async fn start_with_keys(
         .unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     std::mem::forget(_tx);
+    tokio::spawn(tb_engine::sessions::timers(engine.clone(), rx.clone()));
     tokio::spawn(tb_engine::worker::run(
         engine.clone(),
         WorkerConfig {

@@ -1,0 +1,446 @@
+//! Sessions over HTTP (issue #5; signals-and-connectors §5): signals, waits, prompts (user input) and
+//! turns on a run, plus capability endpoints (§4). Bodies are closed JSON objects; every error is the
+//! flat envelope.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/runs/{id}/signals` `{name, data?, signalId?, wake?}` | 202 `{signalId, name, raisedAt, status: queued, consumedBy?, dropped?}`; 200 `status: duplicate` |
+//! | `GET /v1/runs/{id}/signals` | `{runId, signals: [{seq, state, signal, consumedBy?}], buffered}` |
+//! | `GET /v1/runs/{id}/signal-payloads/{ref}` | the large payload's JSON bytes |
+//! | `POST /v1/runs/{id}/waits` `{kind, names, timeoutMs?, userInput?, reason}` | 201 armed wait; 200 when it resolved at once |
+//! | `GET /v1/runs/{id}/waits` | `{waits}` |
+//! | `GET /v1/runs/{id}/waits/{waitId}?timeout=S` | the wait; long-polls up to S (<= 60) seconds while armed |
+//! | `POST /v1/runs/{id}/waits/{waitId}` `{action: "cancel"}` | the cancelled wait |
+//! | `POST /v1/runs/{id}/prompts` `{text}` | 201 the queued prompt turn (user input) |
+//! | `POST /v1/runs/{id}/turns:claim?leaseMs=&timeout=` | 200 the claimed turn; 204 none in time |
+//! | `POST /v1/runs/{id}/turns/{turnId}/ack` | the acknowledged turn |
+//! | `GET /v1/runs/{id}/turns` | `{turns}` |
+//! | `POST /v1/capabilities` | 201 `{endpointId, url, token, expiresAt, hmacSecret?}` (shown once) |
+//! | `GET /v1/capabilities`, `POST /v1/capabilities/{id}/revoke` | records, never tokens |
+//! | `POST /v1/hooks/{token}` (public) | 202 `{accepted: true, receiptId}`; 200 duplicate; 404 alike for every bad token |
+
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tb_core::wait::{WaitKind, WaitSpec, WaitState};
+use tb_core::ErrorCode;
+use tb_engine::capability::{self, MintRequest};
+use tb_engine::ingest::IngestAnswer;
+use tb_engine::sessions::{self, RaiseRequest};
+use tb_store::{CapabilityRecord, TurnRecord};
+
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::{wire, AppState};
+
+fn body<T>(b: Result<Json<T>, JsonRejection>, shape: &str) -> Result<T, ApiError> {
+    b.map(|Json(v)| v).map_err(|_| {
+        ApiError::new(
+            ErrorCode::ValidationError,
+            format!("body must be JSON {shape}"),
+        )
+    })
+}
+
+fn actor(p: &Option<Extension<Principal>>) -> Option<String> {
+    p.as_ref().map(|Extension(p)| p.0.clone())
+}
+
+/// Body of `POST /v1/runs/{id}/signals`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RaiseBody {
+    /// `[a-z0-9_.-]{1,64}`.
+    pub name: String,
+    /// Inline up to 32 KiB; larger (up to 1 MiB) is stored by reference (`payloadRef`).
+    pub data: Option<Value>,
+    /// Idempotency identity, `[A-Za-z0-9._:-]{1,128}`; minted when absent.
+    pub signal_id: Option<String>,
+    /// Also enqueue a wake turn.
+    #[serde(default)]
+    pub wake: bool,
+}
+
+/// Raises a signal on a run. Errors: 400, 404, 409 `target_terminal`, 429 `signal_buffer_full`.
+#[utoipa::path(post, path = "/v1/runs/{id}/signals", tag = "signals", request_body = RaiseBody, params(("id" = String, Path, description = "Run id")), responses((status = 202, description = "{signalId, name, raisedAt, status: queued, consumedBy?, dropped?}"), (status = 200, description = "status: duplicate (the signalId was seen before)"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal"), (status = 429, description = "signal_buffer_full")))]
+pub async fn raise(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    who: Option<Extension<Principal>>,
+    b: Result<Json<RaiseBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let b = body(b, "{name, data?, signalId?, wake?}")?;
+    let out = sessions::raise(
+        &st.engine,
+        &id,
+        RaiseRequest {
+            name: b.name,
+            data: b.data,
+            signal_id: b.signal_id,
+            wake: b.wake,
+        },
+        actor(&who),
+    )
+    .await?;
+    let mut reply = json!({
+        "signalId": out.signal["signalId"],
+        "name": out.signal["name"],
+        "raisedAt": out.signal["raisedAt"],
+        "status": out.status,
+    });
+    if let Some(w) = &out.consumed_by {
+        reply["consumedBy"] = json!(w);
+    }
+    if !out.dropped.is_empty() {
+        reply["dropped"] = json!(out.dropped);
+    }
+    let status = if out.status == "duplicate" {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
+    Ok((status, Json(reply)).into_response())
+}
+
+/// The run's mailbox for authorized inspection: every signal in arrival order with its state
+/// (`buffered`, `consumed`, `dropped`).
+#[utoipa::path(get, path = "/v1/runs/{id}/signals", tag = "signals", params(("id" = String, Path, description = "Run id")), responses((status = 200, description = "{runId, signals, buffered}"), (status = 404, description = "not_found")))]
+pub async fn list_signals(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let sigs = st.engine.store.list_signals(&id).await?;
+    let buffered = sigs.iter().filter(|s| s.state == "buffered").count();
+    Ok(Json(
+        json!({"runId": id, "signals": sigs, "buffered": buffered}),
+    ))
+}
+
+/// The bytes behind a signal's `payloadRef` (authorized readers only; never inlined in history).
+#[utoipa::path(get, path = "/v1/runs/{id}/signal-payloads/{ref}", tag = "signals", params(("id" = String, Path, description = "Run id"), ("ref" = String, Path, description = "payloadRef")), responses((status = 200, description = "application/json payload"), (status = 404, description = "not_found")))]
+pub async fn signal_payload(
+    State(st): State<AppState>,
+    Path((id, r)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let b = st.engine.store.signal_payload(&id, &r).await?;
+    Ok(([(http::header::CONTENT_TYPE, "application/json")], b).into_response())
+}
+
+/// Body of `POST /v1/runs/{id}/waits`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WaitBody {
+    /// `signal` (wait_for_signal) or `any` (wait_for_any).
+    pub kind: String,
+    pub names: Vec<String>,
+    /// 1 .. 86 400 000 ms; absent waits without a deadline.
+    pub timeout_ms: Option<u64>,
+    /// `any` only (default true): accepted user input takes part in the race.
+    pub user_input: Option<bool>,
+    pub reason: String,
+}
+
+/// Arms a wait. A buffered match (oldest first), queued user input or a past deadline resolves it at
+/// once: 200 with the resolved wait; otherwise 201 armed, and the run reads `waiting-external`.
+#[utoipa::path(post, path = "/v1/runs/{id}/waits", tag = "waits", request_body = WaitBody, params(("id" = String, Path, description = "Run id")), responses((status = 201, description = "the armed wait"), (status = 200, description = "the wait, resolved at once"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
+pub async fn create_wait(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    b: Result<Json<WaitBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let b = body(b, "{kind, names, timeoutMs?, userInput?, reason}")?;
+    let kind = match b.kind.as_str() {
+        "signal" => WaitKind::Signal,
+        "any" => WaitKind::Any,
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::ValidationError,
+                "kind must be \"signal\" or \"any\"",
+            ))
+        }
+    };
+    let spec = WaitSpec {
+        kind,
+        names: b.names,
+        timeout_ms: b.timeout_ms,
+        user_input: b.user_input.unwrap_or(kind == WaitKind::Any),
+        reason: b.reason,
+    };
+    let w = sessions::create_wait(&st.engine, &id, spec).await?;
+    let status = if w.state == WaitState::Armed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(tb_store::sqlite::wait_view(&w))).into_response())
+}
+
+/// Every wait of a run, oldest first.
+#[utoipa::path(get, path = "/v1/runs/{id}/waits", tag = "waits", params(("id" = String, Path, description = "Run id")), responses((status = 200, description = "{waits}"), (status = 404, description = "not_found")))]
+pub async fn list_waits(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ws = st.engine.store.list_waits(&id).await?;
+    Ok(Json(json!({
+        "runId": id,
+        "waits": ws.iter().map(tb_store::sqlite::wait_view).collect::<Vec<_>>()
+    })))
+}
+
+/// Query of the long-polls: wait up to `timeout` seconds (default 0 for a wait read, 30 for a claim;
+/// at most 60); `leaseMs` of a claim (default 60 000, 1 000 ..= 3 600 000).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PollParams {
+    pub timeout: Option<u64>,
+    pub lease_ms: Option<u64>,
+}
+
+/// One wait; with `?timeout=S` it answers as soon as the wait leaves `armed`, or after S seconds.
+#[utoipa::path(get, path = "/v1/runs/{id}/waits/{waitId}", tag = "waits", params(("id" = String, Path, description = "Run id"), ("waitId" = String, Path, description = "Wait id")), responses((status = 200, description = "{waitId, state: armed|resolved|cancelled, reason, deadline?, winner?, losers}"), (status = 404, description = "not_found")))]
+pub async fn get_wait(
+    State(st): State<AppState>,
+    Path((id, wait)): Path<(String, String)>,
+    q: Result<Query<PollParams>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let q = crate::error::query(q)?;
+    let t = Duration::from_secs(q.timeout.unwrap_or(0).min(60));
+    let w = sessions::poll_wait(&st.engine, &id, &wait, t).await?;
+    Ok(Json(tb_store::sqlite::wait_view(&w)))
+}
+
+/// Body of `POST /v1/runs/{id}/waits/{waitId}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitActionBody {
+    /// `cancel`.
+    pub action: String,
+}
+
+/// `{action: "cancel"}` cancels an armed wait. Errors: 400, 404, 409 `conflict` when not armed.
+#[utoipa::path(post, path = "/v1/runs/{id}/waits/{waitId}", tag = "waits", request_body = WaitActionBody, params(("id" = String, Path, description = "Run id"), ("waitId" = String, Path, description = "Wait id")), responses((status = 200, description = "the cancelled wait"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "conflict")))]
+pub async fn wait_action(
+    State(st): State<AppState>,
+    Path((id, wait)): Path<(String, String)>,
+    b: Result<Json<WaitActionBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let b = body(b, "{action: \"cancel\"}")?;
+    if b.action != "cancel" {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "action must be \"cancel\"",
+        ));
+    }
+    let w = sessions::cancel_wait(&st.engine, &id, &wait).await?;
+    Ok(Json(tb_store::sqlite::wait_view(&w)))
+}
+
+/// Body of `POST /v1/runs/{id}/prompts`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptBody {
+    /// The user's input, at most 32 KiB.
+    pub text: String,
+}
+
+/// Queues user input. It interrupts an armed signal wait for one turn (the wait re-arms with its
+/// remaining deadline when that turn is acknowledged) or wins an `any` wait that races user input.
+#[utoipa::path(post, path = "/v1/runs/{id}/prompts", tag = "turns", request_body = PromptBody, params(("id" = String, Path, description = "Run id")), responses((status = 201, description = "the queued prompt turn"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
+pub async fn prompt(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    who: Option<Extension<Principal>>,
+    b: Result<Json<PromptBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let b = body(b, "{text}")?;
+    let t = sessions::prompt(&st.engine, &id, b.text, actor(&who)).await?;
+    Ok((StatusCode::CREATED, Json(turn(&t))).into_response())
+}
+
+fn turn(t: &TurnRecord) -> Value {
+    let mut v = json!({
+        "turnId": t.id,
+        "runId": t.run_id,
+        "seq": t.seq,
+        "kind": t.kind.as_str(),
+        "state": t.state.as_str(),
+        "claims": t.claims,
+        "content": t.content,
+        "createdAt": wire::time(t.created_at),
+    });
+    if let Some(l) = t.lease_until {
+        v["leaseUntil"] = json!(wire::time(l));
+    }
+    if let Some(a) = t.acked_at {
+        v["ackedAt"] = json!(wire::time(a));
+    }
+    v
+}
+
+/// Claims the run's next turn (one at a time, in order), long-polling up to `timeout` s. An
+/// unacknowledged turn comes back after `leaseMs`. 204 when nothing arrived in time.
+#[utoipa::path(post, path = "/v1/runs/{id}/turns:claim", tag = "turns", params(("id" = String, Path, description = "Run id")), responses((status = 200, description = "the claimed turn"), (status = 204, description = "no turn in time"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
+pub async fn claim(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+    q: Result<Query<PollParams>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = crate::error::query(q)?;
+    let lease = q.lease_ms.unwrap_or(60_000);
+    if !(1_000..=3_600_000).contains(&lease) {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "leaseMs must be between 1000 and 3600000",
+        ));
+    }
+    let timeout = Duration::from_secs(q.timeout.unwrap_or(30).min(60));
+    match sessions::claim(&st.engine, &id, Duration::from_millis(lease), timeout).await? {
+        Some(t) => Ok(Json(turn(&t)).into_response()),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// Acknowledges a claimed turn. Errors: 404; 409 when it is not claimed.
+#[utoipa::path(post, path = "/v1/runs/{id}/turns/{turnId}/ack", tag = "turns", params(("id" = String, Path, description = "Run id"), ("turnId" = String, Path, description = "Turn id")), responses((status = 200, description = "the acknowledged turn"), (status = 404, description = "not_found"), (status = 409, description = "conflict")))]
+pub async fn ack(
+    State(st): State<AppState>,
+    Path((id, t)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(turn(&sessions::ack(&st.engine, &id, &t).await?)))
+}
+
+/// Every turn of a run in order.
+#[utoipa::path(get, path = "/v1/runs/{id}/turns", tag = "turns", params(("id" = String, Path, description = "Run id")), responses((status = 200, description = "{turns}"), (status = 404, description = "not_found")))]
+pub async fn list_turns(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let ts = st.engine.store.list_turns(&id).await?;
+    Ok(Json(
+        json!({"runId": id, "turns": ts.iter().map(turn).collect::<Vec<_>>()}),
+    ))
+}
+
+/// Body of `POST /v1/capabilities`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MintBody {
+    pub run_id: String,
+    /// Signal name raised on every request.
+    pub signal: String,
+    pub label: Option<String>,
+    /// Lifetime in seconds (default 30 days, at most 90).
+    pub expires_in_s: Option<u64>,
+    /// 1 ..= 1 000 000 (default 1 000).
+    pub max_uses: Option<u64>,
+    #[serde(default)]
+    pub wake: bool,
+    /// Require `X-Signature-256: sha256=<hex>` with a generated key (shown once).
+    #[serde(default)]
+    pub hmac: bool,
+}
+
+fn capability(c: &CapabilityRecord) -> Value {
+    json!({
+        "endpointId": c.id,
+        "runId": c.run_id,
+        "signal": c.signal,
+        "label": c.label,
+        "wake": c.wake,
+        "hmac": c.hmac,
+        "createdBy": c.created_by,
+        "createdAt": wire::time(c.created_at),
+        "expiresAt": wire::time(c.expires_at),
+        "maxUses": c.max_uses,
+        "useCount": c.use_count,
+        "revokedAt": c.revoked_at.map(wire::time),
+    })
+}
+
+/// Mints a capability URL for one signal on one run. The token (and HMAC key) is in this answer only.
+#[utoipa::path(post, path = "/v1/capabilities", tag = "capabilities", request_body = MintBody, responses((status = 201, description = "{endpointId, url, token, expiresAt, hmacSecret?, ...}"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
+pub async fn mint(
+    State(st): State<AppState>,
+    who: Option<Extension<Principal>>,
+    b: Result<Json<MintBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let b = body(
+        b,
+        "{runId, signal, label?, expiresInS?, maxUses?, wake?, hmac?}",
+    )?;
+    let m = capability::mint(
+        &st.engine,
+        st.secrets.as_ref(),
+        MintRequest {
+            run_id: b.run_id,
+            signal: b.signal,
+            label: b.label,
+            expires_in_s: b.expires_in_s,
+            max_uses: b.max_uses,
+            wake: b.wake,
+            hmac: b.hmac,
+        },
+        actor(&who),
+    )
+    .await?;
+    let mut v = capability(&m.record);
+    v["url"] = json!(format!("/v1/hooks/{}", m.token));
+    v["token"] = json!(m.token);
+    if let Some(s) = m.hmac_secret {
+        v["hmacSecret"] = json!(s);
+    }
+    Ok((StatusCode::CREATED, Json(v)).into_response())
+}
+
+/// Every minted endpoint, newest first; tokens are never shown again.
+#[utoipa::path(get, path = "/v1/capabilities", tag = "capabilities", responses((status = 200, description = "{capabilities}")))]
+pub async fn list_capabilities(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let cs = st.engine.store.list_capabilities().await?;
+    Ok(Json(
+        json!({"capabilities": cs.iter().map(capability).collect::<Vec<_>>()}),
+    ))
+}
+
+/// Revokes an endpoint; its next request gets 404. Errors: 404; 409 already revoked.
+#[utoipa::path(post, path = "/v1/capabilities/{id}/revoke", tag = "capabilities", params(("id" = String, Path, description = "Endpoint id")), responses((status = 200, description = "the revoked endpoint"), (status = 404, description = "not_found"), (status = 409, description = "conflict")))]
+pub async fn revoke(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(capability(
+        &capability::revoke(&st.engine, &id).await?,
+    )))
+}
+
+/// The public capability URL (signals-and-connectors §4.2). Never echoes the payload.
+#[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type")))]
+pub async fn hook(
+    State(st): State<AppState>,
+    Path(token): Path<String>,
+    headers: HeaderMap,
+    body: bytes::Bytes,
+) -> Result<Response, ApiError> {
+    let answer =
+        capability::ingest(&st.engine, st.secrets.as_ref(), &token, &headers, body).await?;
+    Ok(match answer {
+        IngestAnswer::Duplicate { receipt_id, .. } => (
+            StatusCode::OK,
+            Json(json!({"accepted": true, "duplicate": true, "receiptId": receipt_id})),
+        )
+            .into_response(),
+        IngestAnswer::Accepted { receipt_id, .. }
+        | IngestAnswer::Unmatched { receipt_id }
+        | IngestAnswer::DeadLettered { receipt_id, .. } => (
+            StatusCode::ACCEPTED,
+            Json(json!({"accepted": true, "receiptId": receipt_id})),
+        )
+            .into_response(),
+    })
+}
