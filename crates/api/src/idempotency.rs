@@ -56,7 +56,9 @@ pub async fn layer(State(st): State<AppState>, req: Request, next: Next) -> Resp
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     );
     let path = req.uri().path().to_string();
-    if !mutating || path.ends_with("/ingest") {
+    // Ingest and capability URLs dedup by their own keys (trigger dedup key; Idempotency-Key + body
+    // digest per signals-and-connectors §4.2).
+    if !mutating || path.ends_with("/ingest") || path.starts_with("/v1/hooks/") {
         return next.run(req).await;
     }
     let Some(key) = req

@@ -101,9 +101,30 @@ pub async fn start_with_keys(
             .into_iter()
             .collect(),
     };
-    let engine = Engine::start(store, Catalog::new(vec![sub], vec![binding], vec![wf]))
-        .await
-        .unwrap();
+    serve(
+        dir,
+        store,
+        Catalog::new(vec![sub], vec![binding], vec![wf]),
+        keys,
+    )
+    .await
+}
+
+/// A fresh SQLite store in a new temp dir.
+pub fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    (dir, store)
+}
+
+/// Starts engine + worker + timer loop + API over `catalog` with a store in `dir`.
+pub async fn serve(
+    dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    catalog: Catalog,
+    keys: Vec<trigger_bridge_api::auth::ApiKey>,
+) -> Server {
+    let engine = Engine::start(store, catalog).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     std::mem::forget(_tx);
     tokio::spawn(tb_engine::sessions::timers(engine.clone(), rx.clone()));
@@ -155,6 +176,19 @@ impl Server {
             .header("x-github-delivery", delivery)
             .header("x-hub-signature-256", sig)
             .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = StatusCode::from_u16(r.status().as_u16()).unwrap();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// POSTs JSON to `path`; returns the status and the JSON answer (`Null` when empty).
+    pub async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .json(&body)
             .send()
             .await
             .unwrap();
