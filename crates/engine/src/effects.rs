@@ -79,15 +79,17 @@ pub fn plan(
             let Executor::Session { config, mailbox } = &w.executor else {
                 return None;
             };
-            let coalesce = params.coalesce_key.clone().map(|key| Coalesce {
-                workflow_id: w.id.clone(),
-                key,
-                on_existing: params.on_existing.unwrap_or(OnExisting::Noop),
-                signal: params
-                    .signal
-                    .clone()
-                    .map(|n| webhook_signal(d, n, params.wake)),
-                prompt: webhook_prompt(d, &params),
+            let coalesce = params.coalesce_key.clone().map(|key| {
+                Box::new(Coalesce {
+                    workflow_id: w.id.clone(),
+                    key,
+                    on_existing: params.on_existing.unwrap_or(OnExisting::Noop),
+                    signal: params
+                        .signal
+                        .clone()
+                        .map(|n| webhook_signal(d, n, params.wake)),
+                    prompt: webhook_prompt(d, &params),
+                })
             });
             Some(Ok(Effect::StartSession {
                 run: NewRun {

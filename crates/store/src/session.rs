@@ -50,7 +50,7 @@ pub enum Effect {
     /// `on_existing` on the live session holding the key.
     StartSession {
         run: NewRun,
-        coalesce: Option<Coalesce>,
+        coalesce: Option<Box<Coalesce>>,
     },
     RaiseSignal {
         target: Target,

@@ -637,3 +637,195 @@ async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records
         );
     }
 }
+
+/// A running session run started through a delivery's local effect; returns its id.
+async fn session_run(s: &dyn Store, sub_id: &str) -> String {
+    sub(s, sub_id, 0).await;
+    let r = receipt(sub_id, &new_id(IdKind::Receipt), b"{}", &["b"]);
+    s.commit_receipt(r).await.unwrap();
+    let lease = s.lease_due("w", 2_001, 60_000, 1).await.unwrap().remove(0);
+    let run_id = lease.delivery.run_id.clone().unwrap();
+    let mut c = commit_for(
+        &lease,
+        AttemptOutcome::Delivered,
+        DeliveryState::Delivered,
+        None,
+        2_002,
+    );
+    c.effect = Some(Effect::StartSession {
+        run: NewRun {
+            id: run_id.clone(),
+            workflow_id: "pr-session".into(),
+            inputs: json!({}),
+            status: RunStatus::Running,
+            dead_letter: None,
+            session: Some((
+                json!({"system": "start"}),
+                tb_core::signal::MailboxPolicy::default(),
+            )),
+        },
+        coalesce: None,
+    });
+    let done = s.commit_attempt(c).await.unwrap();
+    assert_eq!(done.run_id.as_deref(), Some(run_id.as_str()));
+    run_id
+}
+
+fn api_signal(id: &str, name: &str) -> NewSignal {
+    NewSignal {
+        signal_id: id.into(),
+        name: name.into(),
+        source: tb_core::signal::SignalSource {
+            kind: tb_core::signal::SourceKind::Api,
+            receipt_id: None,
+            actor_id: None,
+        },
+        data: tb_core::signal::DataPlacement::None,
+        wake: false,
+        delivery_id: None,
+    }
+}
+
+fn spec(
+    kind: tb_core::wait::WaitKind,
+    names: &[&str],
+    timeout_ms: Option<u64>,
+) -> tb_core::wait::WaitSpec {
+    tb_core::wait::WaitSpec {
+        kind,
+        names: names.iter().map(|s| s.to_string()).collect(),
+        timeout_ms,
+        user_input: kind == tb_core::wait::WaitKind::Any,
+        reason: "test".into(),
+    }
+}
+
+#[tokio::test]
+async fn candidates_visible_together_resolve_by_precedence() {
+    use tb_core::wait::{WaitKind, WaitState};
+    for (s, _dir) in backends() {
+        let run = session_run(&*s, "sessions").await;
+        // Timer due and a matching signal in the same step (the timer loop had not fired yet): the
+        // signal wins and the timer is tombstoned.
+        let w = s
+            .create_wait(
+                &run,
+                "wait_1",
+                spec(WaitKind::Signal, &["ci"], Some(1_000)),
+                10_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!((w.state, w.deadline), (WaitState::Armed, Some(11_000)));
+        let out = s
+            .raise_signal(&run, api_signal("s1", "ci"), 20_000)
+            .await
+            .unwrap();
+        assert_eq!(out.consumed_by.as_deref(), Some("wait_1"));
+        let w = s.get_wait(&run, "wait_1").await.unwrap();
+        assert_eq!(w.winner.unwrap()["kind"], "signal");
+        assert_eq!(
+            w.losers,
+            json!([{"kind": "timer", "disposition": "tombstoned"}])
+        );
+
+        // An `any` race whose deadline passed when user input arrives: user input beats the timer.
+        s.create_wait(
+            &run,
+            "wait_2",
+            spec(WaitKind::Any, &["ci"], Some(1_000)),
+            30_000,
+        )
+        .await
+        .unwrap();
+        let turn = s
+            .enqueue_prompt(
+                &run,
+                NewPrompt {
+                    text: "hi".into(),
+                    variables: json!(null),
+                    from: "user".into(),
+                    delivery_id: None,
+                },
+                40_000,
+            )
+            .await
+            .unwrap();
+        let w = s.get_wait(&run, "wait_2").await.unwrap();
+        assert_eq!(w.winner.as_ref().unwrap()["kind"], "user_input");
+        assert_eq!(w.winner.unwrap()["turnId"], json!(turn.id));
+        assert_eq!(
+            w.losers,
+            json!([{"kind": "timer", "disposition": "tombstoned"}])
+        );
+
+        // Timers: only due, armed waits fire; the earliest deadline is reported.
+        s.create_wait(
+            &run,
+            "wait_3",
+            spec(WaitKind::Signal, &["x"], Some(5_000)),
+            50_000,
+        )
+        .await
+        .unwrap();
+        assert_eq!(s.next_timer_at().await.unwrap(), Some(55_000));
+        assert_eq!(s.fire_timers(54_999, 10).await.unwrap(), 0);
+        assert_eq!(s.fire_timers(55_000, 10).await.unwrap(), 1);
+        let w = s.get_wait(&run, "wait_3").await.unwrap();
+        assert_eq!(w.winner.unwrap()["kind"], "timer");
+        assert_eq!(s.next_timer_at().await.unwrap(), None);
+
+        // Stop beats a buffered match when the run ends: the wait resolves `stop`, the signal stays.
+        s.create_wait(
+            &run,
+            "wait_4",
+            spec(WaitKind::Signal, &["late"], None),
+            60_000,
+        )
+        .await
+        .unwrap();
+        s.finish_run(&run, RunStatus::Cancelled, None, 61_000)
+            .await
+            .unwrap();
+        let w = s.get_wait(&run, "wait_4").await.unwrap();
+        assert_eq!(w.winner.unwrap()["kind"], "stop");
+        let events = s.run_events(&run, None, 100).await.unwrap();
+        assert_eq!(
+            events.last().unwrap().event_type,
+            "run.cancelled",
+            "terminal event last"
+        );
+        assert!(matches!(
+            s.raise_signal(&run, api_signal("s9", "late"), 62_000).await,
+            Err(StoreError::Rejected {
+                code: tb_core::ErrorCode::TargetTerminal,
+                ..
+            })
+        ));
+    }
+}
+
+#[tokio::test]
+async fn turns_are_claimed_in_order_leased_and_redelivered() {
+    for (s, _dir) in backends() {
+        let run = session_run(&*s, "turns").await;
+        let start = s.claim_turn(&run, 1_000, 3_000).await.unwrap().unwrap();
+        assert_eq!(start.kind, tb_core::turn::TurnKind::Start);
+        assert!(
+            s.claim_turn(&run, 1_000, 3_500).await.unwrap().is_none(),
+            "one turn at a time while its lease holds"
+        );
+        let again = s.claim_turn(&run, 1_000, 4_001).await.unwrap().unwrap();
+        assert_eq!(
+            (again.id.as_str(), again.claims),
+            (start.id.as_str(), 2),
+            "redelivered after the lease"
+        );
+        s.ack_turn(&run, &start.id, 4_002).await.unwrap();
+        assert!(matches!(
+            s.ack_turn(&run, &start.id, 4_003).await,
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(s.claim_turn(&run, 1_000, 4_004).await.unwrap().is_none());
+    }
+}
