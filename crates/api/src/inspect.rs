@@ -123,17 +123,23 @@ pub async fn list_receipts(
     )))
 }
 
-/// `GET /v1/receipts/{id}` -> `{receipt, deliveries}`.
-#[utoipa::path(get, path = "/v1/receipts/{id}", tag = "receipts", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{receipt, deliveries}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
+/// `GET /v1/receipts/{id}` -> `{receipt, deliveries, timeline}`; the timeline is redacted (states, ids, times).
+#[utoipa::path(get, path = "/v1/receipts/{id}", tag = "receipts", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{receipt, deliveries, timeline}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_receipt(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let r = st.engine.store.get_receipt(&id).await?;
     let ds = st.engine.store.deliveries_of_receipt(&id).await?;
-    Ok(Json(
-        json!({"receipt": wire::receipt(&r), "deliveries": ds.iter().map(wire::delivery).collect::<Vec<_>>()}),
-    ))
+    let mut with_attempts = Vec::with_capacity(ds.len());
+    for d in &ds {
+        with_attempts.push((d.clone(), st.engine.store.attempts(&d.id).await?));
+    }
+    Ok(Json(json!({
+        "receipt": wire::receipt(&r),
+        "deliveries": ds.iter().map(wire::delivery).collect::<Vec<_>>(),
+        "timeline": crate::timeline::timeline(&r, &with_attempts),
+    })))
 }
 
 /// `GET /v1/deliveries` -> `{deliveries, nextCursor?}`. Errors: 400 for an unknown `state`.

@@ -15,6 +15,7 @@ pub mod registration;
 pub mod runs;
 pub mod sessions;
 pub mod sse;
+pub mod timeline;
 pub mod webhooks;
 pub mod wire;
 

@@ -393,6 +393,26 @@ async fn redelivered_github_event_starts_one_session_and_later_events_signal_it(
     assert_eq!(w["winner"]["signal"]["name"], "pr.synchronize");
     let r = s.get(&format!("/v1/receipts/{rid}")).await;
     assert_eq!(r["receipt"]["state"], "consumed", "{r}");
+    let states: Vec<&str> = r["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "received",
+            "authenticated",
+            "normalized",
+            "matched",
+            "routed",
+            "attempted",
+            "queued",
+            "consumed"
+        ]
+    );
+    assert!(!r["timeline"].to_string().contains("acme/app"), "redacted");
 }
 
 #[tokio::test]

@@ -113,6 +113,20 @@ pub enum RunsCmd {
         /// Run id
         id: String,
     },
+    /// List a run's waits (armed, resolved with their winner, cancelled)
+    Waits {
+        /// Run id
+        id: String,
+    },
+    /// Arm a wait on a run: resolves at once from a buffered signal, else waits (durably)
+    Wait(crate::sessions_client::WaitArgs),
+    /// Queue user input on a run (interrupts a signal wait for one turn; wins an --any race)
+    Prompt {
+        /// Run id
+        id: String,
+        /// The text
+        text: String,
+    },
 }
 
 // `trigger-bridge subscriptions ...`
@@ -145,6 +159,8 @@ const RUNS: &str =
 const EVENTS: &str = "SEQ=sequence TYPE=type EVENT=eventId TIMESTAMP=timestamp";
 const SUBSCRIPTIONS: &str = "SUBSCRIPTION=subscriptionId SOURCE=source STATE=state \
     MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff";
+const TIMELINE: &str = "STATE=state AT=at DELIVERY=deliveryId ATTEMPT=attempt OUTCOME=outcome \
+    ERROR=errorClass";
 const RECEIPT_KV: &str =
     "receipt=receiptId subscription=subscriptionId state=state event=eventType \
     provider_event_id=providerEventId dedup_key=dedupKey content_type=contentType bytes=bodyBytes \
@@ -223,7 +239,7 @@ fn cell(v: Option<&Value>) -> String {
         .collect()
 }
 
-fn render(items: &[Value], spec: &str) -> String {
+pub(crate) fn render(items: &[Value], spec: &str) -> String {
     let cols = cols(spec);
     let headers: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
     let rows = items
@@ -234,7 +250,7 @@ fn render(items: &[Value], spec: &str) -> String {
 }
 
 /// Prints `v[key]` as a table (or `empty` when there are none) and the next page's cursor.
-fn print_list(v: &Value, key: &str, spec: &str, empty: &str) {
+pub(crate) fn print_list(v: &Value, key: &str, spec: &str, empty: &str) {
     match v[key].as_array() {
         Some(items) if !items.is_empty() => print!("{}", render(items, spec)),
         _ => println!("{empty}"),
@@ -245,7 +261,7 @@ fn print_list(v: &Value, key: &str, spec: &str, empty: &str) {
 }
 
 /// Prints `label: value` lines, labels aligned.
-fn print_kv(obj: &Value, spec: &str) {
+pub(crate) fn print_kv(obj: &Value, spec: &str) {
     let cols = cols(spec);
     let w = cols.iter().map(|c| c.0.len()).max().unwrap_or(0) + 1;
     for (label, p) in cols {
@@ -297,7 +313,7 @@ fn pretty(raw: &str) -> String {
     out
 }
 
-fn seg(id: &str) -> String {
+pub(crate) fn seg(id: &str) -> String {
     id.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => (b as char).to_string(),
@@ -306,13 +322,13 @@ fn seg(id: &str) -> String {
         .collect()
 }
 
-struct Api<'a> {
+pub(crate) struct Api<'a> {
     o: &'a ClientOpts,
     http: reqwest::Client,
 }
 
 impl Api<'_> {
-    fn new(o: &ClientOpts) -> Result<Api<'_>> {
+    pub(crate) fn new(o: &ClientOpts) -> Result<Api<'_>> {
         Ok(Api {
             o,
             http: http_client()?,
@@ -320,11 +336,12 @@ impl Api<'_> {
     }
 
     /// Calls the API; returns the parsed body and its raw text. Non-2xx → `"<status> <error>: <message>"`.
-    async fn call(
+    pub(crate) async fn call(
         &self,
         method: Method,
         path: &str,
         query: &[(&str, Option<String>)],
+        body: Option<&Value>,
     ) -> Result<(Value, String)> {
         let url = format!("{}{path}", self.o.server.trim_end_matches('/'));
         let query: Vec<_> = query
@@ -332,6 +349,9 @@ impl Api<'_> {
             .filter_map(|(k, v)| Some((*k, v.clone()?)))
             .collect();
         let mut req = self.http.request(method, &url).query(&query);
+        if let Some(b) = body {
+            req = req.json(b);
+        }
         if let Some(k) = &self.o.api_key {
             req = req.bearer_auth(k);
         }
@@ -365,11 +385,15 @@ impl Api<'_> {
     }
 
     /// GETs `path`; under `--json` prints the body and returns `None`.
-    async fn get(&self, path: &str, query: &[(&str, Option<String>)]) -> Result<Option<Value>> {
-        self.show(self.call(Method::GET, path, query).await?)
+    pub(crate) async fn get(
+        &self,
+        path: &str,
+        query: &[(&str, Option<String>)],
+    ) -> Result<Option<Value>> {
+        self.show(self.call(Method::GET, path, query, None).await?)
     }
 
-    fn show(&self, (body, raw): (Value, String)) -> Result<Option<Value>> {
+    pub(crate) fn show(&self, (body, raw): (Value, String)) -> Result<Option<Value>> {
         if self.o.json {
             println!("{}", pretty(&raw));
             return Ok(None);
@@ -401,6 +425,8 @@ pub async fn receipts(o: &ClientOpts, c: ReceiptsCmd) -> Result<()> {
         ReceiptsCmd::Show { id } => {
             if let Some(v) = api.get(&format!("/v1/receipts/{}", seg(&id)), &[]).await? {
                 print_kv(&v["receipt"], RECEIPT_KV);
+                println!();
+                print_list(&v, "timeline", TIMELINE, "no timeline");
                 println!();
                 print_list(
                     &v,
@@ -456,6 +482,7 @@ pub async fn deliveries(o: &ClientOpts, c: DeliveriesCmd) -> Result<()> {
                     Method::POST,
                     &format!("/v1/deliveries/{}/replay", seg(&id)),
                     &[],
+                    None,
                 )
                 .await?;
             if let Some(v) = api.show(reply)? {
@@ -489,15 +516,21 @@ pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
                 print_list(&v, "runs", RUNS, "no runs match");
             }
         }
+        RunsCmd::Waits { id } => return crate::sessions_client::waits(&api, &id).await,
+        RunsCmd::Wait(a) => return crate::sessions_client::wait(&api, a).await,
+        RunsCmd::Prompt { id, text } => {
+            return crate::sessions_client::prompt(&api, &id, text).await
+        }
         RunsCmd::Show { id } => {
             let (run, _) = api
-                .call(Method::GET, &format!("/v1/runs/{}", seg(&id)), &[])
+                .call(Method::GET, &format!("/v1/runs/{}", seg(&id)), &[], None)
                 .await?;
             let (events, _) = api
                 .call(
                     Method::GET,
                     &format!("/v1/runs/{}/events/poll", seg(&id)),
                     &[],
+                    None,
                 )
                 .await?;
             if o.json {
@@ -533,7 +566,7 @@ pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
         SubscriptionsCmd::Resume { id } => (id, "resume"),
     };
     let path = format!("/v1/trigger-subscriptions/{}/{verb}", seg(&id));
-    if let Some(v) = api.show(api.call(Method::POST, &path, &[]).await?)? {
+    if let Some(v) = api.show(api.call(Method::POST, &path, &[], None).await?)? {
         print!(
             "{}",
             render(std::slice::from_ref(&v["subscription"]), SUBSCRIPTIONS)

@@ -6,6 +6,7 @@ mod client;
 mod config;
 mod send;
 mod serve;
+mod sessions_client;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -72,6 +73,20 @@ enum Cmd {
         opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: client::SubscriptionsCmd,
+    },
+    /// Raise and inspect signals on runs (sessions).
+    Signals {
+        #[command(flatten)]
+        opts: client::ClientOpts,
+        #[command(subcommand)]
+        cmd: sessions_client::SignalsCmd,
+    },
+    /// Mint, list and revoke capability URLs (POST /v1/hooks/{token} raises one signal on one run).
+    Capabilities {
+        #[command(flatten)]
+        opts: client::ClientOpts,
+        #[command(subcommand)]
+        cmd: sessions_client::CapabilitiesCmd,
     },
 }
 
@@ -146,6 +161,10 @@ async fn main() -> ExitCode {
         Cmd::Deliveries { opts, cmd } => client::deliveries(&opts, cmd).await.map(|_| 0),
         Cmd::Runs { opts, cmd } => client::runs(&opts, cmd).await.map(|_| 0),
         Cmd::Subscriptions { opts, cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
+        Cmd::Signals { opts, cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
+        Cmd::Capabilities { opts, cmd } => {
+            sessions_client::capabilities(&opts, cmd).await.map(|_| 0)
+        }
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

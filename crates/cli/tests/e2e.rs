@@ -417,3 +417,151 @@ fn a_registered_subscription_survives_a_restart_and_its_secret_is_kept_by_refere
         "the fingerprint is stable across restarts"
     );
 }
+
+/// Runs the binary's client commands against `base`; returns stdout (panics on failure).
+fn cli(base: &str, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .args(args)
+        .args(["--server", base])
+        .output()
+        .expect("run cli");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The README's session walkthrough: every pull_request fixture (all one PR) through `send` to
+/// `github-sessions` starts ONE `pr-session`; the later events become `pr.<action>` signals in arrival
+/// order; `signals raise`, `runs wait` and `runs waits` drive it from the CLI.
+#[test]
+fn quickstart_session_walkthrough_with_send_and_the_cli() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::spawn(
+        &repo().join("examples/quickstart.toml"),
+        data.path(),
+        free_port(),
+    );
+    let mut files: Vec<(String, PathBuf)> = github_fixtures()
+        .into_iter()
+        .filter(|(e, _)| e == "pull_request")
+        .collect();
+    files.sort_by(|a, b| a.1.cmp(&b.1));
+    for (event, file) in &files {
+        let (status, body) = send(&s.base, "github-sessions", event, file, GH_SECRET, None);
+        assert_eq!(status, 202, "{}: {body}", file.display());
+    }
+    // Redelivery of the first event (same delivery id) is a duplicate.
+    let (_, first) = send(
+        &s.base,
+        "github-sessions",
+        "pull_request",
+        &files[0].1,
+        GH_SECRET,
+        Some("walkthrough-1"),
+    );
+    let (status, dup) = send(
+        &s.base,
+        "github-sessions",
+        "pull_request",
+        &files[0].1,
+        GH_SECRET,
+        Some("walkthrough-1"),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(dup["receiptId"], first["receiptId"]);
+
+    let expected: Vec<String> = files
+        .iter()
+        .chain(std::iter::once(&files[0]))
+        .filter_map(|(_, f)| {
+            let action = f.file_stem()?.to_str()?.split_once('-')?.1.to_string();
+            let signalled = [
+                "opened",
+                "synchronize",
+                "closed",
+                "reopened",
+                "edited",
+                "ready_for_review",
+                "converted_to_draft",
+            ];
+            signalled
+                .contains(&action.as_str())
+                .then(|| format!("pr.{action}"))
+        })
+        .skip(1) // the first opened starts the session
+        .collect();
+    let runs = s.wait_for("/v1/runs", |v| {
+        v["runs"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|r| r["workflowId"] == "pr-session"))
+    });
+    let sessions: Vec<&Value> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["workflowId"] == "pr-session")
+        .collect();
+    assert_eq!(sessions.len(), 1, "one session for one PR");
+    let run = sessions[0]["runId"].as_str().unwrap().to_string();
+    let sigs = s.wait_for(&format!("/v1/runs/{run}/signals"), |v| {
+        v["buffered"].as_u64() == Some(expected.len() as u64)
+    });
+    let got: Vec<String> = sigs["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["signal"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(got, expected, "FIFO, in arrival order");
+
+    // The CLI: a wait takes the oldest pr.closed; a raised signal wakes a second wait.
+    let out = cli(
+        &s.base,
+        &[
+            "runs",
+            "wait",
+            &run,
+            "--name",
+            "pr.closed",
+            "--reason",
+            "waiting for close",
+        ],
+    );
+    assert!(out.contains("state:       resolved"), "{out}");
+    assert!(out.contains("winner:      signal"), "{out}");
+    let out = cli(
+        &s.base,
+        &[
+            "signals",
+            "raise",
+            &run,
+            "ci.green",
+            "--data",
+            "{\"checks\":12}",
+            "--signal-id",
+            "ci-1",
+        ],
+    );
+    assert!(out.contains(": queued"), "{out}");
+    let out = cli(
+        &s.base,
+        &["signals", "raise", &run, "ci.green", "--signal-id", "ci-1"],
+    );
+    assert!(out.contains(": duplicate"), "{out}");
+    let out = cli(
+        &s.base,
+        &[
+            "runs", "wait", &run, "--name", "ci.green", "--reason", "ci", "--json",
+        ],
+    );
+    let w: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        w["winner"]["signal"]["data"],
+        serde_json::json!({"checks": 12})
+    );
+    let out = cli(&s.base, &["runs", "waits", &run]);
+    assert_eq!(out.lines().count(), 3, "header + two waits: {out}");
+}

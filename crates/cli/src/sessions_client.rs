@@ -1,0 +1,270 @@
+//! Client commands for sessions (issue #5): `signals raise|list`, `runs waits|wait|prompt`,
+//! `capabilities mint|list|revoke`. Same conventions as `client.rs`: tables by default, `--json` prints
+//! the server's answer.
+
+use anyhow::{bail, Context, Result};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::client::{print_kv, print_list, render, seg, Api, ClientOpts};
+
+const SIGNALS: &str = "SEQ=seq STATE=state NAME=signal/name SIGNAL=signal/signalId \
+    SOURCE=signal/source/kind RAISED=signal/raisedAt CONSUMED_BY=consumedBy";
+const WAITS: &str = "WAIT=waitId KIND=kind NAMES=names STATE=state DEADLINE=deadline \
+    WINNER=winner/kind REASON=reason";
+const CAPABILITIES: &str = "ENDPOINT=endpointId RUN=runId SIGNAL=signal LABEL=label USES=useCount \
+    MAX=maxUses EXPIRES=expiresAt REVOKED=revokedAt";
+
+// `trigger-bridge signals ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum SignalsCmd {
+    /// Raise a named signal on a run (buffered FIFO until a wait consumes it)
+    Raise {
+        /// Run id
+        run: String,
+        /// Signal name: 1-64 of a-z 0-9 _ . -
+        name: String,
+        /// JSON data carried by the signal (inline up to 32 KiB; larger is stored by reference)
+        #[arg(long)]
+        data: Option<String>,
+        /// Idempotency identity; raising the same id again is a recorded duplicate
+        #[arg(long)]
+        signal_id: Option<String>,
+        /// Also queue a turn so the session acts on it
+        #[arg(long)]
+        wake: bool,
+    },
+    /// Show a run's mailbox: buffered, consumed and dropped signals in arrival order
+    List {
+        /// Run id
+        run: String,
+    },
+}
+
+// `trigger-bridge runs wait ...`
+#[derive(clap::Args, Debug)]
+pub struct WaitArgs {
+    /// Run id
+    pub id: String,
+    /// Signal name to wait for (repeat for any of several, at most 8)
+    #[arg(long = "name", required = true)]
+    pub names: Vec<String>,
+    /// Resolve by timer after this many ms (default: no deadline)
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// wait_for_any: race the names, user input, the timer and stop
+    #[arg(long)]
+    pub any: bool,
+    /// With --any: leave user input out of the race
+    #[arg(long, requires = "any")]
+    pub no_user_input: bool,
+    /// Shown as the run's waitReason while it waits
+    #[arg(long)]
+    pub reason: String,
+    /// Then block up to this many seconds (at most 60) for the wait to resolve
+    #[arg(long, default_value_t = 0)]
+    pub follow: u64,
+}
+
+// `trigger-bridge capabilities ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum CapabilitiesCmd {
+    /// Mint a URL that raises one signal on one run (the token is printed once)
+    Mint {
+        /// Run id the endpoint signals
+        #[arg(long)]
+        run: String,
+        /// Signal name raised per request
+        #[arg(long)]
+        signal: String,
+        /// A label for operators
+        #[arg(long)]
+        label: Option<String>,
+        /// Lifetime in seconds (default 30 days, at most 90 days)
+        #[arg(long)]
+        expires_in_s: Option<u64>,
+        /// Requests accepted before the URL stops working (default 1000)
+        #[arg(long)]
+        max_uses: Option<u64>,
+        /// Also queue a turn per signal
+        #[arg(long)]
+        wake: bool,
+        /// Require X-Signature-256: sha256=<hex HMAC of the body> with a generated key (printed once)
+        #[arg(long)]
+        hmac: bool,
+    },
+    /// List minted endpoints (tokens are never shown again)
+    List,
+    /// Revoke an endpoint: its next request gets 404
+    Revoke {
+        /// Endpoint id (sgep_...)
+        id: String,
+    },
+}
+
+/// `signals raise|list`.
+pub async fn signals(o: &ClientOpts, c: SignalsCmd) -> Result<()> {
+    let api = Api::new(o)?;
+    match c {
+        SignalsCmd::Raise {
+            run,
+            name,
+            data,
+            signal_id,
+            wake,
+        } => {
+            let mut body = json!({"name": name, "wake": wake});
+            if let Some(d) = data {
+                body["data"] = serde_json::from_str::<Value>(&d)
+                    .context("--data must be JSON, e.g. --data '{\"ok\":true}'")?;
+            }
+            if let Some(id) = signal_id {
+                body["signalId"] = json!(id);
+            }
+            let path = format!("/v1/runs/{}/signals", seg(&run));
+            if let Some(v) = api.show(api.call(Method::POST, &path, &[], Some(&body)).await?)? {
+                let mut line = format!(
+                    "signal {} {} on {run}: {}",
+                    v["name"].as_str().unwrap_or(""),
+                    v["signalId"].as_str().unwrap_or(""),
+                    v["status"].as_str().unwrap_or("")
+                );
+                if let Some(w) = v["consumedBy"].as_str() {
+                    line += &format!(" (consumed by {w})");
+                }
+                if let Some(d) = v["dropped"].as_array() {
+                    line += &format!(" (dropped {} oldest: mailbox full)", d.len());
+                }
+                println!("{line}");
+            }
+        }
+        SignalsCmd::List { run } => {
+            let path = format!("/v1/runs/{}/signals", seg(&run));
+            if let Some(v) = api.get(&path, &[]).await? {
+                print_list(&v, "signals", SIGNALS, "no signals");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `runs waits RUN`.
+pub async fn waits(api: &Api<'_>, run: &str) -> Result<()> {
+    let path = format!("/v1/runs/{}/waits", seg(run));
+    if let Some(v) = api.get(&path, &[]).await? {
+        print_list(&v, "waits", WAITS, "no waits");
+    }
+    Ok(())
+}
+
+/// `runs wait RUN --name N --reason R [--timeout-ms MS] [--any] [--follow S]`.
+pub async fn wait(api: &Api<'_>, a: WaitArgs) -> Result<()> {
+    if a.follow > 60 {
+        bail!("--follow is at most 60 seconds");
+    }
+    let mut body = json!({
+        "kind": if a.any { "any" } else { "signal" },
+        "names": a.names,
+        "reason": a.reason,
+    });
+    if let Some(t) = a.timeout_ms {
+        body["timeoutMs"] = json!(t);
+    }
+    if a.any {
+        body["userInput"] = json!(!a.no_user_input);
+    }
+    let path = format!("/v1/runs/{}/waits", seg(&a.id));
+    let (mut w, mut raw) = api.call(Method::POST, &path, &[], Some(&body)).await?;
+    if a.follow > 0 && w["state"] == "armed" {
+        let p = format!("{path}/{}", seg(w["waitId"].as_str().unwrap_or("")));
+        (w, raw) = api
+            .call(
+                Method::GET,
+                &p,
+                &[("timeout", Some(a.follow.to_string()))],
+                None,
+            )
+            .await?;
+    }
+    if let Some(w) = api.show((w, raw))? {
+        print_kv(
+            &w,
+            "wait=waitId state=state kind=kind names=names reason=reason deadline=deadline \
+             interrupted=interrupted winner=winner/kind signal=winner/signal/signalId losers=losers",
+        );
+    }
+    Ok(())
+}
+
+/// `runs prompt RUN TEXT`.
+pub async fn prompt(api: &Api<'_>, run: &str, text: String) -> Result<()> {
+    let path = format!("/v1/runs/{}/prompts", seg(run));
+    let reply = api
+        .call(Method::POST, &path, &[], Some(&json!({"text": text})))
+        .await?;
+    if let Some(v) = api.show(reply)? {
+        println!(
+            "queued turn {} (#{}) on {run}",
+            v["turnId"].as_str().unwrap_or(""),
+            v["seq"]
+        );
+    }
+    Ok(())
+}
+
+/// `capabilities mint|list|revoke`.
+pub async fn capabilities(o: &ClientOpts, c: CapabilitiesCmd) -> Result<()> {
+    let api = Api::new(o)?;
+    match c {
+        CapabilitiesCmd::Mint {
+            run,
+            signal,
+            label,
+            expires_in_s,
+            max_uses,
+            wake,
+            hmac,
+        } => {
+            let body = json!({
+                "runId": run, "signal": signal, "label": label, "expiresInS": expires_in_s,
+                "maxUses": max_uses, "wake": wake, "hmac": hmac,
+            });
+            let reply = api
+                .call(Method::POST, "/v1/capabilities", &[], Some(&body))
+                .await?;
+            if let Some(v) = api.show(reply)? {
+                let url = format!(
+                    "{}{}",
+                    o.server.trim_end_matches('/'),
+                    v["url"].as_str().unwrap_or("")
+                );
+                println!("endpoint: {}", v["endpointId"].as_str().unwrap_or(""));
+                println!("url:      {url}");
+                println!("expires:  {}", v["expiresAt"].as_str().unwrap_or(""));
+                println!("The URL (and key) are shown only now; store them in the sender's secret store.");
+                let body = r#"{"ok":true}"#;
+                match v["hmacSecret"].as_str() {
+                    Some(k) => {
+                        println!("hmac key: {k}");
+                        println!("Try: curl -X POST -H 'content-type: application/json' -H \"X-Signature-256: sha256=$(printf '%s' '{body}' | openssl dgst -sha256 -hmac '{k}' | sed 's/^.* //')\" -d '{body}' {url}");
+                    }
+                    None => println!(
+                        "Try: curl -X POST -H 'content-type: application/json' -d '{body}' {url}"
+                    ),
+                }
+            }
+        }
+        CapabilitiesCmd::List => {
+            if let Some(v) = api.get("/v1/capabilities", &[]).await? {
+                print_list(&v, "capabilities", CAPABILITIES, "no capability endpoints");
+            }
+        }
+        CapabilitiesCmd::Revoke { id } => {
+            let path = format!("/v1/capabilities/{}/revoke", seg(&id));
+            if let Some(v) = api.show(api.call(Method::POST, &path, &[], None).await?)? {
+                print!("{}", render(std::slice::from_ref(&v), CAPABILITIES));
+            }
+        }
+    }
+    Ok(())
+}
