@@ -3,6 +3,7 @@
 //! No response ever echoes inbound content.
 
 pub mod auth;
+pub mod bindings;
 pub mod dead_letters;
 pub mod discovery;
 pub mod error;
@@ -116,6 +117,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/capabilities/{id}/revoke", post(sessions::revoke))
         .route("/v1/hooks/{token}", post(sessions::hook))
+        .route("/v1/bindings", get(bindings::list))
+        .route("/v1/bindings/{id}/revoke", post(bindings::revoke))
+        .route("/v1/bindings/{id}/restore", post(bindings::restore))
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(

@@ -15,11 +15,24 @@ fn step(state: &str, at: i64) -> Value {
 }
 
 /// The timeline, oldest first. Each entry is `{state, at, ...}`; attempts add `{deliveryId, attempt,
-/// outcome, errorClass?}`; the last entry is the receipt's current state.
+/// outcome, errorClass?}`; repeated deliveries of the same dedup key add `{state: "duplicate", at: the
+/// last one, count}`.
 pub fn timeline(
     r: &ReceiptRecord,
     deliveries: &[(DeliveryRecord, Vec<AttemptRecord>)],
 ) -> Vec<Value> {
+    let mut out = progress(r, deliveries);
+    if let (n @ 1.., Some(at)) = (r.duplicates, r.last_duplicate_at) {
+        let mut d = step("duplicate", at);
+        d["count"] = json!(n);
+        out.push(d);
+        // ISO-8601 UTC strings sort by time; the sort is stable, so equal times keep their order.
+        out.sort_by(|a, b| a["at"].as_str().cmp(&b["at"].as_str()));
+    }
+    out
+}
+
+fn progress(r: &ReceiptRecord, deliveries: &[(DeliveryRecord, Vec<AttemptRecord>)]) -> Vec<Value> {
     let t0 = r.received_at;
     let mut out = vec![step("received", t0)];
     if r.state == ReceiptState::Rejected {

@@ -44,9 +44,15 @@ pub fn receipt(r: &ReceiptRecord) -> Value {
         "bodyBytes": r.body_bytes,
         "receivedAt": time(r.received_at),
         "updatedAt": time(r.updated_at),
+        "duplicates": r.duplicates,
     });
     let o = m.as_object_mut().expect("object");
     put(o, "contentType", r.content_type.clone().map(Value::String));
+    put(
+        o,
+        "lastDuplicateAt",
+        r.last_duplicate_at.map(|t| Value::String(time(t))),
+    );
     m
 }
 

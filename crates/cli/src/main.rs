@@ -81,6 +81,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: sessions_client::SignalsCmd,
     },
+    /// List bindings; revoke or restore one at once.
+    Bindings {
+        #[command(flatten)]
+        opts: client::ClientOpts,
+        #[command(subcommand)]
+        cmd: sessions_client::BindingsCmd,
+    },
     /// Mint, list and revoke capability URLs (POST /v1/hooks/{token} raises one signal on one run).
     Capabilities {
         #[command(flatten)]
@@ -162,6 +169,7 @@ async fn main() -> ExitCode {
         Cmd::Runs { opts, cmd } => client::runs(&opts, cmd).await.map(|_| 0),
         Cmd::Subscriptions { opts, cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
         Cmd::Signals { opts, cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
+        Cmd::Bindings { opts, cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
         Cmd::Capabilities { opts, cmd } => {
             sessions_client::capabilities(&opts, cmd).await.map(|_| 0)
         }

@@ -126,6 +126,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     // Durable timers of waits run with the worker role.
     let timers = (!args.no_worker)
         .then(|| tokio::spawn(tb_engine::sessions::timers(engine.clone(), stop_rx.clone())));
+    let dups = tokio::spawn(tb_engine::duplicates::run(engine.clone(), stop_rx.clone()));
     let day = std::time::Duration::from_secs(86_400);
     let sweeper = tokio::spawn(tb_engine::sweeper::run(
         engine.clone(),
@@ -171,6 +172,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(t) = timers {
         let _ = t.await;
     }
+    let _ = dups.await;
     let _ = sweeper.await;
     store.close().await;
     signals.abort();

@@ -66,6 +66,54 @@ pub struct WaitArgs {
     pub follow: u64,
 }
 
+// `trigger-bridge bindings ...`
+#[derive(clap::Subcommand, Debug)]
+pub enum BindingsCmd {
+    /// List bindings with their state (active or revoked)
+    List,
+    /// Revoke a binding at once: it routes nothing more and its queued deliveries are refused
+    Revoke {
+        /// Binding id
+        id: String,
+    },
+    /// Restore a revoked binding
+    Restore {
+        /// Binding id
+        id: String,
+    },
+}
+
+const BINDINGS: &str = "BINDING=bindingId SUBSCRIPTION=subscriptionId ACTION=action \
+    WORKFLOW=workflowId EVENT_TYPES=eventTypes STATE=state";
+
+/// `bindings list|revoke|restore`.
+pub async fn bindings(o: &ClientOpts, c: BindingsCmd) -> Result<()> {
+    let api = Api::new(o)?;
+    let (id, verb) = match c {
+        BindingsCmd::List => {
+            if let Some(v) = api.get("/v1/bindings", &[]).await? {
+                print_list(&v, "bindings", BINDINGS, "no bindings configured");
+            }
+            return Ok(());
+        }
+        BindingsCmd::Revoke { id } => (id, "revoke"),
+        BindingsCmd::Restore { id } => (id, "restore"),
+    };
+    let path = format!("/v1/bindings/{}/{verb}", seg(&id));
+    if let Some(v) = api.show(api.call(Method::POST, &path, &[], None).await?)? {
+        let note = if v["changed"] == true {
+            ""
+        } else {
+            " (unchanged)"
+        };
+        println!(
+            "binding {id} is {}{note}",
+            v["state"].as_str().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
 // `trigger-bridge capabilities ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum CapabilitiesCmd {

@@ -97,6 +97,8 @@ pub struct DeliveryView<'a> {
 
 /// Dead-letter reasons that mean the target run had ended.
 pub const TARGET_TERMINAL_REASONS: &[&str] = &["target_terminal"];
+/// Dead-letter reasons that mean the binding was revoked before its delivery acted.
+pub const DISABLED_REASONS: &[&str] = &["binding_revoked"];
 /// Dead-letter reasons that mean routing could not be done (non-retryable).
 pub const ROUTING_FAILED_REASONS: &[&str] = &[
     "template_field_missing",
@@ -105,9 +107,23 @@ pub const ROUTING_FAILED_REASONS: &[&str] = &[
     "workflow_missing",
 ];
 
+/// True for attempt error classes that come from routing policy or the target session rather than a
+/// failing delivery: a revoked binding, an ended or missing target, a template that cannot be rendered,
+/// a full mailbox. They settle the receipt (`disabled`, `target_terminal`, `routing_failed`, or retry)
+/// but never count against the subscription's breaker or dead-letter state (DESIGN §4 Subscription
+/// counts delivery failures only).
+pub fn is_policy_refusal(error_class: Option<&str>) -> bool {
+    error_class.is_some_and(|r| {
+        DISABLED_REASONS.contains(&r)
+            || TARGET_TERMINAL_REASONS.contains(&r)
+            || ROUTING_FAILED_REASONS.contains(&r)
+            || r == "signal_buffer_full"
+    })
+}
+
 /// The state a receipt settles in once all its deliveries are terminal (signals-and-connectors §6):
 /// `dead_lettered` if any delivery exhausted its retries, else `routing_failed` if any could not be
-/// routed, else `target_terminal` if any target had ended, else `consumed` when every effect was
+/// routed, else `disabled` if its binding was revoked, else `target_terminal` if any target had ended, else `consumed` when every effect was
 /// consumed, else `queued` (delivered to the target's queue, not yet consumed). `None` while any delivery
 /// is still open.
 pub fn settle(deliveries: &[DeliveryView<'_>]) -> Option<ReceiptState> {
@@ -121,7 +137,9 @@ pub fn settle(deliveries: &[DeliveryView<'_>]) -> Option<ReceiptState> {
                 && match set {
                     Some(set) => d.reason.is_some_and(|r| set.contains(&r)),
                     None => !d.reason.is_some_and(|r| {
-                        ROUTING_FAILED_REASONS.contains(&r) || TARGET_TERMINAL_REASONS.contains(&r)
+                        ROUTING_FAILED_REASONS.contains(&r)
+                            || TARGET_TERMINAL_REASONS.contains(&r)
+                            || DISABLED_REASONS.contains(&r)
                     }),
                 }
         })
@@ -130,6 +148,8 @@ pub fn settle(deliveries: &[DeliveryView<'_>]) -> Option<ReceiptState> {
         ReceiptState::DeadLettered
     } else if dead(Some(ROUTING_FAILED_REASONS)) {
         ReceiptState::RoutingFailed
+    } else if dead(Some(DISABLED_REASONS)) {
+        ReceiptState::Disabled
     } else if dead(Some(TARGET_TERMINAL_REASONS)) {
         ReceiptState::TargetTerminal
     } else if deliveries.iter().all(|d| d.consumed) {
@@ -193,6 +213,10 @@ mod tests {
         assert_eq!(
             settle(&[v(D::DeadLettered, Some("target_terminal"), false)]),
             Some(ReceiptState::TargetTerminal)
+        );
+        assert_eq!(
+            settle(&[v(D::DeadLettered, Some("binding_revoked"), false)]),
+            Some(ReceiptState::Disabled)
         );
         assert_eq!(
             settle(&[

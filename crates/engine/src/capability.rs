@@ -298,6 +298,7 @@ async fn duplicate(
     }
     metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => "duplicate")
         .increment(1);
+    engine.note_duplicate(&receipt_id);
     Ok(IngestAnswer::Duplicate {
         run_id: deliveries.first().and_then(|d| d.run_id.clone()),
         receipt_id,

@@ -93,6 +93,8 @@ pub struct Catalog {
     order: Vec<String>,
     bindings: HashMap<String, Vec<Binding>>,
     workflows: HashMap<String, Workflow>,
+    /// Revoked binding ids: they match nothing and their open deliveries are refused.
+    revoked: std::collections::HashSet<String>,
 }
 
 impl Catalog {
@@ -136,12 +138,37 @@ impl Catalog {
         self.subs.get(id)
     }
 
-    /// Bindings of a subscription, in config order.
-    pub fn bindings_of(&self, subscription: &str) -> &[Binding] {
+    /// Live (not revoked) bindings of a subscription, in config order.
+    pub fn bindings_of(&self, subscription: &str) -> impl Iterator<Item = &Binding> {
         self.bindings
             .get(subscription)
             .map(Vec::as_slice)
             .unwrap_or(&[])
+            .iter()
+            .filter(|b| !self.revoked.contains(&b.id))
+    }
+
+    /// Every binding with whether it is revoked, in subscription then config order.
+    pub fn all_bindings(&self) -> Vec<(&Binding, bool)> {
+        let mut out = Vec::new();
+        for sub in &self.order {
+            for b in self.bindings.get(sub).map(Vec::as_slice).unwrap_or(&[]) {
+                out.push((b, self.revoked.contains(&b.id)));
+            }
+        }
+        out
+    }
+
+    /// True when the binding exists and is not revoked (checked again on every delivery).
+    pub fn binding_live(&self, id: &str) -> bool {
+        !self.revoked.contains(id) && self.bindings.values().flatten().any(|b| b.id == id)
+    }
+
+    /// A copy with this set of revoked binding ids.
+    pub fn with_revoked(&self, revoked: std::collections::HashSet<String>) -> Catalog {
+        let mut c = self.clone();
+        c.revoked = revoked;
+        c
     }
 
     /// One workflow.

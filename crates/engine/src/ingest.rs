@@ -203,10 +203,13 @@ pub async fn ingest(
         | IngestOutcome::Accepted {
             receipt_id,
             deliveries,
-        } => IngestAnswer::Duplicate {
-            run_id: single_run(&deliveries),
-            receipt_id,
-        },
+        } => {
+            engine.note_duplicate(&receipt_id);
+            IngestAnswer::Duplicate {
+                run_id: single_run(&deliveries),
+                receipt_id,
+            }
+        }
     };
     let now = clock::now_ms();
     if let Some(first) = engine

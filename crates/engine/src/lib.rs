@@ -6,6 +6,7 @@
 pub mod capability;
 pub mod catalog;
 pub mod clock;
+pub mod duplicates;
 pub mod effects;
 pub mod executor;
 pub mod ingest;
@@ -51,6 +52,8 @@ pub struct Engine {
     pub sessions: tokio::sync::watch::Sender<u64>,
     /// Set on shutdown: long-polls answer at once.
     pub closing: std::sync::atomic::AtomicBool,
+    /// Duplicate answers not yet added to their receipts' counters (flushed by [`duplicates::run`]).
+    pub(crate) duplicates: std::sync::Mutex<HashMap<String, (u64, i64)>>,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -75,6 +78,8 @@ impl Engine {
                 .map_err(store_err)?;
             states.insert(rec.id.clone(), rec.state);
         }
+        let revoked = store.revoked_bindings().await.map_err(store_err)?;
+        let catalog = catalog.with_revoked(revoked.into_iter().map(|(id, _)| id).collect());
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(64)
@@ -88,6 +93,7 @@ impl Engine {
             webhooks: Default::default(),
             sessions: tokio::sync::watch::channel(0).0,
             closing: std::sync::atomic::AtomicBool::new(false),
+            duplicates: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
@@ -151,6 +157,44 @@ impl Engine {
             "subscription state changed"
         );
         metrics::counter!("tb_subscription_transitions_total", "to" => t.to.as_str()).increment(1);
+    }
+
+    /// Revokes (`revoke = true`) or restores a configured binding, durably and at once: a revoked
+    /// binding matches nothing from the next request on, and the worker refuses its open deliveries
+    /// (`binding_revoked`, receipt `disabled`). Returns whether anything changed.
+    /// Errors: `not_found` for an unknown binding.
+    pub async fn set_binding_revoked(
+        &self,
+        id: &str,
+        revoke: bool,
+        by: Option<String>,
+    ) -> Result<bool, TbError> {
+        if !self
+            .catalog()
+            .all_bindings()
+            .iter()
+            .any(|(b, _)| b.id == id)
+        {
+            return Err(TbError::new(ErrorCode::NotFound, "no such binding"));
+        }
+        let changed = if revoke {
+            self.store
+                .revoke_binding(id, by, clock::now_ms())
+                .await
+                .map_err(store_err)?
+        } else {
+            self.store.restore_binding(id).await.map_err(store_err)?
+        };
+        let revoked = self.store.revoked_bindings().await.map_err(store_err)?;
+        let mut c = self.catalog.write().expect("catalog lock");
+        *c = Arc::new(c.with_revoked(revoked.into_iter().map(|(id, _)| id).collect()));
+        tracing::info!(
+            binding = id,
+            revoked = revoke,
+            changed,
+            "binding revocation changed"
+        );
+        Ok(changed)
     }
 
     /// Operator pause / resume through the state machine; `None` when nothing changed.

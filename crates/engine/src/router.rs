@@ -26,7 +26,6 @@ pub fn route(
 ) -> Vec<NewDelivery> {
     catalog
         .bindings_of(subscription)
-        .iter()
         .filter(|b| b.matches(event))
         .map(|b| {
             let id = new_id(IdKind::Delivery);

@@ -155,7 +155,15 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         .as_deref()
         .and_then(|w| catalog.workflow(w).cloned());
     let effect = crate::effects::plan(d, &run_id, workflow.as_ref());
-    let result: Result<RunStatus, ActionResult> = if d.action == "webhook" {
+    // The binding is re-checked on every delivery: a revoked (or removed) binding acts no more.
+    let bound = catalog.subscription(&d.subscription_id).is_some();
+    let result: Result<RunStatus, ActionResult> = if bound && !catalog.binding_live(&d.binding_id) {
+        Err(ActionResult::Failed {
+            error_class: "binding_revoked".into(),
+            retry_after_ms: None,
+            permanent: true,
+        })
+    } else if d.action == "webhook" {
         crate::webhooks::deliver(engine, d)
             .await
             .map(|_| RunStatus::Completed)
@@ -192,7 +200,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             }
         }
     };
-    let effect = effect.and_then(Result::ok);
+    let effect = effect.and_then(Result::ok).filter(|_| result.is_ok());
     let build = |result: &Result<RunStatus, ActionResult>, effect: Option<tb_store::Effect>| {
         let action = match result {
             Ok(_) => ActionResult::Done,

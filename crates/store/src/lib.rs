@@ -262,6 +262,16 @@ pub trait Store: Send + Sync + 'static {
     /// Revokes at once. Errors: `NotFound`; `Conflict` when already revoked.
     async fn revoke_capability(&self, id: &str, now: i64) -> StoreResult<CapabilityRecord>;
 
+    // --- bindings and duplicates ------------------------------------------------------------------
+    /// Revokes a binding (idempotent); `false` when it was already revoked.
+    async fn revoke_binding(&self, id: &str, by: Option<String>, now: i64) -> StoreResult<bool>;
+    /// Lifts a revocation; `false` when the binding was not revoked.
+    async fn restore_binding(&self, id: &str) -> StoreResult<bool>;
+    /// Revoked binding ids with the time of revocation.
+    async fn revoked_bindings(&self) -> StoreResult<Vec<(String, i64)>>;
+    /// Adds `(receipt id, duplicate count, last duplicate time ms)` to receipts' duplicate counters.
+    async fn add_duplicates(&self, counts: Vec<(String, u64, i64)>) -> StoredResult;
+
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 }

@@ -118,6 +118,9 @@ pub struct ReceiptRecord {
     pub body_bytes: u64,
     pub received_at: i64,
     pub updated_at: i64,
+    /// Repeated deliveries of its dedup key answered `duplicate` (counted, not stored).
+    pub duplicates: u64,
+    pub last_duplicate_at: Option<i64>,
 }
 
 /// A stored delivery.

@@ -128,6 +128,7 @@ pub async fn serve(
     let (_tx, rx) = tokio::sync::watch::channel(false);
     std::mem::forget(_tx);
     tokio::spawn(tb_engine::sessions::timers(engine.clone(), rx.clone()));
+    tokio::spawn(tb_engine::duplicates::run(engine.clone(), rx.clone()));
     tokio::spawn(tb_engine::worker::run(
         engine.clone(),
         WorkerConfig {

@@ -37,10 +37,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0004_webhook_standard.sql"),
     ),
     (5, include_str!("../../migrations/sqlite/0005_sessions.sql")),
+    (
+        6,
+        include_str!("../../migrations/sqlite/0006_revocations_duplicates.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The SQLite store. Cheap to share behind an `Arc<dyn Store>`.
 pub struct SqliteStore {
@@ -488,6 +492,26 @@ impl Store for SqliteStore {
         let i = id.to_string();
         self.writer
             .write(move |c| session::revoke_capability(c, &i, now))
+            .await
+    }
+    async fn revoke_binding(&self, id: &str, by: Option<String>, now: i64) -> StoreResult<bool> {
+        let i = id.to_string();
+        self.writer
+            .write(move |c| write::revoke_binding(c, &i, by.as_deref(), now))
+            .await
+    }
+    async fn restore_binding(&self, id: &str) -> StoreResult<bool> {
+        let i = id.to_string();
+        self.writer
+            .write(move |c| write::restore_binding(c, &i))
+            .await
+    }
+    async fn revoked_bindings(&self) -> StoreResult<Vec<(String, i64)>> {
+        self.read(read::revoked_bindings).await
+    }
+    async fn add_duplicates(&self, counts: Vec<(String, u64, i64)>) -> StoredResult {
+        self.writer
+            .write(move |c| write::add_duplicates(c, &counts))
             .await
     }
     async fn close(&self) {

@@ -50,7 +50,7 @@ pub(crate) fn source_str(s: Source) -> &'static str {
     s.as_str()
 }
 
-pub(crate) const RECEIPT_COLS: &str = "id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at";
+pub(crate) const RECEIPT_COLS: &str = "id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at, duplicates, last_duplicate_at";
 
 fn receipt_row(r: &Row) -> rusqlite::Result<ReceiptRecord> {
     let state: String = r.get(6)?;
@@ -66,7 +66,21 @@ fn receipt_row(r: &Row) -> rusqlite::Result<ReceiptRecord> {
         body_bytes: r.get(8)?,
         received_at: r.get(9)?,
         updated_at: r.get(10)?,
+        duplicates: r.get(11)?,
+        last_duplicate_at: r.get(12)?,
     })
+}
+
+pub(crate) fn revoked_bindings(c: &Connection) -> StoreResult<Vec<(String, i64)>> {
+    let mut st = c
+        .prepare_cached(
+            "SELECT binding_id, revoked_at FROM binding_revocations ORDER BY binding_id",
+        )
+        .map_err(db)?;
+    let rows = st
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
 }
 
 pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays, params, consumed_at";

@@ -429,7 +429,15 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
 
     // Subscription counters and state machine (the rules live in tb_core::subscription). Runs started
     // through the API (`POST /v1/runs`) belong to no trigger subscription: nothing to update.
+    let policy = at.outcome != AttemptOutcome::Delivered
+        && receipt::is_policy_refusal(at.error_class.as_deref());
     let sub = match read::get_subscription(c, &d.subscription_id) {
+        Ok(_) if policy => {
+            return Ok(AttemptCommitted {
+                subscription_transition: None,
+                run_id: target,
+            })
+        }
         Ok(s) => s,
         Err(StoreError::NotFound(_)) => {
             return Ok(AttemptCommitted {
@@ -843,6 +851,45 @@ pub(crate) fn delete_webhook(c: &Connection, id: &str, tenant: &str) -> StoreRes
         .map_err(db)?;
     if n == 0 {
         return Err(StoreError::NotFound("webhook".into()));
+    }
+    Ok(())
+}
+
+pub(crate) fn revoke_binding(
+    c: &Connection,
+    id: &str,
+    by: Option<&str>,
+    now: i64,
+) -> StoreResult<bool> {
+    let n = c
+        .prepare_cached(
+            "INSERT INTO binding_revocations (binding_id, revoked_at, revoked_by) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (binding_id) DO NOTHING",
+        )
+        .map_err(db)?
+        .execute(params![id, now, by])
+        .map_err(db)?;
+    Ok(n == 1)
+}
+
+pub(crate) fn restore_binding(c: &Connection, id: &str) -> StoreResult<bool> {
+    let n = c
+        .prepare_cached("DELETE FROM binding_revocations WHERE binding_id = ?1")
+        .map_err(db)?
+        .execute([id])
+        .map_err(db)?;
+    Ok(n == 1)
+}
+
+pub(crate) fn add_duplicates(c: &Connection, counts: &[(String, u64, i64)]) -> StoreResult<()> {
+    let mut st = c
+        .prepare_cached(
+            "UPDATE receipts SET duplicates = duplicates + ?2, \
+             last_duplicate_at = MAX(COALESCE(last_duplicate_at, 0), ?3) WHERE id = ?1",
+        )
+        .map_err(db)?;
+    for (id, n, at) in counts {
+        st.execute(params![id, *n as i64, at]).map_err(db)?;
     }
     Ok(())
 }
