@@ -527,7 +527,11 @@ async fn best_effort_delivers_unverified_events_and_none_skips_the_check() {
                 a["receiptId"].as_str().unwrap()
             ))
             .await;
-        assert_eq!(r["receipt"]["state"], "routed", "{mode}");
+        // Routed at the answer; the worker may already have started the run (consumed).
+        assert!(
+            ["routed", "consumed"].contains(&r["receipt"]["state"].as_str().unwrap()),
+            "{mode}: {r}"
+        );
         let rec = s
             .engine
             .store

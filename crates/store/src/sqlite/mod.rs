@@ -2,10 +2,10 @@
 //! writer thread, and a small pool of read-only connections used from blocking tasks.
 
 mod read;
-mod session;
+pub(crate) mod session;
 mod write;
 
-pub use session::wait_view;
+pub use session::waits::wait_view;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

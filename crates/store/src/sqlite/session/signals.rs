@@ -1,0 +1,191 @@
+//! Signals on SQLite: the per-run FIFO mailbox, dedup by `signalId`, overflow policy, large payloads.
+
+use super::*;
+
+pub(super) fn mailbox_of(c: &Connection, run_id: &str) -> StoreResult<MailboxPolicy> {
+    let m: Option<String> = c
+        .prepare_cached("SELECT mailbox FROM runs WHERE id = ?1")
+        .map_err(db)?
+        .query_row([run_id], |r| r.get(0))
+        .map_err(db)?;
+    Ok(m.and_then(|m| serde_json::from_str(&m).ok())
+        .unwrap_or_default())
+}
+
+/// Raises a signal on a run (signals-and-connectors §5.2): a repeated `signalId` is recorded
+/// (`tb.signal.duplicate`) and suppressed; a full mailbox follows its policy; the signal is buffered in
+/// FIFO order (`tb.signal.buffered`), wakes the run with a turn when `wake`, and may resolve the armed
+/// wait at once. Errors: `NotFound`; `Rejected(target_terminal | signal_buffer_full)`.
+pub(crate) fn raise_signal(
+    c: &Connection,
+    run_id: &str,
+    s: &NewSignal,
+    now: i64,
+) -> StoreResult<RaiseOutcome> {
+    live_run(c, run_id)?;
+    let existing: Option<String> = c
+        .prepare_cached("SELECT envelope FROM signals WHERE run_id = ?1 AND signal_id = ?2")
+        .map_err(db)?
+        .query_row(params![run_id, s.signal_id], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    if let Some(env) = existing {
+        append_event(
+            c,
+            run_id,
+            "tb.signal.duplicate",
+            &json!({"signalId": s.signal_id, "name": s.name}),
+            now,
+        )?;
+        return Ok(RaiseOutcome {
+            status: "duplicate",
+            signal: json_col(Some(env)).unwrap_or(Value::Null),
+            consumed_by: None,
+            dropped: Vec::new(),
+        });
+    }
+    let buffered: u32 = c
+        .prepare_cached("SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND state = 'buffered'")
+        .map_err(db)?
+        .query_row([run_id], |r| r.get(0))
+        .map_err(db)?;
+    let mut dropped = Vec::new();
+    match admit(mailbox_of(c, run_id)?, buffered) {
+        Admit::Buffer => {}
+        Admit::Reject => {
+            return Err(rejected(
+                ErrorCode::SignalBufferFull,
+                format!("the run's signal mailbox is full ({buffered} buffered) and its overflow policy is reject; retry after it drains"),
+            ))
+        }
+        Admit::DropOldest(n) => {
+            let mut st = c
+                .prepare_cached(
+                    "UPDATE signals SET state = 'dropped', settled_at = ?3 WHERE rowid IN \
+                     (SELECT rowid FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq LIMIT ?2) \
+                     RETURNING signal_id, name, seq, delivery_id",
+                )
+                .map_err(db)?;
+            let rows = st
+                .query_map(params![run_id, n, now], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                    ))
+                })
+                .map_err(db)?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(db)?;
+            for (id, name, seq, delivery) in rows {
+                append_event(
+                    c,
+                    run_id,
+                    "tb.signal.dropped",
+                    &json!({"signalId": id, "name": name, "seq": seq, "reason": "mailbox_full"}),
+                    now,
+                )?;
+                if let Some(d) = delivery {
+                    // Its receipt can no longer be consumed: it ends `expired`.
+                    c.prepare_cached("UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE id = (SELECT receipt_id FROM deliveries WHERE id = ?1)")
+                        .map_err(db)?
+                        .execute(params![d, now])
+                        .map_err(db)?;
+                }
+                dropped.push(id);
+            }
+        }
+    }
+    let (data, payload_ref) = match &s.data {
+        DataPlacement::None => (None, None),
+        DataPlacement::Inline(v) => (Some(v.clone()), None),
+        DataPlacement::Reference(bytes) => {
+            let r = format!("sigp_{}", &new_id(IdKind::Signal)[4..]);
+            c.prepare_cached(
+                "INSERT INTO signal_payloads (ref, run_id, data, created_at) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .map_err(db)?
+            .execute(params![r, run_id, bytes, now])
+            .map_err(db)?;
+            (None, Some(r))
+        }
+    };
+    let env = SessionSignalV1 {
+        version: 1,
+        signal_id: s.signal_id.clone(),
+        name: s.name.clone(),
+        source: s.source.clone(),
+        raised_at: iso(now),
+        data,
+        payload_ref,
+        wake: s.wake,
+    };
+    let env_json = serde_json::to_value(&env).expect("serializable");
+    let seq: i64 = c
+        .prepare_cached(
+            "INSERT INTO signals (run_id, seq, signal_id, name, envelope, state, delivery_id, raised_at) \
+             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE run_id = ?1), ?2, ?3, ?4, 'buffered', ?5, ?6) \
+             RETURNING seq",
+        )
+        .map_err(db)?
+        .query_row(
+            params![run_id, s.signal_id, s.name, env_json.to_string(), s.delivery_id, now],
+            |r| r.get(0),
+        )
+        .map_err(db)?;
+    append_event(
+        c,
+        run_id,
+        "tb.signal.buffered",
+        &json!({"signalId": s.signal_id, "name": s.name, "seq": seq, "source": s.source.kind, "wake": s.wake}),
+        now,
+    )?;
+    if s.wake {
+        insert_turn(
+            c,
+            run_id,
+            TurnKind::Signal,
+            &turn::signal_content(&env_json),
+            s.delivery_id.as_deref(),
+            false,
+            now,
+        )?;
+    }
+    resolve_step(c, run_id, now, false)?;
+    let consumed_by: Option<String> = c
+        .prepare_cached("SELECT consumed_by FROM signals WHERE run_id = ?1 AND seq = ?2")
+        .map_err(db)?
+        .query_row(params![run_id, seq], |r| r.get(0))
+        .map_err(db)?;
+    Ok(RaiseOutcome {
+        status: "queued",
+        signal: env_json,
+        consumed_by,
+        dropped,
+    })
+}
+
+pub(super) fn signal_row(r: &Row) -> rusqlite::Result<SignalRecord> {
+    Ok(SignalRecord {
+        run_id: r.get(0)?,
+        seq: r.get(1)?,
+        state: r.get(2)?,
+        signal: json_col(r.get(3)?).unwrap_or(Value::Null),
+        consumed_by: r.get(4)?,
+        settled_at: r.get(5)?,
+    })
+}
+
+pub(crate) fn list_signals(c: &Connection, run_id: &str) -> StoreResult<Vec<SignalRecord>> {
+    all_of_run(c, "SELECT run_id, seq, state, envelope, consumed_by, settled_at FROM signals WHERE run_id = ?1 ORDER BY seq", run_id, signal_row)
+}
+
+pub(crate) fn signal_payload(c: &Connection, run_id: &str, r: &str) -> StoreResult<Vec<u8>> {
+    c.prepare_cached("SELECT data FROM signal_payloads WHERE ref = ?1 AND run_id = ?2")
+        .map_err(db)?
+        .query_row(params![r, run_id], |r| r.get(0))
+        .optional()
+        .map_err(db)?
+        .ok_or_else(|| StoreError::NotFound("signal payload".into()))
+}

@@ -1,0 +1,373 @@
+//! Waits on SQLite: arming, cancelling, and the one resolution step (rule: `tb_core::wait::resolve`).
+
+use super::*;
+
+pub(super) const WAIT_COLS: &str =
+    "id, run_id, spec, deadline, state, interrupted_by, winner, losers, created_at, settled_at";
+
+pub(super) fn wait_row(r: &Row) -> rusqlite::Result<WaitRecord> {
+    let spec: String = r.get(2)?;
+    let state: String = r.get(4)?;
+    Ok(WaitRecord {
+        id: r.get(0)?,
+        run_id: r.get(1)?,
+        spec: serde_json::from_str(&spec).map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into())
+        })?,
+        deadline: r.get(3)?,
+        state: WaitState::parse(&state).unwrap_or(WaitState::Armed),
+        interrupted_by: r.get(5)?,
+        winner: json_col(r.get(6)?),
+        losers: json_col(r.get(7)?).unwrap_or_else(|| json!([])),
+        created_at: r.get(8)?,
+        settled_at: r.get(9)?,
+    })
+}
+
+pub(crate) fn get_wait(c: &Connection, run_id: &str, id: &str) -> StoreResult<WaitRecord> {
+    one_of_run(
+        c,
+        &format!("SELECT {WAIT_COLS} FROM waits WHERE id = ?1 AND run_id = ?2"),
+        run_id,
+        id,
+        wait_row,
+        "wait",
+    )
+}
+
+pub(crate) fn list_waits(c: &Connection, run_id: &str) -> StoreResult<Vec<WaitRecord>> {
+    all_of_run(
+        c,
+        &format!("SELECT {WAIT_COLS} FROM waits WHERE run_id = ?1 ORDER BY created_at, id"),
+        run_id,
+        wait_row,
+    )
+}
+
+pub(super) fn armed_wait(c: &Connection, run_id: &str) -> StoreResult<Option<WaitRecord>> {
+    c.prepare_cached(&format!(
+        "SELECT {WAIT_COLS} FROM waits WHERE run_id = ?1 AND state = 'armed'"
+    ))
+    .map_err(db)?
+    .query_row([run_id], wait_row)
+    .optional()
+    .map_err(db)
+}
+
+/// Arms a wait on a run (replacing, i.e. cancelling, an armed one), with its absolute deadline, and
+/// runs one resolution step at once: a buffered match (oldest first), queued user input or an
+/// already-past deadline resolves it immediately. Errors: `NotFound`; `Rejected(target_terminal)`.
+pub(crate) fn create_wait(
+    c: &Connection,
+    run_id: &str,
+    wait_id: &str,
+    spec: &WaitSpec,
+    now: i64,
+) -> StoreResult<WaitRecord> {
+    live_run(c, run_id)?;
+    if let Some(old) = armed_wait(c, run_id)? {
+        settle_wait(c, &old, WaitState::Cancelled, None, &json!([]), now)?;
+        append_event(
+            c,
+            run_id,
+            "tb.wait.cancelled",
+            &json!({"waitId": old.id, "reason": "replaced"}),
+            now,
+        )?;
+    }
+    let deadline = spec.timeout_ms.map(|t| now + t as i64);
+    c.prepare_cached(
+        "INSERT INTO waits (id, run_id, spec, deadline, state, created_at) VALUES (?1, ?2, ?3, ?4, 'armed', ?5)",
+    )
+    .map_err(db)?
+    .execute(params![
+        wait_id,
+        run_id,
+        serde_json::to_string(spec).expect("serializable"),
+        deadline,
+        now
+    ])
+    .map_err(db)?;
+    set_status(
+        c,
+        run_id,
+        RunStatus::WaitingExternal,
+        Some(&spec.reason),
+        now,
+    )?;
+    append_event(
+        c,
+        run_id,
+        "tb.wait.started",
+        &json!({"waitId": wait_id, "kind": spec.kind, "names": spec.names, "deadline": deadline.map(iso)}),
+        now,
+    )?;
+    resolve_step(c, run_id, now, false)?;
+    get_wait(c, run_id, wait_id)
+}
+
+/// Cancels an armed wait (the driver's `{action: "cancel"}`). Errors: `NotFound`; `Conflict` when the
+/// wait is no longer armed.
+pub(crate) fn cancel_wait(
+    c: &Connection,
+    run_id: &str,
+    wait_id: &str,
+    now: i64,
+) -> StoreResult<WaitRecord> {
+    let w = get_wait(c, run_id, wait_id)?;
+    if w.state != WaitState::Armed {
+        return Err(StoreError::Conflict(format!(
+            "the wait is already {}",
+            w.state.as_str()
+        )));
+    }
+    settle_wait(c, &w, WaitState::Cancelled, None, &json!([]), now)?;
+    append_event(
+        c,
+        run_id,
+        "tb.wait.cancelled",
+        &json!({"waitId": wait_id, "reason": "cancelled"}),
+        now,
+    )?;
+    set_status(c, run_id, RunStatus::Running, None, now)?;
+    get_wait(c, run_id, wait_id)
+}
+
+pub(super) fn settle_wait(
+    c: &Connection,
+    w: &WaitRecord,
+    state: WaitState,
+    winner: Option<&Value>,
+    losers: &Value,
+    now: i64,
+) -> StoreResult<()> {
+    c.prepare_cached(
+        "UPDATE waits SET state = ?2, winner = ?3, losers = ?4, settled_at = ?5, interrupted_by = NULL WHERE id = ?1",
+    )
+    .map_err(db)?
+    .execute(params![
+        w.id,
+        state.as_str(),
+        winner.map(|v| v.to_string()),
+        losers.to_string(),
+        now
+    ])
+    .map_err(db)?;
+    Ok(())
+}
+
+/// One resolution step for the run's armed wait, if any: gathers the visible candidates (stop; unseen
+/// queued user input; the oldest buffered matching signal; a passed deadline), asks
+/// [`tb_core::wait::resolve`], and applies the outcome with the losers' dispositions. Returns the wait
+/// it resolved or interrupted.
+pub(crate) fn resolve_step(
+    c: &Connection,
+    run_id: &str,
+    now: i64,
+    stop: bool,
+) -> StoreResult<Option<String>> {
+    let Some(w) = armed_wait(c, run_id)? else {
+        return Ok(None);
+    };
+    let input: Option<String> = c
+        .prepare_cached("SELECT id FROM turns WHERE run_id = ?1 AND user_input = 1 AND state != 'acked' AND seen_by IS NULL ORDER BY seq LIMIT 1")
+        .map_err(db)?
+        .query_row([run_id], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    let signal = oldest_match(c, run_id, &w.spec)?;
+    let cand = Candidates {
+        stop,
+        user_input: input.is_some(),
+        signal: signal.is_some(),
+        timer: w.deadline.is_some_and(|d| d <= now),
+    };
+    let res = wait::resolve(
+        w.spec.kind,
+        w.spec.user_input,
+        w.interrupted_by.is_some(),
+        cand,
+    );
+    match res {
+        Resolution::Stay => Ok(None),
+        Resolution::Interrupt => {
+            let turn = input.expect("interrupt implies input");
+            mark_seen(c, &turn, &w.id)?;
+            c.prepare_cached("UPDATE waits SET interrupted_by = ?2 WHERE id = ?1")
+                .map_err(db)?
+                .execute(params![w.id, turn])
+                .map_err(db)?;
+            set_status(c, run_id, RunStatus::Running, None, now)?;
+            append_event(
+                c,
+                run_id,
+                "tb.wait.interrupted",
+                &json!({"waitId": w.id, "turnId": turn}),
+                now,
+            )?;
+            Ok(Some(w.id))
+        }
+        Resolution::Resolve { winner, losers } => {
+            let mut win = json!({"kind": winner});
+            match winner {
+                WinnerKind::Signal => {
+                    let (seq, env, delivery) = signal.expect("signal winner");
+                    c.prepare_cached("UPDATE signals SET state = 'consumed', consumed_by = ?3, settled_at = ?4 WHERE run_id = ?1 AND seq = ?2")
+                        .map_err(db)?
+                        .execute(params![run_id, seq, w.id, now])
+                        .map_err(db)?;
+                    append_event(
+                        c,
+                        run_id,
+                        "tb.signal.consumed",
+                        &json!({"signalId": env.get("signalId"), "name": env.get("name"), "seq": seq, "waitId": w.id}),
+                        now,
+                    )?;
+                    consume_delivery(c, delivery.as_deref(), now)?;
+                    win["signal"] = env;
+                }
+                WinnerKind::UserInput => {
+                    let turn = input.expect("input winner");
+                    mark_seen(c, &turn, &w.id)?;
+                    win["turnId"] = json!(turn);
+                }
+                WinnerKind::Timer => {
+                    win["deadline"] = json!(w.deadline.map(iso));
+                }
+                WinnerKind::Stop => {}
+            }
+            let losers = Value::Array(
+                losers
+                    .iter()
+                    .map(|(k, d)| json!({"kind": k, "disposition": d}))
+                    .collect(),
+            );
+            settle_wait(c, &w, WaitState::Resolved, Some(&win), &losers, now)?;
+            let ty = if winner == WinnerKind::Timer {
+                "tb.wait.timeout"
+            } else {
+                "tb.wait.resolved"
+            };
+            append_event(
+                c,
+                run_id,
+                ty,
+                &json!({"waitId": w.id, "winner": winner, "losers": losers}),
+                now,
+            )?;
+            if winner != WinnerKind::Stop {
+                set_status(c, run_id, RunStatus::Running, None, now)?;
+                let view = wait_view(&get_wait(c, run_id, &w.id)?);
+                insert_turn(
+                    c,
+                    run_id,
+                    TurnKind::Wait,
+                    &turn::wait_content(&view),
+                    None,
+                    false,
+                    now,
+                )?;
+            }
+            Ok(Some(w.id))
+        }
+    }
+}
+
+pub(super) fn mark_seen(c: &Connection, turn: &str, wait: &str) -> StoreResult<()> {
+    c.prepare_cached("UPDATE turns SET seen_by = ?2 WHERE id = ?1")
+        .map_err(db)?
+        .execute(params![turn, wait])
+        .map_err(db)?;
+    Ok(())
+}
+
+/// The oldest buffered signal whose name the wait takes: (seq, envelope, delivery id).
+pub(super) fn oldest_match(
+    c: &Connection,
+    run_id: &str,
+    spec: &WaitSpec,
+) -> StoreResult<Option<(i64, Value, Option<String>)>> {
+    let mut st = c
+        .prepare_cached("SELECT seq, name, envelope, delivery_id FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq")
+        .map_err(db)?;
+    let mut rows = st.query([run_id]).map_err(db)?;
+    while let Some(r) = rows.next().map_err(db)? {
+        let name: String = r.get(1).map_err(db)?;
+        if spec.takes(&name) {
+            return Ok(Some((
+                r.get(0).map_err(db)?,
+                json_col(r.get(2).map_err(db)?).unwrap_or(Value::Null),
+                r.get(3).map_err(db)?,
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// The API view of a wait: `{waitId, runId, kind, names, state, reason, deadline?, interrupted,
+/// winner?, losers}`.
+pub fn wait_view(w: &WaitRecord) -> Value {
+    let mut v = json!({
+        "waitId": w.id,
+        "runId": w.run_id,
+        "kind": w.spec.kind,
+        "names": w.spec.names,
+        "state": w.state,
+        "reason": w.spec.reason,
+        "interrupted": w.interrupted_by.is_some(),
+        "losers": w.losers,
+        "createdAt": iso(w.created_at),
+    });
+    if w.spec.kind == WaitKind::Any {
+        v["userInput"] = json!(w.spec.user_input);
+    }
+    if let Some(d) = w.deadline {
+        v["deadline"] = json!(iso(d));
+    }
+    if let Some(win) = &w.winner {
+        v["winner"] = win.clone();
+    }
+    if let Some(s) = w.settled_at {
+        v["settledAt"] = json!(iso(s));
+    }
+    v
+}
+
+/// Resolves armed waits whose deadline has passed (at most `limit`); returns how many resolved.
+pub(crate) fn fire_timers(c: &Connection, now: i64, limit: u32) -> StoreResult<u32> {
+    let runs: Vec<String> = c
+        .prepare_cached("SELECT run_id FROM waits INDEXED BY waits_due WHERE state = 'armed' AND deadline IS NOT NULL AND deadline <= ?1 AND interrupted_by IS NULL ORDER BY deadline LIMIT ?2")
+        .map_err(db)?
+        .query_map(params![now, limit], |r| r.get(0))
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
+    let mut n = 0;
+    for r in runs {
+        if resolve_step(c, &r, now, false)?.is_some() {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+pub(crate) fn next_timer_at(c: &Connection) -> StoreResult<Option<i64>> {
+    c.prepare_cached("SELECT MIN(deadline) FROM waits WHERE state = 'armed' AND deadline IS NOT NULL AND interrupted_by IS NULL")
+        .map_err(db)?
+        .query_row([], |r| r.get(0))
+        .map_err(db)
+}
+
+/// On a run's end: its armed wait resolves with winner `stop`, and receipts whose signals were still
+/// buffered end `expired`.
+pub(crate) fn on_run_end(c: &Connection, run_id: &str, now: i64) -> StoreResult<()> {
+    resolve_step(c, run_id, now, true)?;
+    c.prepare_cached(
+        "UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE state = 'queued' AND id IN \
+         (SELECT d.receipt_id FROM signals s JOIN deliveries d ON d.id = s.delivery_id WHERE s.run_id = ?1 AND s.state = 'buffered')",
+    )
+    .map_err(db)?
+    .execute(params![run_id, now])
+    .map_err(db)?;
+    Ok(())
+}
