@@ -36,11 +36,16 @@ impl IntoResponse for ApiError {
         if status.is_server_error() {
             tracing::error!(code = self.0.code.as_str(), message = %self.0.message, "request failed");
         }
-        (
+        let mut r = (
             status,
             Json(json!({"error": self.0.code.as_str(), "message": self.0.message})),
         )
-            .into_response()
+            .into_response();
+        if let Some(s) = self.0.retry_after_s {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        r
     }
 }
 

@@ -39,6 +39,7 @@ fn sub(id: &str, connector: ConnectorSpec, secret: &str) -> SubscriptionConfig {
         dedup_enabled: true,
         fingerprint: None,
         registration: None,
+        rate_limit_per_min: 0,
     }
 }
 

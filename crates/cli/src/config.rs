@@ -123,6 +123,8 @@ pub struct SubscriptionSection {
     pub failure_threshold: Option<u32>,
     /// Standard Webhooks / hmac timestamp tolerance in seconds (default 300).
     pub tolerance_s: Option<u64>,
+    /// Authenticated requests per minute before 429 `rate_limited` (default: unlimited).
+    pub rate_limit_per_min: Option<u32>,
     pub hmac: Option<HmacSection>,
     pub azure_devops: Option<AzureDevopsSection>,
 }
@@ -634,6 +636,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             dedup_enabled: true,
             fingerprint: None,
             registration: None,
+            rate_limit_per_min: s.rate_limit_per_min.unwrap_or(0),
         });
     }
 

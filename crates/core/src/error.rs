@@ -86,6 +86,8 @@ impl ErrorCode {
 pub struct TbError {
     pub code: ErrorCode,
     pub message: String,
+    /// Seconds the caller should wait before retrying (`Retry-After`), for 429 / 503 answers.
+    pub retry_after_s: Option<u64>,
 }
 
 impl TbError {
@@ -94,6 +96,13 @@ impl TbError {
         TbError {
             code,
             message: message.into(),
+            retry_after_s: None,
         }
+    }
+
+    /// The same error with a `Retry-After` in seconds.
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after_s = Some(seconds);
+        self
     }
 }

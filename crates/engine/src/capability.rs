@@ -26,6 +26,8 @@ pub const TOKEN_PREFIX: &str = "tbcap_";
 pub const DEFAULT_EXPIRES_S: u64 = 30 * 86_400;
 /// Longest lifetime: 90 days, in seconds.
 pub const MAX_EXPIRES_S: u64 = 90 * 86_400;
+/// Requests per minute one endpoint accepts (signals-and-connectors §4.2 reference: ~60/min).
+pub const RATE_PER_MIN: u32 = 60;
 /// Default and largest `maxUses`.
 pub const DEFAULT_MAX_USES: u64 = 1_000;
 pub const MAX_MAX_USES: u64 = 1_000_000;
@@ -142,7 +144,8 @@ fn not_found() -> TbError {
 }
 
 /// One request to `POST /v1/hooks/{token}`, in the order of signals-and-connectors §4.2: token lookup
-/// (404 alike for unknown / revoked / expired / used up), HMAC when configured (401), size (413),
+/// (404 alike for unknown / revoked / expired / used up), HMAC when configured (401), rate limit
+/// ([`RATE_PER_MIN`], 429 with `Retry-After`), size (413),
 /// content type and encoding (415), JSON (422), `Idempotency-Key` dedup (same key and body: 200
 /// duplicate; same key, other body: 409 `conflict`), terminal target (409 `target_terminal`), then one
 /// commit of receipt + delivery + use count. The JSON body becomes the signal's data (untrusted).
@@ -175,6 +178,16 @@ pub async fn ingest(
             count("rejected");
             return Err(TbError::new(e.code(), e.to_string()));
         }
+    }
+    if let Err(wait_s) = engine.rate_limits.check(&c.id, RATE_PER_MIN) {
+        count("rate_limited");
+        return Err(TbError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "this endpoint accepts {RATE_PER_MIN} requests a minute; retry after {wait_s} s"
+            ),
+        )
+        .retry_after(wait_s));
     }
     if body.len() > cap::MAX_BODY_BYTES {
         count("too_large");

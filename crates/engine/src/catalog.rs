@@ -56,6 +56,9 @@ pub struct SubscriptionConfig {
     pub fingerprint: Option<String>,
     /// Set for subscriptions registered through the API.
     pub registration: Option<Registration>,
+    /// Authenticated requests accepted per minute (token bucket, bursts of the same size); beyond it
+    /// 429 `rate_limited` with `Retry-After`, recorded as a `rate_limited` receipt. 0 = unlimited.
+    pub rate_limit_per_min: u32,
 }
 
 impl SubscriptionConfig {
@@ -74,6 +77,7 @@ impl SubscriptionConfig {
                 "dedupEnabled": self.dedup_enabled,
                 "secretFingerprint": self.fingerprint,
                 "registration": self.registration,
+                "rateLimitPerMin": self.rate_limit_per_min,
             }),
             failure_threshold: self.failure_threshold,
         }
@@ -215,5 +219,6 @@ pub fn api_runs_config() -> SubscriptionConfig {
         dedup_enabled: false,
         fingerprint: None,
         registration: None,
+        rate_limit_per_min: 0,
     }
 }

@@ -108,6 +108,32 @@ async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &Hea
     }
 }
 
+/// Keeps an authenticated request refused by the rate limit as a content-free `rate_limited` receipt:
+/// its provider event id (so an operator can ask the provider to redeliver it), event type and time; no
+/// body, no fields, no deliveries, and a dedup key of its own (a later redelivery is not a duplicate).
+async fn record_rate_limited(engine: &Engine, sub: &SubscriptionConfig, v: &Verified) {
+    let receipt_id = new_id(IdKind::Receipt);
+    let now = clock::now_ms();
+    let receipt = NewReceipt {
+        id: receipt_id.clone(),
+        subscription_id: sub.id.clone(),
+        dedup_key: dedup_key(&sub.id, &receipt_id),
+        provider_event_id: v.provider_event_id.clone(),
+        event_type: v.event.event_type(),
+        normalized: serde_json::json!({"event": v.event.event, "action": v.event.action, "fields": {}}),
+        state: ReceiptState::RateLimited,
+        content_type: None,
+        body: Bytes::new(),
+        received_at: now,
+        dedup_until: now,
+        deliveries: Vec::new(),
+        capability: None,
+    };
+    if let Err(e) = engine.store.commit_receipt(receipt).await {
+        tracing::error!(subscription = %sub.id, error = %e, "recording a rate-limited request failed");
+    }
+}
+
 /// The request's media type (e.g. `application/json`) when it is a plain token, for display; parameters
 /// and anything unusual are dropped so no inbound text is echoed.
 fn media_type(headers: &HeaderMap) -> Option<String> {
@@ -133,7 +159,8 @@ fn count(connector: &'static str, outcome: &'static str) {
 ///
 /// Errors (stable codes): `not_found` (404) unknown subscription; `subscription_not_active` (409) paused;
 /// `payload_too_large` (413); `unsupported_media_type` (415); `signature_invalid` (401) bad or missing
-/// signature or stale timestamp; `validation_error` (400) malformed after authentication; `unavailable`
+/// signature or stale timestamp; `rate_limited` (429, with `Retry-After`) over the subscription's
+/// `rate_limit_per_min`; `validation_error` (400) malformed after authentication; `unavailable`
 /// (503) the store cannot commit. A refused request writes nothing and changes no state.
 pub async fn ingest(
     engine: &Engine,
@@ -175,6 +202,19 @@ pub async fn ingest(
             return Err(TbError::new(e.code(), e.to_string()));
         }
     };
+    // Authenticated, then rate-limited, then de-duplicated (signals-and-connectors §0.1).
+    if let Err(wait_s) = engine.rate_limits.check(&sub.id, sub.rate_limit_per_min) {
+        count(connector, "rate_limited");
+        record_rate_limited(engine, &sub, &verified).await;
+        return Err(TbError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "subscription {:?} accepts {} requests a minute; retry after {wait_s} s",
+                sub.id, sub.rate_limit_per_min
+            ),
+        )
+        .retry_after(wait_s));
+    }
     let key = if sub.dedup_enabled && !authentic {
         // An unverified request (best-effort / none) never takes the key of a verified one, so a forged
         // post cannot shadow the real event.

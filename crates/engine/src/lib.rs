@@ -10,6 +10,7 @@ pub mod duplicates;
 pub mod effects;
 pub mod executor;
 pub mod ingest;
+pub mod rate_limit;
 pub mod registration;
 pub mod router;
 pub mod runs;
@@ -54,6 +55,8 @@ pub struct Engine {
     pub closing: std::sync::atomic::AtomicBool,
     /// Duplicate answers not yet added to their receipts' counters (flushed by [`duplicates::run`]).
     pub(crate) duplicates: std::sync::Mutex<HashMap<String, (u64, i64)>>,
+    /// Request rate limits per subscription and capability endpoint.
+    pub rate_limits: rate_limit::RateLimits,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -94,6 +97,7 @@ impl Engine {
             sessions: tokio::sync::watch::channel(0).0,
             closing: std::sync::atomic::AtomicBool::new(false),
             duplicates: Default::default(),
+            rate_limits: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

@@ -160,6 +160,7 @@ fn config_of(
         dedup_enabled,
         fingerprint: Some(fingerprint),
         registration: Some(reg),
+        rate_limit_per_min: 0,
     };
     (sub, binding)
 }

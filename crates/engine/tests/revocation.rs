@@ -61,6 +61,7 @@ async fn a_revoked_binding_routes_nothing_and_its_queued_delivery_is_disabled() 
         dedup_enabled: true,
         fingerprint: None,
         registration: None,
+        rate_limit_per_min: 0,
     };
     let binding = Binding {
         id: "on-push".into(),

@@ -76,6 +76,7 @@ pub async fn start_with_keys(
         dedup_enabled: true,
         fingerprint: None,
         registration: None,
+        rate_limit_per_min: 0,
     };
     let wf = match worker_url {
         Some(url) => Workflow {
