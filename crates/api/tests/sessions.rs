@@ -955,3 +955,30 @@ async fn capability_urls_raise_one_signal_and_die_on_revocation() {
     assert_eq!(send2().await, 202);
     assert_eq!(send2().await, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_first_events_for_one_key_create_one_session() {
+    let s = start().await;
+    let opened = pr_event("00-opened.json", "acme/race", 5);
+    let ids: Vec<String> = (0..10).map(|i| format!("race-{i}")).collect();
+    let posts = ids
+        .iter()
+        .map(|id| s.post_github("pull_request", id, opened.clone(), GH_SECRET));
+    let answers = futures_util::future::join_all(posts).await;
+    assert!(
+        answers.iter().all(|(st, _)| *st == StatusCode::ACCEPTED),
+        "{answers:?}"
+    );
+    // Ten distinct deliveries: one starts the session, nine find it and raise pr.opened on it.
+    let run = loop {
+        if let Some(r) = s.runs_of("pr-session").await.first() {
+            break r["runId"].as_str().unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let sigs = s
+        .wait_for(&format!("/v1/runs/{run}/signals"), |v| v["buffered"] == 9)
+        .await;
+    assert!(names(&sigs, "buffered").iter().all(|n| n == "pr.opened"));
+    assert_eq!(s.runs_of("pr-session").await.len(), 1);
+}
