@@ -568,6 +568,11 @@ async fn signals_raised_before_the_wait_are_consumed_oldest_first() {
     );
     // Events are content-free: no signal data in the log.
     assert!(!events.to_string().contains("\"n\""), "{events}");
+    // Every session event is a valid OpenWOP run event (vendor-prefixed `tb.` types).
+    let v = validator("run-event.schema.json");
+    for e in events["events"].as_array().unwrap() {
+        check(&v, e);
+    }
 }
 
 #[tokio::test]
