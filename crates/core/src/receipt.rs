@@ -118,6 +118,7 @@ pub fn is_policy_refusal(error_class: Option<&str>) -> bool {
             || TARGET_TERMINAL_REASONS.contains(&r)
             || ROUTING_FAILED_REASONS.contains(&r)
             || r == "signal_buffer_full"
+            || r == "target_starting"
     })
 }
 

@@ -125,12 +125,14 @@ pub fn plan(
 
 /// The failed attempt for an effect the store refused: `target_terminal` and `target_missing` are
 /// permanent (dead-lettered at once, the receipt ends `target_terminal` / `routing_failed`);
-/// `signal_buffer_full` is retried with backoff while the mailbox drains.
+/// `signal_buffer_full` is retried with backoff while the mailbox drains, and `target_starting` while
+/// the session the key belongs to is still being started by an earlier delivery.
 pub fn refusal(code: ErrorCode) -> ActionResult {
     let (class, permanent) = match code {
         ErrorCode::TargetTerminal => ("target_terminal", true),
         ErrorCode::NotFound => ("target_missing", true),
         ErrorCode::SignalBufferFull => ("signal_buffer_full", false),
+        ErrorCode::Unavailable => ("target_starting", false),
         ErrorCode::ValidationError => ("invalid_action", true),
         _ => ("effect_refused", false),
     };

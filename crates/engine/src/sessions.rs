@@ -13,6 +13,25 @@ use tb_store::{NewPrompt, NewSignal, RaiseOutcome, TurnRecord, WaitRecord};
 
 use crate::{clock, store_err, Engine};
 
+/// Maps a store error on a run operation; a run that was announced (its `runId` is in a 202) but not
+/// started yet is `conflict` with `Retry-After: 1` instead of `not_found`, so the caller retries and
+/// nothing is lost because the target was not running yet (signals-and-connectors §5.2).
+async fn run_err(engine: &Engine, run_id: &str, e: tb_store::StoreError) -> TbError {
+    if matches!(e, tb_store::StoreError::NotFound(ref what) if what == "run") {
+        let d = tb_core::ids::delivery_id_for_run(run_id).unwrap_or_default();
+        if let Ok(d) = engine.store.get_delivery(&d).await {
+            if !d.state.is_terminal() && d.run_id.as_deref() == Some(run_id) {
+                return TbError::new(
+                    ErrorCode::Conflict,
+                    "the run has not started yet; retry in a moment",
+                )
+                .retry_after(1);
+            }
+        }
+    }
+    store_err(e)
+}
+
 /// A signal as an API caller raises it (`POST /v1/runs/{runId}/signals`).
 #[derive(Debug, Clone, Default)]
 pub struct RaiseRequest {
@@ -64,8 +83,11 @@ pub async fn raise(
             },
             clock::now_ms(),
         )
-        .await
-        .map_err(store_err);
+        .await;
+    let out = match out {
+        Ok(o) => Ok(o),
+        Err(e) => Err(run_err(engine, run_id, e).await),
+    };
     count_signal(&out);
     engine.session_changed();
     out
@@ -90,11 +112,14 @@ pub async fn create_wait(
 ) -> Result<WaitRecord, TbError> {
     spec.validate()
         .map_err(|e| TbError::new(ErrorCode::ValidationError, e))?;
-    let w = engine
+    let w = match engine
         .store
         .create_wait(run_id, &new_id(IdKind::Wait), spec, clock::now_ms())
         .await
-        .map_err(store_err)?;
+    {
+        Ok(w) => w,
+        Err(e) => return Err(run_err(engine, run_id, e).await),
+    };
     metrics::counter!("tb_waits_total", "event" => "armed").increment(1);
     engine.session_changed();
     Ok(w)
@@ -174,8 +199,11 @@ pub async fn prompt(
             },
             clock::now_ms(),
         )
-        .await
-        .map_err(store_err)?;
+        .await;
+    let t = match t {
+        Ok(t) => t,
+        Err(e) => return Err(run_err(engine, run_id, e).await),
+    };
     engine.session_changed();
     Ok(t)
 }

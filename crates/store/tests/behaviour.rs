@@ -829,3 +829,119 @@ async fn turns_are_claimed_in_order_leased_and_redelivered() {
         assert!(s.claim_turn(&run, 1_000, 4_004).await.unwrap().is_none());
     }
 }
+
+#[tokio::test]
+async fn a_signal_for_a_session_still_starting_waits_instead_of_failing() {
+    for (s, _dir) in backends() {
+        sub(&*s, "gh", 0).await;
+        // The `opened` receipt: its coalescing start_run delivery is queued, not yet performed.
+        let mut r = receipt("gh", "opened-1", b"{}", &["start"]);
+        r.deliveries[0].workflow_id = Some("pr-session".into());
+        r.deliveries[0].run_id = None;
+        r.deliveries[0].params = Some(json!({"coalesceKey": "o/r#1"}));
+        s.commit_receipt(r).await.unwrap();
+        // The `synchronize` receipt's raise_signal is attempted first.
+        let mut r2 = receipt("gh", "sync-1", b"{}", &["events"]);
+        r2.deliveries[0].action = "raise_signal".into();
+        r2.deliveries[0].run_id = None;
+        r2.received_at = 2_500;
+        s.commit_receipt(r2).await.unwrap();
+        let leases = s.lease_due("w", 3_000, 60_000, 10).await.unwrap();
+        let (start, raise) = match leases[0].delivery.action.as_str() {
+            "start_run" => (&leases[0], &leases[1]),
+            _ => (&leases[1], &leases[0]),
+        };
+        let target = Target::Session {
+            workflow_id: "pr-session".into(),
+            key: "o/r#1".into(),
+        };
+        let raise_commit = |lease: &Lease, now| {
+            let mut c = commit_for(
+                lease,
+                AttemptOutcome::Delivered,
+                DeliveryState::Delivered,
+                None,
+                now,
+            );
+            c.effect = Some(Effect::RaiseSignal {
+                target: target.clone(),
+                signal: NewSignal {
+                    delivery_id: Some(lease.delivery.id.clone()),
+                    ..api_signal(&lease.delivery.id, "pr.synchronize")
+                },
+            });
+            c
+        };
+        match s.commit_attempt(raise_commit(raise, 3_001)).await {
+            Err(StoreError::Rejected { code, .. }) => {
+                assert_eq!(
+                    code,
+                    tb_core::ErrorCode::Unavailable,
+                    "retryable while starting"
+                )
+            }
+            other => panic!("expected a retryable refusal, got {other:?}"),
+        }
+        // The session starts; then the same delivery's signal lands.
+        let run_id = new_id(IdKind::Run);
+        let mut c = commit_for(
+            start,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_002,
+        );
+        c.effect = Some(Effect::StartSession {
+            run: NewRun {
+                id: run_id.clone(),
+                workflow_id: "pr-session".into(),
+                inputs: json!({}),
+                status: RunStatus::Running,
+                dead_letter: None,
+                session: Some((json!({}), tb_core::signal::MailboxPolicy::default())),
+            },
+            coalesce: Some(Box::new(Coalesce {
+                workflow_id: "pr-session".into(),
+                key: "o/r#1".into(),
+                on_existing: tb_core::binding::OnExisting::Signal,
+                signal: None,
+                prompt: None,
+            })),
+        });
+        assert_eq!(
+            s.commit_attempt(c).await.unwrap().run_id.as_deref(),
+            Some(run_id.as_str())
+        );
+        let done = s.commit_attempt(raise_commit(raise, 3_003)).await.unwrap();
+        assert_eq!(done.run_id.as_deref(), Some(run_id.as_str()));
+        let sigs = s.list_signals(&run_id).await.unwrap();
+        assert_eq!(sigs.len(), 1);
+        assert_eq!(sigs[0].signal["name"], "pr.synchronize");
+        // With no session and no start queued for a key, the target is missing (permanent).
+        let mut r3 = receipt("gh", "sync-2", b"{}", &["events"]);
+        r3.deliveries[0].action = "raise_signal".into();
+        s.commit_receipt(r3).await.unwrap();
+        let l = s.lease_due("w", 4_000, 60_000, 10).await.unwrap().remove(0);
+        let mut c = commit_for(
+            &l,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            4_001,
+        );
+        c.effect = Some(Effect::RaiseSignal {
+            target: Target::Session {
+                workflow_id: "pr-session".into(),
+                key: "o/r#404".into(),
+            },
+            signal: api_signal("x", "pr.closed"),
+        });
+        assert!(matches!(
+            s.commit_attempt(c).await,
+            Err(StoreError::Rejected {
+                code: tb_core::ErrorCode::NotFound,
+                ..
+            })
+        ));
+    }
+}

@@ -6,16 +6,37 @@ use super::*;
 /// Resolves a target to a run id. Errors: `Rejected(not_found)` "target_missing" when no live session
 /// holds the key.
 pub(super) fn target_run(c: &Connection, t: &Target) -> StoreResult<String> {
-    match t {
-        Target::Run(r) => Ok(r.clone()),
-        Target::Session { workflow_id, key } => c
-            .prepare_cached("SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2")
-            .map_err(db)?
-            .query_row(params![workflow_id, key], |r| r.get(0))
-            .optional()
-            .map_err(db)?
-            .ok_or_else(|| rejected(ErrorCode::NotFound, "no session holds this coalesce key")),
+    let (workflow_id, key) = match t {
+        Target::Run(r) => return Ok(r.clone()),
+        Target::Session { workflow_id, key } => (workflow_id, key),
+    };
+    let held: Option<String> = c
+        .prepare_cached("SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2")
+        .map_err(db)?
+        .query_row(params![workflow_id, key], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+    if let Some(run) = held {
+        return Ok(run);
     }
+    // The session's own start may still be queued or in flight (an `opened` and a `synchronize`
+    // arriving together): then the signal waits for it (a retryable refusal), never lost.
+    let starting: bool = c
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending', 'retrying') \
+             AND action = 'start_run' AND workflow_id = ?1 AND json_extract(params, '$.coalesceKey') = ?2)",
+        )
+        .map_err(db)?
+        .query_row(params![workflow_id, key], |r| r.get(0))
+        .map_err(db)?;
+    Err(if starting {
+        rejected(
+            ErrorCode::Unavailable,
+            "the target session is still starting",
+        )
+    } else {
+        rejected(ErrorCode::NotFound, "no session holds this coalesce key")
+    })
 }
 
 /// What an effect did: the run it started or targeted, whether a new run is to be written, and whether
