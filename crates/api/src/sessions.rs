@@ -39,12 +39,22 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::{wire, AppState};
 
+/// Unwraps a JSON body: an oversized body is 413 `payload_too_large`, a missing or other content type
+/// 415 `unsupported_media_type`, anything else that does not parse as `shape` 400 `validation_error`.
 fn body<T>(b: Result<Json<T>, JsonRejection>, shape: &str) -> Result<T, ApiError> {
-    b.map(|Json(v)| v).map_err(|_| {
-        ApiError::new(
+    b.map(|Json(v)| v).map_err(|e| match e.status().as_u16() {
+        413 => ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body is over {} bytes", crate::MAX_API_BODY),
+        ),
+        415 => ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "send Content-Type: application/json",
+        ),
+        _ => ApiError::new(
             ErrorCode::ValidationError,
             format!("body must be JSON {shape}"),
-        )
+        ),
     })
 }
 
@@ -307,13 +317,30 @@ pub async fn claim(
     }
 }
 
-/// Acknowledges a claimed turn. Errors: 404; 409 when it is not claimed.
-#[utoipa::path(post, path = "/v1/runs/{id}/turns/{turnId}/ack", tag = "turns", params(("id" = String, Path, description = "Run id"), ("turnId" = String, Path, description = "Turn id")), responses((status = 200, description = "the acknowledged turn"), (status = 404, description = "not_found"), (status = 409, description = "conflict")))]
+/// Query of an ack: `claim`, the turn's `claims` count as returned by the claim.
+#[derive(Debug, Deserialize)]
+pub struct AckParams {
+    pub claim: u32,
+}
+
+/// Acknowledges a claimed turn (`?claim=<claims>` from the claim). Errors: 400 without `claim`; 404;
+/// 409 `conflict` when it is not claimed or was claimed again after this driver's lease lapsed; 409
+/// `target_terminal` once the run ended.
+#[utoipa::path(post, path = "/v1/runs/{id}/turns/{turnId}/ack", tag = "turns", params(("id" = String, Path, description = "Run id"), ("turnId" = String, Path, description = "Turn id"), ("claim" = u32, Query, description = "The turn's claims count from the claim")), responses((status = 200, description = "the acknowledged turn"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "conflict or target_terminal")))]
 pub async fn ack(
     State(st): State<AppState>,
     Path((id, t)): Path<(String, String)>,
+    q: Result<Query<AckParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    Ok(Json(turn(&sessions::ack(&st.engine, &id, &t).await?)))
+    let q = q.map(|Query(q)| q).map_err(|_| {
+        ApiError::new(
+            ErrorCode::ValidationError,
+            "claim is required: ?claim=<the turn's claims count from the claim>",
+        )
+    })?;
+    Ok(Json(turn(
+        &sessions::ack(&st.engine, &id, &t, q.claim).await?,
+    )))
 }
 
 /// Every turn of a run in order.
@@ -408,8 +435,8 @@ pub async fn list_capabilities(State(st): State<AppState>) -> Result<Json<Value>
     ))
 }
 
-/// Revokes an endpoint; its next request gets 404. Errors: 404; 409 already revoked.
-#[utoipa::path(post, path = "/v1/capabilities/{id}/revoke", tag = "capabilities", params(("id" = String, Path, description = "Endpoint id")), responses((status = 200, description = "the revoked endpoint"), (status = 404, description = "not_found"), (status = 409, description = "conflict")))]
+/// Revokes an endpoint; its next request gets 404. Idempotent. Errors: 404.
+#[utoipa::path(post, path = "/v1/capabilities/{id}/revoke", tag = "capabilities", params(("id" = String, Path, description = "Endpoint id")), responses((status = 200, description = "the revoked endpoint"), (status = 404, description = "not_found")))]
 pub async fn revoke(
     State(st): State<AppState>,
     Path(id): Path<String>,
@@ -423,10 +450,14 @@ pub async fn revoke(
 #[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type")))]
 pub async fn hook(
     State(st): State<AppState>,
-    Path(token): Path<String>,
+    token: Result<Path<String>, axum::extract::rejection::PathRejection>,
     headers: HeaderMap,
     body: bytes::Bytes,
 ) -> Result<Response, ApiError> {
+    // A token that is not even a valid path segment is as unknown as any other (the same 404).
+    let Ok(Path(token)) = token else {
+        return Err(ApiError::new(ErrorCode::NotFound, "no such endpoint"));
+    };
     let answer =
         capability::ingest(&st.engine, st.secrets.as_ref(), &token, &headers, body).await?;
     Ok(match answer {

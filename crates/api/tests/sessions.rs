@@ -255,8 +255,9 @@ impl Server {
         let (st, t) = self
             .post(
                 &format!(
-                    "/v1/runs/{run}/turns/{}/ack",
-                    turn["turnId"].as_str().unwrap()
+                    "/v1/runs/{run}/turns/{}/ack?claim={}",
+                    turn["turnId"].as_str().unwrap(),
+                    turn["claims"]
                 ),
                 json!({}),
             )
@@ -520,10 +521,38 @@ async fn signals_raised_before_the_wait_are_consumed_oldest_first() {
     }
     // A repeated signalId is recorded and suppressed.
     let (st, dup) = s
-        .signal(&run, json!({"name": "ci.done", "signalId": "s1"}))
+        .signal(
+            &run,
+            json!({"name": "ci.done", "signalId": "s1", "data": {"n": "s1"}}),
+        )
         .await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(dup["status"], "duplicate");
+    // The same signalId for another signal is a conflict, not a silent duplicate.
+    let (st, e) = s
+        .signal(&run, json!({"name": "other", "signalId": "s1"}))
+        .await;
+    assert_eq!(
+        (st.as_u16(), e["error"].as_str()),
+        (409, Some("conflict")),
+        "{e}"
+    );
+    // Body rules: too large is 413, another content type 415, both in the envelope.
+    let big = json!({"name": "x", "data": "y".repeat(1 << 20)});
+    let (st, e) = s.signal(&run, big).await;
+    assert_eq!(
+        (st.as_u16(), e["error"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+    let r = s
+        .http
+        .post(format!("{}/v1/runs/{run}/signals", s.base))
+        .header("content-type", "text/plain")
+        .body(r#"{"name":"x"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 415);
     let mut got = Vec::new();
     for names in [
         json!(["ci.done"]),
@@ -672,6 +701,14 @@ async fn wait_for_any_picks_by_precedence_and_keeps_losers() {
         )
         .await;
     assert_eq!(st.as_u16(), 409);
+    // Its turns are closed too.
+    let (st, e) = s
+        .post(&format!("/v1/runs/{run}/turns:claim?timeout=0"), json!({}))
+        .await;
+    assert_eq!(
+        (st.as_u16(), e["error"].as_str()),
+        (409, Some("target_terminal"))
+    );
 }
 
 #[tokio::test]
@@ -922,6 +959,11 @@ async fn capability_urls_raise_one_signal_and_die_on_revocation() {
         .post(&format!("/v1/capabilities/{id}/revoke"), json!({}))
         .await;
     assert_eq!(st, StatusCode::OK);
+    let (st, again) = s
+        .post(&format!("/v1/capabilities/{id}/revoke"), json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK, "revoking twice is idempotent");
+    assert!(again["revokedAt"].is_string());
     let (st, e) = post(body.clone(), Some(sig.clone()), Some("k2")).await;
     assert_eq!(st, 404);
     let unknown = s
@@ -937,6 +979,19 @@ async fn capability_urls_raise_one_signal_and_die_on_revocation() {
         unknown.json::<Value>().await.unwrap(),
         e,
         "indistinguishable"
+    );
+    let garbage = s
+        .http
+        .post(format!("{}/v1/hooks/tbcap_%FF%FE", s.base))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        garbage.status().as_u16(),
+        404,
+        "not even UTF-8: the same 404"
     );
     // Used up is the same 404.
     let (_, m2) = s

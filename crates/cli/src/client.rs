@@ -169,7 +169,7 @@ const DELIVERY_KV: &str = "delivery=deliveryId receipt=receiptId subscription=su
     binding=bindingId dedup_key=dedupKey action=action workflow=workflowId run=runId state=state \
     attempts=attempts next_attempt=nextAttemptAt last_error=lastError \
     dead-letter_reason=deadLetterReason created=createdAt updated=updatedAt";
-const RUN_KV: &str = "run=runId workflow=workflowId status=status causation=causationId \
+const RUN_KV: &str = "run=runId workflow=workflowId status=status wait_reason=waitReason causation=causationId \
     trigger_subscription=trigger/subscriptionId trigger_receipt=trigger/receiptId \
     trigger_delivery=trigger/deliveryId created=createdAt updated=updatedAt inputs=inputs output=output";
 

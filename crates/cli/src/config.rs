@@ -192,6 +192,7 @@ pub struct BindingSection {
 fn binding_action(
     b: &BindingSection,
     workflows: &[Workflow],
+    defined: &[&str],
 ) -> Result<BindingAction, Vec<String>> {
     let mut errs = Vec::new();
     let is_session = |id: &str| {
@@ -199,12 +200,12 @@ fn binding_action(
             .iter()
             .any(|w| w.id == id && matches!(w.executor, Executor::Session { .. }))
     };
+    // A workflow that is defined but failed its own validation is reported there, not here.
     if let Some(w) = &b.workflow {
-        if !workflows.iter().any(|x| &x.id == w) {
-            let known: Vec<_> = workflows.iter().map(|w| w.id.as_str()).collect();
+        if !defined.contains(&w.as_str()) {
             errs.push(format!(
                 "workflow {w:?} does not exist (defined: {})",
-                known.join(", ")
+                defined.join(", ")
             ));
         }
     }
@@ -222,6 +223,10 @@ fn binding_action(
     let target_ok = |errs: &mut Vec<String>| {
         match (&b.run, &b.workflow, &b.coalesce_key) {
         (Some(_), None, None) | (None, Some(_), Some(_)) => {}
+        (Some(_), _, _) => errs.push(format!(
+            "{}: set either run or workflow + coalesce_key, not both",
+            b.action
+        )),
         _ => errs.push(format!(
             "{} needs a target: either run = \"run_...\", or workflow = \"<session workflow>\" with coalesce_key = \"{{field}}...\"",
             b.action
@@ -737,13 +742,14 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 known.join(", ")
             ));
         }
-        let action = match binding_action(b, &workflows) {
-            Ok(a) => a,
+        let defined: Vec<&str> = cfg.workflows.iter().map(|w| w.id.as_str()).collect();
+        let action = match binding_action(b, &workflows, &defined) {
+            Ok(a) => Some(a),
             Err(e) => {
                 for e in e {
                     errs.push(format!("{at}: {e}"));
                 }
-                continue;
+                None
             }
         };
         if b.event_types.is_empty() {
@@ -770,7 +776,15 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             let ok = |f: &str| f == "event" || f == "action" || allowed.contains(&f);
             let mut named: Vec<String> =
                 b.filter.keys().chain(b.inputs.values()).cloned().collect();
-            for (what, t) in action.templates() {
+            let templates = [
+                ("coalesce_key", &b.coalesce_key),
+                ("signal", &b.signal),
+                ("prompt", &b.prompt),
+            ];
+            for (what, t) in templates
+                .iter()
+                .filter_map(|(w, t)| t.as_deref().map(|t| (*w, t)))
+            {
                 match tb_core::template::fields(t) {
                     Ok(fs) => named.extend(fs),
                     Err(e) => errs.push(format!("{at}: {what}: {e}")),
@@ -786,6 +800,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 }
             }
         }
+        let Some(action) = action else { continue };
         bindings.push(Binding {
             id: b.id.clone(),
             subscription: b.subscription.clone(),

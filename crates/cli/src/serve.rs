@@ -188,9 +188,14 @@ fn print_banner(engine: &Engine, addr: SocketAddr, db: &std::path::Path) {
     println!("store: {}", db.display());
     println!("ingest URLs:");
     let catalog = engine.catalog();
+    let w = catalog
+        .subscriptions()
+        .map(|s| s.id.len())
+        .max()
+        .unwrap_or(0);
     for s in catalog.subscriptions() {
         println!(
-            "  {:<12} {:<18} http://{addr}/v1/trigger-subscriptions/{}/ingest",
+            "  {:<w$}  {:<18} http://{addr}/v1/trigger-subscriptions/{}/ingest",
             s.id,
             s.connector.name(),
             s.id

@@ -307,3 +307,88 @@ fn hash_key_prints_the_config_line_and_bad_key_entries_are_named() {
         "{out}"
     );
 }
+
+#[test]
+fn session_bindings_are_checked_with_the_fix_named() {
+    let cfg = r#"
+[[subscriptions]]
+id = "gh"
+connector = "github"
+secret = "env:TB_TEST_SECRET"
+
+[[workflows]]
+id = "noop"
+executor = "noop"
+
+[[workflows]]
+id = "pr-session"
+executor = "session"
+mailbox_overflow = "drop_oldest"
+[workflows.session]
+agent = "a"
+
+[[bindings]]
+id = "coalesce-noop"
+subscription = "gh"
+event_types = ["pull_request.opened"]
+action = "start_run"
+workflow = "noop"
+coalesce_key = "{repository.full_name}"
+
+[[bindings]]
+id = "no-signal"
+subscription = "gh"
+event_types = ["pull_request.opened"]
+action = "start_run"
+workflow = "pr-session"
+coalesce_key = "{repository.full_name}#{pull_request.number}"
+on_existing = "signal"
+
+[[bindings]]
+id = "no-target"
+subscription = "gh"
+event_types = ["pull_request.closed"]
+action = "raise_signal"
+signal = "pr.closed"
+
+[[bindings]]
+id = "both-targets"
+subscription = "gh"
+event_types = ["pull_request.closed"]
+action = "raise_signal"
+run = "run_1"
+workflow = "pr-session"
+coalesce_key = "{repository.full_name}"
+signal = "pr.closed"
+
+[[bindings]]
+id = "bad-template"
+subscription = "gh"
+event_types = ["pull_request.closed"]
+action = "raise_signal"
+workflow = "pr-session"
+coalesce_key = "{payload.secret_field}"
+signal = "PR {action}"
+
+[[bindings]]
+id = "prompt"
+subscription = "gh"
+event_types = ["issue_comment"]
+action = "enqueue_prompt"
+workflow = "pr-session"
+coalesce_key = "{repository.full_name}"
+"#;
+    let (code, out) = check(cfg, &[("TB_TEST_SECRET", "s")]);
+    assert_ne!(code, 0);
+    for expected in [
+        "coalesce-noop): coalesce_key needs a session workflow",
+        "no-signal): on_existing = \"signal\" needs signal =",
+        "no-target): raise_signal needs a target: either run =",
+        "both-targets): raise_signal: set either run or workflow + coalesce_key, not both",
+        "bad-template): signal \"PR {action}\": a signal name is 1 to 64 characters",
+        "bad-template): field \"payload.secret_field\" is not normalized by connector github",
+        "prompt): enqueue_prompt needs prompt =",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}

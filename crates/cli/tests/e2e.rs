@@ -548,7 +548,16 @@ fn quickstart_session_walkthrough_with_send_and_the_cli() {
     assert!(out.contains(": queued"), "{out}");
     let out = cli(
         &s.base,
-        &["signals", "raise", &run, "ci.green", "--signal-id", "ci-1"],
+        &[
+            "signals",
+            "raise",
+            &run,
+            "ci.green",
+            "--data",
+            "{\"checks\":12}",
+            "--signal-id",
+            "ci-1",
+        ],
     );
     assert!(out.contains(": duplicate"), "{out}");
     let out = cli(

@@ -48,7 +48,7 @@ fn waits_buffers_dedup_and_winners_survive_sigkill() {
     s.restart();
     let (st, dup) = s.post(
         &format!("/v1/runs/{run}/signals"),
-        json!({"name": "ci.done", "signalId": "ci-1"}),
+        json!({"name": "ci.done", "signalId": "ci-1", "data": {"ok": true}}),
     );
     assert_eq!((st, dup["status"].as_str()), (200, Some("duplicate")));
     let (st, w1) = s.post(

@@ -106,39 +106,6 @@ impl BindingAction {
             | BindingAction::EnqueuePrompt { workflow, .. } => workflow.as_deref(),
         }
     }
-
-    /// Every template the action holds, with what it is for (for `check-config`).
-    pub fn templates(&self) -> Vec<(&'static str, &str)> {
-        let mut t = Vec::new();
-        let (key, sig, prompt) = match self {
-            BindingAction::StartRun {
-                coalesce_key,
-                signal,
-                prompt,
-                ..
-            } => (coalesce_key, signal.as_ref(), prompt.as_ref()),
-            BindingAction::RaiseSignal {
-                coalesce_key,
-                signal,
-                ..
-            } => (coalesce_key, Some(signal), None),
-            BindingAction::EnqueuePrompt {
-                coalesce_key,
-                prompt,
-                ..
-            } => (coalesce_key, None, Some(prompt)),
-        };
-        if let Some(k) = key {
-            t.push(("coalesce_key", k.as_str()));
-        }
-        if let Some(s) = sig {
-            t.push(("signal", s.as_str()));
-        }
-        if let Some(p) = prompt {
-            t.push(("prompt", p.as_str()));
-        }
-        t
-    }
 }
 
 /// The rendered parameters of one delivery's action, stored with the delivery (JSON, camelCase). Fixed

@@ -48,8 +48,9 @@ pub struct SessionSignalV1 {
 
 /// Largest inline `data`, serialized, in bytes (signals-and-connectors §5.1: 32 KiB).
 pub const MAX_INLINE_DATA_BYTES: usize = 32 * 1024;
-/// Largest `data` accepted at all (stored by reference above [`MAX_INLINE_DATA_BYTES`]): 1 MiB.
-pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+/// Largest `data` accepted at all (stored by reference above [`MAX_INLINE_DATA_BYTES`]): 512 KiB, so a
+/// request carrying it fits the API's 1 MiB body limit.
+pub const MAX_DATA_BYTES: usize = 512 * 1024;
 /// Deepest nesting of `data` (signals-and-connectors §5.1).
 pub const MAX_DATA_DEPTH: usize = 16;
 /// Most JSON nodes in inline `data` (signals-and-connectors §5.1).

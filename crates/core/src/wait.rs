@@ -79,8 +79,11 @@ impl WaitSpec {
         if self.names.is_empty() || self.names.len() > MAX_NAMES {
             return Err(format!("names must list 1 to {MAX_NAMES} signal names"));
         }
-        for n in &self.names {
+        for (i, n) in self.names.iter().enumerate() {
             crate::signal::validate_name(n).map_err(|e| format!("names: {e}"))?;
+            if self.names[..i].contains(n) {
+                return Err("names must be distinct".into());
+            }
         }
         if let Some(t) = self.timeout_ms {
             if t == 0 || t > MAX_TIMEOUT_MS {
@@ -307,6 +310,8 @@ mod tests {
         s.names = vec![];
         assert!(s.validate().is_err());
         s.names = (0..9).map(|i| format!("n{i}")).collect();
+        assert!(s.validate().is_err());
+        s.names = vec!["a".into(), "a".into()];
         assert!(s.validate().is_err());
         s.names = vec!["Bad Name".into()];
         assert!(s.validate().is_err());

@@ -82,8 +82,14 @@ pub async fn mint(
     if !(1..=MAX_MAX_USES).contains(&max_uses) {
         return Err(bad(format!("maxUses must be between 1 and {MAX_MAX_USES}")));
     }
-    if req.label.as_ref().is_some_and(|l| l.chars().count() > 128) {
-        return Err(bad("label is at most 128 characters"));
+    if req
+        .label
+        .as_ref()
+        .is_some_and(|l| l.chars().count() > 128 || l.chars().any(char::is_control))
+    {
+        return Err(bad(
+            "label is at most 128 characters, without control characters",
+        ));
     }
     let id = new_id(IdKind::Capability);
     let token = format!(
@@ -128,7 +134,8 @@ pub async fn mint(
     })
 }
 
-/// Revokes an endpoint: the next request gets 404. Errors: `not_found`; `conflict` already revoked.
+/// Revokes an endpoint: the next request gets 404. Idempotent, like binding revocation. Errors:
+/// `not_found`.
 pub async fn revoke(engine: &Engine, id: &str) -> Result<CapabilityRecord, TbError> {
     let r = engine
         .store

@@ -249,11 +249,17 @@ pub async fn claim(
     }
 }
 
-/// Acknowledges a claimed turn. Errors: `not_found`; `conflict` when it is not claimed.
-pub async fn ack(engine: &Engine, run_id: &str, turn_id: &str) -> Result<TurnRecord, TbError> {
+/// Acknowledges a claimed turn; `claim` is the `claims` count returned with it. Errors: `not_found`;
+/// `conflict` when it is not claimed or was claimed again since; `target_terminal` once the run ended.
+pub async fn ack(
+    engine: &Engine,
+    run_id: &str,
+    turn_id: &str,
+    claim: u32,
+) -> Result<TurnRecord, TbError> {
     let t = engine
         .store
-        .ack_turn(run_id, turn_id, clock::now_ms())
+        .ack_turn(run_id, turn_id, claim, clock::now_ms())
         .await
         .map_err(store_err)?;
     engine.session_changed();

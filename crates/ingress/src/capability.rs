@@ -23,10 +23,18 @@ pub fn hash_token(token: &str) -> String {
 /// case-insensitively). Errors: [`IngressError::SignatureInvalid`] when missing, repeated, malformed or
 /// wrong.
 pub fn verify_hmac(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<(), IngressError> {
-    let Header::Value(v) = header(headers, "x-signature-256") else {
-        return Err(IngressError::SignatureInvalid(
-            "X-Signature-256 is required by this endpoint",
-        ));
+    let v = match header(headers, "x-signature-256") {
+        Header::Value(v) => v,
+        Header::Missing => {
+            return Err(IngressError::SignatureInvalid(
+                "X-Signature-256 is required by this endpoint",
+            ))
+        }
+        Header::Invalid => {
+            return Err(IngressError::SignatureInvalid(
+                "X-Signature-256 must appear once, in visible ASCII",
+            ))
+        }
     };
     let hex_sig = v
         .trim()

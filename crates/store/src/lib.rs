@@ -26,7 +26,7 @@ pub enum StoreError {
     #[error("{0} not found")]
     NotFound(String),
     /// A state conflict (e.g. completing a run that is already terminal).
-    #[error("conflict: {0}")]
+    #[error("{0}")]
     Conflict(String),
     /// The delivery's lease expired and moved on; the attempt's result is discarded.
     #[error("lease lost for delivery {0}")]
@@ -112,7 +112,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<Lease>>;
     /// Records one attempt and everything that follows from it, atomically (see [`AttemptCommit`]).
     async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted>;
-    /// Puts a dead-lettered delivery back in the queue, due at `now`, and its receipt back to `queued`.
+    /// Puts a dead-lettered delivery back in the queue, due at `now`, and its receipt back to `routed`.
     /// Attempt numbers continue (a replay after 3 attempts is attempt 4) and each replay grants one
     /// attempt beyond the retry policy. Errors: `NotFound`; `Conflict` unless the delivery is dead-lettered.
     async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord>;
@@ -238,15 +238,24 @@ pub trait Store: Send + Sync + 'static {
         prompt: NewPrompt,
         now: i64,
     ) -> StoreResult<TurnRecord>;
-    /// Claims the run's next turn for `lease_ms` (one at a time, in order). Errors: `NotFound`.
+    /// Claims the run's next turn for `lease_ms` (one at a time, in order). Errors: `NotFound`;
+    /// `Rejected(target_terminal)` once the run ended.
     async fn claim_turn(
         &self,
         run_id: &str,
         lease_ms: u64,
         now: i64,
     ) -> StoreResult<Option<TurnRecord>>;
-    /// Acknowledges a claimed turn (re-arming a wait it interrupted). Errors: `NotFound`; `Conflict`.
-    async fn ack_turn(&self, run_id: &str, turn_id: &str, now: i64) -> StoreResult<TurnRecord>;
+    /// Acknowledges a claimed turn (re-arming a wait it interrupted). `claim` is the turn's `claims`
+    /// count the driver got with it: an older claim (its lease lapsed and the turn went to someone else)
+    /// is refused. Errors: `NotFound`; `Conflict`; `Rejected(target_terminal)` once the run ended.
+    async fn ack_turn(
+        &self,
+        run_id: &str,
+        turn_id: &str,
+        claim: u32,
+        now: i64,
+    ) -> StoreResult<TurnRecord>;
     async fn list_turns(&self, run_id: &str) -> StoreResult<Vec<TurnRecord>>;
 
     // --- capability endpoints (signals-and-connectors §4) -------------------------------------------
@@ -259,7 +268,7 @@ pub trait Store: Send + Sync + 'static {
         token_hash: &str,
         now: i64,
     ) -> StoreResult<Option<CapabilityRecord>>;
-    /// Revokes at once. Errors: `NotFound`; `Conflict` when already revoked.
+    /// Revokes at once; revoking again changes nothing (the first `revokedAt` stays). Errors: `NotFound`.
     async fn revoke_capability(&self, id: &str, now: i64) -> StoreResult<CapabilityRecord>;
 
     // --- bindings and duplicates ------------------------------------------------------------------

@@ -776,6 +776,9 @@ async fn candidates_visible_together_resolve_by_precedence() {
         assert_eq!(s.next_timer_at().await.unwrap(), None);
 
         // Stop beats a buffered match when the run ends: the wait resolves `stop`, the signal stays.
+        s.raise_signal(&run, api_signal("left", "leftover"), 60_500)
+            .await
+            .unwrap();
         s.create_wait(
             &run,
             "wait_4",
@@ -789,6 +792,12 @@ async fn candidates_visible_together_resolve_by_precedence() {
             .unwrap();
         let w = s.get_wait(&run, "wait_4").await.unwrap();
         assert_eq!(w.winner.unwrap()["kind"], "stop");
+        let left = s.list_signals(&run).await.unwrap();
+        assert_eq!(
+            left.last().unwrap().state,
+            "expired",
+            "buffered signals expire with the run"
+        );
         let events = s.run_events(&run, None, 100).await.unwrap();
         assert_eq!(
             events.last().unwrap().event_type,
@@ -821,9 +830,16 @@ async fn turns_are_claimed_in_order_leased_and_redelivered() {
             (start.id.as_str(), 2),
             "redelivered after the lease"
         );
-        s.ack_turn(&run, &start.id, 4_002).await.unwrap();
+        assert!(
+            matches!(
+                s.ack_turn(&run, &start.id, 1, 4_002).await,
+                Err(StoreError::Conflict(_))
+            ),
+            "the first claim's lease lapsed and the turn was claimed again"
+        );
+        s.ack_turn(&run, &start.id, 2, 4_002).await.unwrap();
         assert!(matches!(
-            s.ack_turn(&run, &start.id, 4_003).await,
+            s.ack_turn(&run, &start.id, 2, 4_003).await,
             Err(StoreError::Conflict(_))
         ));
         assert!(s.claim_turn(&run, 1_000, 4_004).await.unwrap().is_none());

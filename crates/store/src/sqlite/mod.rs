@@ -463,10 +463,16 @@ impl Store for SqliteStore {
             .write(move |c| session::claim_turn(c, &r, lease_ms, now))
             .await
     }
-    async fn ack_turn(&self, run_id: &str, turn_id: &str, now: i64) -> StoreResult<TurnRecord> {
+    async fn ack_turn(
+        &self,
+        run_id: &str,
+        turn_id: &str,
+        claim: u32,
+        now: i64,
+    ) -> StoreResult<TurnRecord> {
         let (r, t) = (run_id.to_string(), turn_id.to_string());
         self.writer
-            .write(move |c| session::ack_turn(c, &r, &t, now))
+            .write(move |c| session::ack_turn(c, &r, &t, claim, now))
             .await
     }
     async fn list_turns(&self, run_id: &str) -> StoreResult<Vec<TurnRecord>> {

@@ -666,7 +666,7 @@ pub(crate) fn replay_delivery(c: &Connection, id: &str, now: i64) -> StoreResult
     .map_err(db)?
     .execute(params![id, now])
     .map_err(db)?;
-    c.prepare_cached("UPDATE receipts SET state = 'queued', updated_at = ?2 WHERE id = ?1")
+    c.prepare_cached("UPDATE receipts SET state = 'routed', updated_at = ?2 WHERE id = ?1")
         .map_err(db)?
         .execute(params![d.receipt_id, now])
         .map_err(db)?;

@@ -92,32 +92,24 @@ pub(crate) fn use_capability(c: &Connection, id: &str, now: i64) -> StoreResult<
     Ok(())
 }
 
-/// Revokes an endpoint at once. Errors: `NotFound`; `Conflict` when already revoked.
+/// Revokes an endpoint at once; revoking again keeps the first `revoked_at`. Errors: `NotFound`.
 pub(crate) fn revoke_capability(
     c: &Connection,
     id: &str,
     now: i64,
 ) -> StoreResult<CapabilityRecord> {
-    let n = c
-        .prepare_cached(
-            "UPDATE capabilities SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-        )
-        .map_err(db)?
-        .execute(params![id, now])
-        .map_err(db)?;
-    let rec = c
-        .prepare_cached(&format!(
-            "SELECT {CAP_COLS} FROM capabilities WHERE id = ?1"
-        ))
-        .map_err(db)?
-        .query_row([id], cap_row)
-        .optional()
-        .map_err(db)?
-        .ok_or_else(|| StoreError::NotFound("capability endpoint".into()))?;
-    if n == 0 {
-        return Err(StoreError::Conflict(
-            "the endpoint is already revoked".into(),
-        ));
-    }
-    Ok(rec)
+    c.prepare_cached(
+        "UPDATE capabilities SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
+    )
+    .map_err(db)?
+    .execute(params![id, now])
+    .map_err(db)?;
+    c.prepare_cached(&format!(
+        "SELECT {CAP_COLS} FROM capabilities WHERE id = ?1"
+    ))
+    .map_err(db)?
+    .query_row([id], cap_row)
+    .optional()
+    .map_err(db)?
+    .ok_or_else(|| StoreError::NotFound("capability endpoint".into()))
 }

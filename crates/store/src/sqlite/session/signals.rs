@@ -30,6 +30,13 @@ pub(crate) fn raise_signal(
         .optional()
         .map_err(db)?;
     if let Some(env) = existing {
+        let first = json_col(Some(env.clone())).unwrap_or(Value::Null);
+        if !same_signal(c, run_id, &first, s)? {
+            return Err(StoreError::Conflict(
+                "this signalId was already used on this run for a different signal (name or data)"
+                    .into(),
+            ));
+        }
         append_event(
             c,
             run_id,
@@ -164,6 +171,27 @@ pub(crate) fn raise_signal(
         consumed_by,
         dropped,
     })
+}
+
+/// Whether a repeated `signalId` carries the same name and data as the stored envelope (then it is a
+/// duplicate; otherwise a conflict).
+pub(super) fn same_signal(
+    c: &Connection,
+    run_id: &str,
+    first: &Value,
+    s: &NewSignal,
+) -> StoreResult<bool> {
+    if first["name"] != s.name.as_str() {
+        return Ok(false);
+    }
+    Ok(
+        match (&s.data, first.get("payloadRef").and_then(Value::as_str)) {
+            (DataPlacement::None, None) => first.get("data").is_none(),
+            (DataPlacement::Inline(v), None) => first.get("data") == Some(v),
+            (DataPlacement::Reference(bytes), Some(r)) => signal_payload(c, run_id, r)? == *bytes,
+            _ => false,
+        },
+    )
 }
 
 pub(super) fn signal_row(r: &Row) -> rusqlite::Result<SignalRecord> {

@@ -129,7 +129,7 @@ pub(crate) fn claim_turn(
     lease_ms: u64,
     now: i64,
 ) -> StoreResult<Option<TurnRecord>> {
-    read::get_run(c, run_id)?;
+    live_run(c, run_id)?;
     let next: Option<(String, String, Option<i64>)> = c
         .prepare_cached(
             "SELECT id, state, lease_until FROM turns WHERE run_id = ?1 AND state != 'acked' ORDER BY seq LIMIT 1",
@@ -160,9 +160,17 @@ pub(crate) fn ack_turn(
     c: &Connection,
     run_id: &str,
     turn_id: &str,
+    claim: u32,
     now: i64,
 ) -> StoreResult<TurnRecord> {
+    live_run(c, run_id)?;
     let t = get_turn(c, run_id, turn_id)?;
+    if t.state == TurnState::Leased && t.claims != claim {
+        return Err(StoreError::Conflict(format!(
+            "the turn was claimed again since (claim {} is current, not {claim}); this driver's lease lapsed",
+            t.claims
+        )));
+    }
     if t.state != TurnState::Leased {
         return Err(StoreError::Conflict(format!(
             "only a claimed turn can be acknowledged; this one is {}",

@@ -358,13 +358,20 @@ pub(crate) fn next_timer_at(c: &Connection) -> StoreResult<Option<i64>> {
         .map_err(db)
 }
 
-/// On a run's end: its armed wait resolves with winner `stop`, and receipts whose signals were still
-/// buffered end `expired`.
+/// On a run's end: its armed wait resolves with winner `stop`; signals still buffered, and their
+/// receipts, end `expired`.
 pub(crate) fn on_run_end(c: &Connection, run_id: &str, now: i64) -> StoreResult<()> {
     resolve_step(c, run_id, now, true)?;
     c.prepare_cached(
         "UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE state = 'queued' AND id IN \
          (SELECT d.receipt_id FROM signals s JOIN deliveries d ON d.id = s.delivery_id WHERE s.run_id = ?1 AND s.state = 'buffered')",
+    )
+    .map_err(db)?
+    .execute(params![run_id, now])
+    .map_err(db)?;
+    // What is still buffered can never be consumed now.
+    c.prepare_cached(
+        "UPDATE signals SET state = 'expired', settled_at = ?2 WHERE run_id = ?1 AND state = 'buffered'",
     )
     .map_err(db)?
     .execute(params![run_id, now])
