@@ -127,8 +127,21 @@ pub async fn list_signals(
 ) -> Result<Json<Value>, ApiError> {
     let sigs = st.engine.store.list_signals(&id).await?;
     let buffered = sigs.iter().filter(|s| s.state == "buffered").count();
+    let signals: Vec<Value> = sigs
+        .iter()
+        .map(|s| {
+            let mut v = json!({"seq": s.seq, "state": s.state, "signal": s.signal});
+            if let Some(w) = &s.consumed_by {
+                v["consumedBy"] = json!(w);
+            }
+            if let Some(t) = s.settled_at {
+                v["settledAt"] = json!(wire::time(t));
+            }
+            v
+        })
+        .collect();
     Ok(Json(
-        json!({"runId": id, "signals": sigs, "buffered": buffered}),
+        json!({"runId": id, "signals": signals, "buffered": buffered}),
     ))
 }
 
@@ -335,7 +348,7 @@ pub async fn ack(
     let q = q.map(|Query(q)| q).map_err(|_| {
         ApiError::new(
             ErrorCode::ValidationError,
-            "claim is required: ?claim=<the turn's claims count from the claim>",
+            "claim is required and is a whole number: ?claim=<the turn's claims count from the claim>",
         )
     })?;
     Ok(Json(turn(

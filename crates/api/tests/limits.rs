@@ -83,6 +83,11 @@ async fn over_its_rate_a_subscription_answers_429_and_records_the_refusal() {
     assert!((1..=60).contains(&wait), "{wait}");
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"], "rate_limited");
+    // A redelivery of an accepted event is still a duplicate, not a refusal.
+    let (st, dup) = s
+        .post_github("pull_request", "ok-0", opened(), GH_SECRET)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{dup}");
     let list = s.get("/v1/receipts?state=rate_limited").await;
     let refused = list["receipts"].as_array().unwrap();
     assert_eq!(refused.len(), 1, "{list}");

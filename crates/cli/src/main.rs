@@ -97,6 +97,17 @@ enum Cmd {
     },
 }
 
+/// Client commands die quietly on a closed pipe (`trigger-bridge runs show ID | head`) like other Unix
+/// tools, instead of panicking on the write. Never for `serve` or `bench`, whose sockets must keep
+/// Rust's default (SIGPIPE ignored, EPIPE returned).
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called once at start, before any thread exists; only resets a signal disposition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn init_tracing() {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
@@ -117,6 +128,9 @@ fn init_tracing() {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Bench { .. }) {
+        restore_sigpipe();
+    }
     let result: anyhow::Result<i32> = match cli.cmd {
         Cmd::Serve(a) => {
             init_tracing();

@@ -153,7 +153,7 @@ fn count(connector: &'static str, outcome: &'static str) {
 }
 
 /// Runs one request through the pipeline, in this order: subscription lookup, size limit, signature over
-/// the raw bytes, dedup probe, subscription state, routing, commit. So an unauthenticated caller learns
+/// the raw bytes, dedup probe, rate limit, subscription state, routing, commit. So an unauthenticated caller learns
 /// nothing about the subscription's state, and a redelivery of an accepted id is answered `duplicate`
 /// even while the subscription is paused.
 ///
@@ -202,19 +202,6 @@ pub async fn ingest(
             return Err(TbError::new(e.code(), e.to_string()));
         }
     };
-    // Authenticated, then rate-limited, then de-duplicated (signals-and-connectors §0.1).
-    if let Err(wait_s) = engine.rate_limits.check(&sub.id, sub.rate_limit_per_min) {
-        count(connector, "rate_limited");
-        record_rate_limited(engine, &sub, &verified).await;
-        return Err(TbError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "subscription {:?} accepts {} requests a minute; retry after {wait_s} s",
-                sub.id, sub.rate_limit_per_min
-            ),
-        )
-        .retry_after(wait_s));
-    }
     let key = if sub.dedup_enabled && !authentic {
         // An unverified request (best-effort / none) never takes the key of a verified one, so a forged
         // post cannot shadow the real event.
@@ -260,6 +247,21 @@ pub async fn ingest(
     {
         count(connector, "duplicate");
         return Ok(answer_dup(first));
+    }
+    // Rate-limited after authentication and the duplicate probe: a redelivery of an accepted event is
+    // answered `duplicate` even while the bucket is empty (it costs nothing and starts nothing), so a
+    // `rate_limited` receipt always names an event that was not accepted.
+    if let Err(wait_s) = engine.rate_limits.check(&sub.id, sub.rate_limit_per_min) {
+        count(connector, "rate_limited");
+        record_rate_limited(engine, &sub, &verified).await;
+        return Err(TbError::new(
+            ErrorCode::RateLimited,
+            format!(
+                "subscription {:?} accepts {} requests a minute; retry after {wait_s} s",
+                sub.id, sub.rate_limit_per_min
+            ),
+        )
+        .retry_after(wait_s));
     }
     let admit = admission(state);
     if admit == Admission::Refuse {

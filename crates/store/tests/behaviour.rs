@@ -798,6 +798,18 @@ async fn candidates_visible_together_resolve_by_precedence() {
             "expired",
             "buffered signals expire with the run"
         );
+        let turns = s.list_turns(&run).await.unwrap();
+        assert!(!turns.is_empty());
+        assert!(
+            turns
+                .iter()
+                .all(|t| t.state != tb_core::turn::TurnState::Queued
+                    && t.state != tb_core::turn::TurnState::Leased),
+            "unacknowledged turns expire with the run: {turns:?}"
+        );
+        assert!(turns
+            .iter()
+            .any(|t| t.state == tb_core::turn::TurnState::Expired));
         let events = s.run_events(&run, None, 100).await.unwrap();
         assert_eq!(
             events.last().unwrap().event_type,

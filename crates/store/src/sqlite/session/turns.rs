@@ -132,7 +132,7 @@ pub(crate) fn claim_turn(
     live_run(c, run_id)?;
     let next: Option<(String, String, Option<i64>)> = c
         .prepare_cached(
-            "SELECT id, state, lease_until FROM turns WHERE run_id = ?1 AND state != 'acked' ORDER BY seq LIMIT 1",
+            "SELECT id, state, lease_until FROM turns WHERE run_id = ?1 AND state IN ('queued', 'leased') ORDER BY seq LIMIT 1",
         )
         .map_err(db)?
         .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
@@ -166,8 +166,13 @@ pub(crate) fn ack_turn(
     live_run(c, run_id)?;
     let t = get_turn(c, run_id, turn_id)?;
     if t.state == TurnState::Leased && t.claims != claim {
+        let why = if claim < t.claims && claim > 0 {
+            "it was claimed again after this claim's lease lapsed"
+        } else {
+            "pass the claims count the claim returned"
+        };
         return Err(StoreError::Conflict(format!(
-            "the turn was claimed again since (claim {} is current, not {claim}); this driver's lease lapsed",
+            "claim {claim} does not match this turn's current claim {}: {why}",
             t.claims
         )));
     }

@@ -358,8 +358,8 @@ pub(crate) fn next_timer_at(c: &Connection) -> StoreResult<Option<i64>> {
         .map_err(db)
 }
 
-/// On a run's end: its armed wait resolves with winner `stop`; signals still buffered, and their
-/// receipts, end `expired`.
+/// On a run's end: its armed wait resolves with winner `stop`; signals still buffered, turns not yet
+/// acknowledged, and their receipts, end `expired`.
 pub(crate) fn on_run_end(c: &Connection, run_id: &str, now: i64) -> StoreResult<()> {
     resolve_step(c, run_id, now, true)?;
     c.prepare_cached(
@@ -369,12 +369,26 @@ pub(crate) fn on_run_end(c: &Connection, run_id: &str, now: i64) -> StoreResult<
     .map_err(db)?
     .execute(params![run_id, now])
     .map_err(db)?;
-    // What is still buffered can never be consumed now.
+    // Prompts (and wake-ups) never acknowledged can no longer be: their receipts end `expired` too.
+    c.prepare_cached(
+        "UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE state = 'queued' AND id IN \
+         (SELECT d.receipt_id FROM turns t JOIN deliveries d ON d.id = t.delivery_id WHERE t.run_id = ?1 AND t.state != 'acked')",
+    )
+    .map_err(db)?
+    .execute(params![run_id, now])
+    .map_err(db)?;
+    // What is still buffered or queued can never be consumed now.
     c.prepare_cached(
         "UPDATE signals SET state = 'expired', settled_at = ?2 WHERE run_id = ?1 AND state = 'buffered'",
     )
     .map_err(db)?
     .execute(params![run_id, now])
+    .map_err(db)?;
+    c.prepare_cached(
+        "UPDATE turns SET state = 'expired', lease_until = NULL WHERE run_id = ?1 AND state != 'acked'",
+    )
+    .map_err(db)?
+    .execute(params![run_id])
     .map_err(db)?;
     Ok(())
 }
