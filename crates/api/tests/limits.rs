@@ -8,7 +8,6 @@ use axum::http::StatusCode;
 use support::*;
 use tb_core::binding::{Binding, BindingAction};
 use tb_core::connector::ConnectorSpec;
-use tb_core::subscription::Source;
 use tb_core::workflow::{Executor, Workflow};
 use tb_engine::{Catalog, SubscriptionConfig};
 
@@ -16,19 +15,9 @@ use tb_engine::{Catalog, SubscriptionConfig};
 async fn over_its_rate_a_subscription_answers_429_and_records_the_refusal() {
     let (dir, store) = store();
     let sub = SubscriptionConfig {
-        id: "github".into(),
-        source: Source::Webhook,
-        connector: ConnectorSpec::Github,
-        secret: GH_SECRET.as_bytes().to_vec(),
         retry: fast_retry(3),
-        dedup_window_s: 86_400,
-        max_body_bytes: 1 << 20,
-        failure_threshold: 0,
-        verification: Default::default(),
-        dedup_enabled: true,
-        fingerprint: None,
-        registration: None,
         rate_limit_per_min: 2,
+        ..SubscriptionConfig::webhook("github", ConnectorSpec::Github, GH_SECRET.as_bytes())
     };
     let binding = Binding {
         id: "pr-opened".into(),

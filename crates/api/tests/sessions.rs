@@ -12,7 +12,6 @@ use support::*;
 use tb_core::binding::{Binding, BindingAction, OnExisting};
 use tb_core::connector::ConnectorSpec;
 use tb_core::signal::{MailboxPolicy, Overflow};
-use tb_core::subscription::Source;
 use tb_core::workflow::{Executor, Workflow};
 use tb_engine::{Catalog, SubscriptionConfig};
 
@@ -27,19 +26,8 @@ fn session_config() -> Value {
 
 fn sub(id: &str, connector: ConnectorSpec, secret: &str) -> SubscriptionConfig {
     SubscriptionConfig {
-        id: id.into(),
-        source: Source::Webhook,
-        connector,
-        secret: secret.as_bytes().to_vec(),
         retry: fast_retry(3),
-        dedup_window_s: 86_400,
-        max_body_bytes: 1 << 20,
-        failure_threshold: 0,
-        verification: Default::default(),
-        dedup_enabled: true,
-        fingerprint: None,
-        registration: None,
-        rate_limit_per_min: 0,
+        ..SubscriptionConfig::webhook(id, connector, secret.as_bytes())
     }
 }
 

@@ -62,6 +62,27 @@ pub struct SubscriptionConfig {
 }
 
 impl SubscriptionConfig {
+    /// A webhook subscription with the defaults a config file gets: the default retry policy (Svix
+    /// schedule), a 24 h dedup window, [`DEFAULT_MAX_BODY_BYTES`], no breaker threshold, verification
+    /// `required`, dedup on, no rate limit. `secret` is the resolved key bytes.
+    pub fn webhook(id: &str, connector: ConnectorSpec, secret: &[u8]) -> SubscriptionConfig {
+        SubscriptionConfig {
+            id: id.into(),
+            source: Source::Webhook,
+            connector,
+            secret: secret.to_vec(),
+            retry: RetryPolicy::default(),
+            dedup_window_s: 86_400,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            failure_threshold: 0,
+            verification: Verification::Required,
+            dedup_enabled: true,
+            fingerprint: None,
+            registration: None,
+            rate_limit_per_min: 0,
+        }
+    }
+
     /// The secret-free definition persisted in the store.
     pub fn store_def(&self) -> SubscriptionDef {
         SubscriptionDef {

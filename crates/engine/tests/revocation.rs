@@ -9,7 +9,6 @@ use http::HeaderMap;
 use tb_core::binding::{Binding, BindingAction};
 use tb_core::connector::ConnectorSpec;
 use tb_core::receipt::ReceiptState;
-use tb_core::subscription::Source;
 use tb_core::workflow::{Executor, Workflow};
 use tb_store::sqlite::SqliteStore;
 use tb_store::Store;
@@ -48,21 +47,7 @@ async fn post(engine: &Engine, delivery: &str) -> IngestAnswer {
 async fn a_revoked_binding_routes_nothing_and_its_queued_delivery_is_disabled() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
-    let sub = SubscriptionConfig {
-        id: "github".into(),
-        source: Source::Webhook,
-        connector: ConnectorSpec::Github,
-        secret: SECRET.as_bytes().to_vec(),
-        retry: Default::default(),
-        dedup_window_s: 86_400,
-        max_body_bytes: 1 << 20,
-        failure_threshold: 0,
-        verification: Default::default(),
-        dedup_enabled: true,
-        fingerprint: None,
-        registration: None,
-        rate_limit_per_min: 0,
-    };
+    let sub = SubscriptionConfig::webhook("github", ConnectorSpec::Github, SECRET.as_bytes());
     let binding = Binding {
         id: "on-push".into(),
         subscription: "github".into(),

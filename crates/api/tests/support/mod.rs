@@ -11,7 +11,6 @@ use serde_json::Value;
 use tb_core::binding::{Binding, BindingAction};
 use tb_core::connector::ConnectorSpec;
 use tb_core::retry::{Backoff, RetryPolicy};
-use tb_core::subscription::Source;
 use tb_core::workflow::{Executor, Workflow};
 use tb_engine::worker::WorkerConfig;
 use tb_engine::{Catalog, Engine, SubscriptionConfig};
@@ -64,19 +63,10 @@ pub async fn start_with_keys(
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
     let sub = SubscriptionConfig {
-        id: "github".into(),
-        source: Source::Webhook,
-        connector: ConnectorSpec::Github,
-        secret: GH_SECRET.as_bytes().to_vec(),
         retry,
-        dedup_window_s: 86_400,
         max_body_bytes: 1 << 20,
         failure_threshold: threshold,
-        verification: Default::default(),
-        dedup_enabled: true,
-        fingerprint: None,
-        registration: None,
-        rate_limit_per_min: 0,
+        ..SubscriptionConfig::webhook("github", ConnectorSpec::Github, GH_SECRET.as_bytes())
     };
     let wf = match worker_url {
         Some(url) => Workflow {
