@@ -228,18 +228,11 @@ impl Catalog {
 /// The settings API-started runs are delivered with: the default retry policy, no connector secret.
 pub fn api_runs_config() -> SubscriptionConfig {
     SubscriptionConfig {
-        id: crate::API_SOURCE.into(),
-        source: Source::Webhook,
-        connector: ConnectorSpec::StandardWebhooks { tolerance_s: 300 },
-        secret: Vec::new(),
-        retry: RetryPolicy::default(),
-        dedup_window_s: 86_400,
-        max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-        failure_threshold: 0,
-        verification: Verification::Required,
         dedup_enabled: false,
-        fingerprint: None,
-        registration: None,
-        rate_limit_per_min: 0,
+        ..SubscriptionConfig::webhook(
+            crate::API_SOURCE,
+            ConnectorSpec::StandardWebhooks { tolerance_s: 300 },
+            &[],
+        )
     }
 }
