@@ -573,4 +573,10 @@ fn quickstart_session_walkthrough_with_send_and_the_cli() {
     );
     let out = cli(&s.base, &["runs", "waits", &run]);
     assert_eq!(out.lines().count(), 3, "header + two waits: {out}");
+    let metrics = get_text(&format!("{}/metrics", s.base));
+    assert!(
+        metrics.contains("tb_wait_resolutions_total{winner=\"signal\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("tb_signals_total{outcome=\"duplicate\"} 1"));
 }

@@ -140,6 +140,25 @@ pub fn post(url: &str, body: &Value) -> (u16, Value) {
     })
 }
 
+/// Blocking GET of a text body (e.g. `/metrics`).
+pub fn get_text(url: &str) -> String {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        reqwest::Client::new()
+            .get(url)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .expect("GET")
+            .text()
+            .await
+            .expect("body")
+    })
+}
+
 impl Server {
     /// `POST {base}{path}` with a JSON body.
     pub fn post(&self, path: &str, body: Value) -> (u16, Value) {

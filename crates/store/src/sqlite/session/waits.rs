@@ -208,6 +208,16 @@ pub(crate) fn resolve_step(
             Ok(Some(w.id))
         }
         Resolution::Resolve { winner, losers } => {
+            // Bounded labels only (DESIGN §11): the winner kind, never ids.
+            let kind = match winner {
+                WinnerKind::Stop => "stop",
+                WinnerKind::UserInput => "user_input",
+                WinnerKind::Signal => "signal",
+                WinnerKind::Timer => "timer",
+            };
+            metrics::counter!("tb_wait_resolutions_total", "winner" => kind).increment(1);
+            metrics::histogram!("tb_wait_duration_seconds", "winner" => kind)
+                .record((now - w.created_at).max(0) as f64 / 1000.0);
             let mut win = json!({"kind": winner});
             match winner {
                 WinnerKind::Signal => {
