@@ -127,6 +127,44 @@ pub enum RunsCmd {
         /// The text
         text: String,
     },
+    /// Cancel an armed wait
+    CancelWait {
+        /// Run id
+        id: String,
+        /// Wait id (wait_...)
+        wait: String,
+    },
+    /// List a run's turns (start, prompts, wake-ups, wait resolutions) and their state
+    Turns {
+        /// Run id
+        id: String,
+    },
+    /// Claim the run's next turn as its driver (prints it as JSON; exit code 3 when none came in time)
+    Claim {
+        /// Run id
+        id: String,
+        /// How long the turn stays yours before it is handed out again, in ms (1000 to 3600000)
+        #[arg(long, default_value_t = 60_000)]
+        lease_ms: u64,
+        /// Wait up to this many seconds for a turn (at most 60)
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+    /// Acknowledge a claimed turn
+    Ack {
+        /// Run id
+        id: String,
+        /// Turn id (turn_...)
+        turn: String,
+        /// The turn's claims count printed by `runs claim`
+        #[arg(long)]
+        claim: u32,
+    },
+    /// Cancel a run (its armed wait resolves `stop`; what is still queued on it expires)
+    Cancel {
+        /// Run id
+        id: String,
+    },
 }
 
 // `trigger-bridge subscriptions ...`
@@ -521,6 +559,19 @@ pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
         RunsCmd::Prompt { id, text } => {
             return crate::sessions_client::prompt(&api, &id, text).await
         }
+        RunsCmd::CancelWait { id, wait } => {
+            return crate::sessions_client::cancel_wait(&api, &id, &wait).await
+        }
+        RunsCmd::Turns { id } => return crate::sessions_client::turns(&api, &id).await,
+        RunsCmd::Claim {
+            id,
+            lease_ms,
+            timeout,
+        } => return crate::sessions_client::claim(&api, &id, lease_ms, timeout).await,
+        RunsCmd::Ack { id, turn, claim } => {
+            return crate::sessions_client::ack(&api, &id, &turn, claim).await
+        }
+        RunsCmd::Cancel { id } => return crate::sessions_client::cancel(&api, &id).await,
         RunsCmd::Show { id } => {
             let (run, _) = api
                 .call(Method::GET, &format!("/v1/runs/{}", seg(&id)), &[], None)

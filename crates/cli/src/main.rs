@@ -60,7 +60,7 @@ enum Cmd {
         #[command(subcommand)]
         cmd: client::DeliveriesCmd,
     },
-    /// Inspect runs and their events; arm waits and queue prompts on sessions.
+    /// Inspect runs; drive sessions (waits, prompts, turns) and cancel runs.
     Runs {
         #[command(flatten)]
         opts: client::ClientOpts,

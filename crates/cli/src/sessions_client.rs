@@ -235,11 +235,7 @@ pub async fn wait(api: &Api<'_>, a: WaitArgs) -> Result<()> {
             .await?;
     }
     if let Some(w) = api.show((w, raw))? {
-        print_kv(
-            &w,
-            "wait=waitId state=state kind=kind names=names reason=reason deadline=deadline \
-             interrupted=interrupted winner=winner/kind signal=winner/signal/signalId losers=losers",
-        );
+        print_kv(&w, WAIT_KV);
     }
     Ok(())
 }
@@ -255,6 +251,81 @@ pub async fn prompt(api: &Api<'_>, run: &str, text: String) -> Result<()> {
             "queued turn {} (#{}) on {run}",
             v["turnId"].as_str().unwrap_or(""),
             v["seq"]
+        );
+    }
+    Ok(())
+}
+
+const TURNS: &str = "SEQ=seq TURN=turnId KIND=kind STATE=state CLAIMS=claims CREATED=createdAt \
+    ACKED=ackedAt";
+const WAIT_KV: &str =
+    "wait=waitId state=state kind=kind names=names reason=reason deadline=deadline \
+    interrupted=interrupted winner=winner/kind signal=winner/signal/signalId losers=losers";
+
+/// `runs cancel-wait RUN WAIT`.
+pub async fn cancel_wait(api: &Api<'_>, run: &str, wait: &str) -> Result<()> {
+    let path = format!("/v1/runs/{}/waits/{}", seg(run), seg(wait));
+    let body = json!({"action": "cancel"});
+    if let Some(w) = api.show(api.call(Method::POST, &path, &[], Some(&body)).await?)? {
+        print_kv(&w, WAIT_KV);
+    }
+    Ok(())
+}
+
+/// `runs turns RUN`.
+pub async fn turns(api: &Api<'_>, run: &str) -> Result<()> {
+    if let Some(v) = api
+        .get(&format!("/v1/runs/{}/turns", seg(run)), &[])
+        .await?
+    {
+        print_list(&v, "turns", TURNS, "no turns");
+    }
+    Ok(())
+}
+
+/// `runs claim RUN`: prints the claimed turn as JSON (its content is for a program); when no turn came
+/// in time it says so on stderr and exits with code 3.
+pub async fn claim(api: &Api<'_>, run: &str, lease_ms: u64, timeout: u64) -> Result<()> {
+    if timeout > 60 {
+        bail!("--timeout is at most 60 seconds");
+    }
+    let path = format!("/v1/runs/{}/turns:claim", seg(run));
+    let q = [
+        ("leaseMs", Some(lease_ms.to_string())),
+        ("timeout", Some(timeout.to_string())),
+    ];
+    match api.call(Method::POST, &path, &q, None).await {
+        Ok((v, _)) => println!("{}", serde_json::to_string_pretty(&v)?),
+        Err(e) if e.to_string().contains("answered 204") => {
+            eprintln!("no turn within {timeout} s");
+            std::process::exit(3);
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
+/// `runs ack RUN TURN --claim N`.
+pub async fn ack(api: &Api<'_>, run: &str, turn: &str, claim: u32) -> Result<()> {
+    let path = format!("/v1/runs/{}/turns/{}/ack", seg(run), seg(turn));
+    let q = [("claim", Some(claim.to_string()))];
+    if let Some(t) = api.show(api.call(Method::POST, &path, &q, None).await?)? {
+        println!(
+            "acknowledged turn {} ({}) on {run}",
+            t["turnId"].as_str().unwrap_or(""),
+            t["kind"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// `runs cancel RUN`.
+pub async fn cancel(api: &Api<'_>, run: &str) -> Result<()> {
+    let path = format!("/v1/runs/{}/cancel", seg(run));
+    if let Some(r) = api.show(api.call(Method::POST, &path, &[], None).await?)? {
+        println!(
+            "run {run} is {}",
+            r["status"].as_str().unwrap_or("cancelled")
         );
     }
     Ok(())

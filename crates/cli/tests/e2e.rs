@@ -579,4 +579,26 @@ fn quickstart_session_walkthrough_with_send_and_the_cli() {
         "{metrics}"
     );
     assert!(metrics.contains("tb_signals_total{outcome=\"duplicate\"} 1"));
+
+    // Driving the session from the CLI: claim the start turn, acknowledge it, then cancel the run.
+    let t: Value = serde_json::from_str(&cli(&s.base, &["runs", "claim", &run, "--timeout", "5"]))
+        .expect("claim prints the turn as JSON");
+    assert_eq!(t["kind"], "start");
+    assert_eq!(t["content"]["session"]["agent"], "pr-reviewer");
+    let turn = t["turnId"].as_str().unwrap();
+    let out = cli(&s.base, &["runs", "ack", &run, turn, "--claim", "1"]);
+    assert!(out.contains("acknowledged turn"), "{out}");
+    assert!(cli(&s.base, &["runs", "turns", &run]).contains("acked"));
+    let out = cli(&s.base, &["runs", "cancel", &run]);
+    assert!(out.contains("cancelled"), "{out}");
+    let refused = Command::new(BIN)
+        .args(["runs", "claim", &run, "--timeout", "1", "--server", &s.base])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("409 target_terminal"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 }
