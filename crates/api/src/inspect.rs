@@ -37,6 +37,21 @@ impl ListParams {
         if filter.as_deref().is_some_and(|f| !valid(f)) {
             return Err(ApiError::new(ErrorCode::ValidationError, hint));
         }
+        // A cursor is an id this API printed as `nextCursor`: `<prefix>_<32 hex>`.
+        let cursor_ok = |c: &str| {
+            c.split_once('_').is_some_and(|(p, hex)| {
+                !p.is_empty()
+                    && p.bytes().all(|b| b.is_ascii_lowercase())
+                    && hex.len() == 32
+                    && hex.bytes().all(|b| b.is_ascii_hexdigit())
+            })
+        };
+        if self.before.as_deref().is_some_and(|c| !cursor_ok(c)) {
+            return Err(ApiError::new(
+                ErrorCode::ValidationError,
+                "before must be a nextCursor value from a previous page",
+            ));
+        }
         Ok(ListQuery {
             limit: self.limit.unwrap_or(50).clamp(1, 500),
             before: self.before,

@@ -433,6 +433,13 @@ async fn errors_are_enveloped_and_never_echo_the_request() {
             "validation_error",
             400,
         ),
+        (
+            "GET",
+            format!("/v1/receipts?before={enc}"),
+            "validation_error",
+            400,
+        ),
+        ("GET", format!("/v1/runs/{enc}/signals"), "not_found", 404),
         ("GET", format!("/v1/receipts/{enc}"), "not_found", 404),
         (
             "POST",
