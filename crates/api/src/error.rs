@@ -49,6 +49,29 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Unwraps a JSON body for every handler: an oversized body is 413 `payload_too_large`, a missing or
+/// other content type 415 `unsupported_media_type`, anything else that does not parse as `shape` 400
+/// `validation_error` (the body is never echoed).
+pub fn json_body<T>(
+    b: Result<Json<T>, axum::extract::rejection::JsonRejection>,
+    shape: &str,
+) -> Result<T, ApiError> {
+    b.map(|Json(v)| v).map_err(|e| match e.status().as_u16() {
+        413 => ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body is over {} bytes", crate::MAX_API_BODY),
+        ),
+        415 => ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "send Content-Type: application/json",
+        ),
+        _ => ApiError::new(
+            ErrorCode::ValidationError,
+            format!("body must be JSON {shape}"),
+        ),
+    })
+}
+
 /// Unwraps a query string, mapping a malformed one to 400 `validation_error` in the envelope (without
 /// echoing it).
 pub fn query<T>(

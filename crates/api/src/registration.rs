@@ -64,9 +64,10 @@ pub async fn register(
     let principal = principal
         .map(|p| p.0)
         .unwrap_or_else(crate::auth::Principal::anonymous);
-    let Json(b) = body.map_err(|_| {
-        ApiError::new(ErrorCode::ValidationError, "body must be a TriggerSubscriptionRegistration: {source, workflowId, dedupEnabled?, retryPolicy?, verification?}")
-    })?;
+    let b = crate::error::json_body(
+        body,
+        "TriggerSubscriptionRegistration: {source, workflowId, dedupEnabled?, retryPolicy?, verification?}",
+    )?;
     if b.source != "webhook" {
         return Err(ApiError::new(
             ErrorCode::ValidationError,

@@ -111,12 +111,10 @@ pub async fn post_result(
     Path(id): Path<String>,
     body: Result<Json<ResultBody>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let Json(body) = body.map_err(|_| {
-        ApiError::new(
-            ErrorCode::ValidationError,
-            "body must be {\"status\": \"completed\"|\"failed\"|\"cancelled\", \"output\"?: any}",
-        )
-    })?;
+    let body = crate::error::json_body(
+        body,
+        "{\"status\": \"completed\"|\"failed\"|\"cancelled\", \"output\"?: any}",
+    )?;
     let status = parse_result_status(&body.status)
         .map_err(|m| ApiError::new(ErrorCode::ValidationError, m))?;
     let run = st

@@ -36,27 +36,8 @@ use tb_engine::sessions::{self, RaiseRequest};
 use tb_store::{CapabilityRecord, TurnRecord};
 
 use crate::auth::Principal;
-use crate::error::ApiError;
+use crate::error::{json_body, ApiError};
 use crate::{wire, AppState};
-
-/// Unwraps a JSON body: an oversized body is 413 `payload_too_large`, a missing or other content type
-/// 415 `unsupported_media_type`, anything else that does not parse as `shape` 400 `validation_error`.
-fn body<T>(b: Result<Json<T>, JsonRejection>, shape: &str) -> Result<T, ApiError> {
-    b.map(|Json(v)| v).map_err(|e| match e.status().as_u16() {
-        413 => ApiError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the body is over {} bytes", crate::MAX_API_BODY),
-        ),
-        415 => ApiError::new(
-            ErrorCode::UnsupportedMediaType,
-            "send Content-Type: application/json",
-        ),
-        _ => ApiError::new(
-            ErrorCode::ValidationError,
-            format!("body must be JSON {shape}"),
-        ),
-    })
-}
 
 fn actor(p: &Option<Extension<Principal>>) -> Option<String> {
     p.as_ref().map(|Extension(p)| p.0.clone())
@@ -85,7 +66,7 @@ pub async fn raise(
     who: Option<Extension<Principal>>,
     b: Result<Json<RaiseBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let b = body(b, "{name, data?, signalId?, wake?}")?;
+    let b = json_body(b, "{name, data?, signalId?, wake?}")?;
     let out = sessions::raise(
         &st.engine,
         &id,
@@ -177,7 +158,7 @@ pub async fn create_wait(
     Path(id): Path<String>,
     b: Result<Json<WaitBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let b = body(b, "{kind, names, timeoutMs?, userInput?, reason}")?;
+    let b = json_body(b, "{kind, names, timeoutMs?, userInput?, reason}")?;
     let kind = match b.kind.as_str() {
         "signal" => WaitKind::Signal,
         "any" => WaitKind::Any,
@@ -254,7 +235,7 @@ pub async fn wait_action(
     Path((id, wait)): Path<(String, String)>,
     b: Result<Json<WaitActionBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let b = body(b, "{action: \"cancel\"}")?;
+    let b = json_body(b, "{action: \"cancel\"}")?;
     if b.action != "cancel" {
         return Err(ApiError::new(
             ErrorCode::ValidationError,
@@ -282,7 +263,7 @@ pub async fn prompt(
     who: Option<Extension<Principal>>,
     b: Result<Json<PromptBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let b = body(b, "{text}")?;
+    let b = json_body(b, "{text}")?;
     let t = sessions::prompt(&st.engine, &id, b.text, actor(&who)).await?;
     Ok((StatusCode::CREATED, Json(turn(&t))).into_response())
 }
@@ -411,7 +392,7 @@ pub async fn mint(
     who: Option<Extension<Principal>>,
     b: Result<Json<MintBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let b = body(
+    let b = json_body(
         b,
         "{runId, signal, label?, expiresInS?, maxUses?, wake?, hmac?}",
     )?;

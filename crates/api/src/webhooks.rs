@@ -49,12 +49,10 @@ pub async fn register(
             "this host has no secret store",
         ));
     };
-    let Json(b) = body.map_err(|_| {
-        ApiError::new(
-            ErrorCode::ValidationError,
-            "body must be {url, events, tenantId?, tags?, signatureAlgorithms?}",
-        )
-    })?;
+    let b = crate::error::json_body(
+        body,
+        "{url, events, tenantId?, tags?, signatureAlgorithms?}",
+    )?;
     if b.events.is_empty() || b.events.iter().any(|e| e.is_empty() || e.len() > 128) {
         return Err(ApiError::new(
             ErrorCode::ValidationError,

@@ -532,34 +532,20 @@ fn quickstart_session_walkthrough_with_send_and_the_cli() {
     );
     assert!(out.contains("state:       resolved"), "{out}");
     assert!(out.contains("winner:      signal"), "{out}");
-    let out = cli(
-        &s.base,
-        &[
-            "signals",
-            "raise",
-            &run,
-            "ci.green",
-            "--data",
-            "{\"checks\":12}",
-            "--signal-id",
-            "ci-1",
-        ],
-    );
+    let raise = [
+        "signals",
+        "raise",
+        &run,
+        "ci.green",
+        "--data",
+        "{\"checks\":12}",
+        "--signal-id",
+        "ci-1",
+    ];
+    let out = cli(&s.base, &raise);
     assert!(out.contains(": queued"), "{out}");
-    let out = cli(
-        &s.base,
-        &[
-            "signals",
-            "raise",
-            &run,
-            "ci.green",
-            "--data",
-            "{\"checks\":12}",
-            "--signal-id",
-            "ci-1",
-        ],
-    );
-    assert!(out.contains(": duplicate"), "{out}");
+    let out = cli(&s.base, &raise);
+    assert!(out.contains(": duplicate"), "the same signal again: {out}");
     let out = cli(
         &s.base,
         &[

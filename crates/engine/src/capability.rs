@@ -211,9 +211,6 @@ pub async fn ingest(
         count("rejected");
         TbError::new(e.code(), e.to_string())
     })?;
-    if let Err(e) = tb_core::signal::place_data(Some(data.clone())) {
-        return Err(TbError::new(ErrorCode::ValidationError, e));
-    }
     let idem = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())

@@ -77,7 +77,6 @@ fn verify(
 /// The record is content-free (RFC 0232): no body is kept, so forged posts cannot fill the disk with
 /// their payloads.
 async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &HeaderMap) {
-    let receipt_id = new_id(IdKind::Receipt);
     let event = tb_core::normalized::NormalizedEvent {
         event: "webhook".into(),
         action: None,
@@ -87,23 +86,11 @@ async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &Hea
     for d in &mut deliveries {
         d.dead_letter_reason = Some("verification_failed".into());
     }
-    let now = clock::now_ms();
-    let receipt = NewReceipt {
-        id: receipt_id.clone(),
-        subscription_id: sub.id.clone(),
-        dedup_key: dedup_key(&sub.id, &receipt_id),
-        provider_event_id: "unverified".into(),
-        event_type: "webhook".into(),
-        normalized: serde_json::json!({"event": "webhook", "fields": {"verified": false}}),
-        state: ReceiptState::Rejected,
-        content_type: media_type(headers),
-        body: Bytes::new(),
-        received_at: now,
-        dedup_until: now,
-        deliveries,
-        capability: None,
-    };
-    if let Err(e) = engine.store.commit_receipt(receipt).await {
+    let mut r = content_free_receipt(sub, ReceiptState::Rejected, "unverified".into(), &event);
+    r.normalized = serde_json::json!({"event": "webhook", "fields": {"verified": false}});
+    r.content_type = media_type(headers);
+    r.deliveries = deliveries;
+    if let Err(e) = engine.store.commit_receipt(r).await {
         tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");
     }
 }
@@ -112,25 +99,41 @@ async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &Hea
 /// its provider event id (so an operator can ask the provider to redeliver it), event type and time; no
 /// body, no fields, no deliveries, and a dedup key of its own (a later redelivery is not a duplicate).
 async fn record_rate_limited(engine: &Engine, sub: &SubscriptionConfig, v: &Verified) {
-    let receipt_id = new_id(IdKind::Receipt);
+    let r = content_free_receipt(
+        sub,
+        ReceiptState::RateLimited,
+        v.provider_event_id.clone(),
+        &v.event,
+    );
+    if let Err(e) = engine.store.commit_receipt(r).await {
+        tracing::error!(subscription = %sub.id, error = %e, "recording a rate-limited request failed");
+    }
+}
+
+/// A receipt that records a refusal without content: no body, no normalized field values, no
+/// deliveries, and a dedup key unique to it (it never holds or takes a real event's key).
+fn content_free_receipt(
+    sub: &SubscriptionConfig,
+    state: ReceiptState,
+    provider_event_id: String,
+    event: &tb_core::normalized::NormalizedEvent,
+) -> NewReceipt {
+    let id = new_id(IdKind::Receipt);
     let now = clock::now_ms();
-    let receipt = NewReceipt {
-        id: receipt_id.clone(),
+    NewReceipt {
+        dedup_key: dedup_key(&sub.id, &id),
+        id,
         subscription_id: sub.id.clone(),
-        dedup_key: dedup_key(&sub.id, &receipt_id),
-        provider_event_id: v.provider_event_id.clone(),
-        event_type: v.event.event_type(),
-        normalized: serde_json::json!({"event": v.event.event, "action": v.event.action, "fields": {}}),
-        state: ReceiptState::RateLimited,
+        provider_event_id,
+        event_type: event.event_type(),
+        normalized: serde_json::json!({"event": event.event, "action": event.action, "fields": {}}),
+        state,
         content_type: None,
         body: Bytes::new(),
         received_at: now,
         dedup_until: now,
         deliveries: Vec::new(),
         capability: None,
-    };
-    if let Err(e) = engine.store.commit_receipt(receipt).await {
-        tracing::error!(subscription = %sub.id, error = %e, "recording a rate-limited request failed");
     }
 }
 

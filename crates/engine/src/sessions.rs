@@ -210,7 +210,7 @@ pub async fn prompt(
 
 /// Claims the run's next turn, waiting up to `timeout` for one (long-poll); `lease` is how long the
 /// driver has to acknowledge it before it is redelivered. `None` when nothing arrived in time.
-/// Errors: `not_found`; `target_terminal` (409) when the run has ended and nothing is left to claim.
+/// Errors: `not_found`; `target_terminal` (409) once the run has ended (the store refuses the claim).
 pub async fn claim(
     engine: &Engine,
     run_id: &str,
@@ -232,13 +232,6 @@ pub async fn claim(
         }
         if engine.is_closing() {
             return Ok(None);
-        }
-        let run = engine.store.get_run(run_id).await.map_err(store_err)?;
-        if run.status.is_terminal() {
-            return Err(TbError::new(
-                ErrorCode::TargetTerminal,
-                format!("the run has ended ({})", run.status.as_str()),
-            ));
         }
         // A leased turn may lapse without any commit: re-check at least once a second.
         let tick = tokio::time::Instant::now() + Duration::from_secs(1);

@@ -1,16 +1,12 @@
 //! The OpenWOP `RunEventDoc` JSON of a stored run event (`eventId, runId, type, payload, timestamp,
 //! sequence, causationId?`), shared by the API and the outbound webhook body.
 
-use chrono::{SecondsFormat, TimeZone, Utc};
 use serde_json::{json, Value};
 use tb_store::RunEventRecord;
 
 /// Unix ms -> RFC 3339 with milliseconds, UTC.
 pub fn time(ms: i64) -> String {
-    Utc.timestamp_millis_opt(ms)
-        .single()
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
-        .unwrap_or_default()
+    tb_store::rfc3339(ms)
 }
 
 /// The event as a `RunEventDoc`.

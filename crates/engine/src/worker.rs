@@ -124,7 +124,10 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
         Some(std::sync::Arc::new(c))
-    } else if d.subscription_id.starts_with("sgep_") {
+    } else if d
+        .subscription_id
+        .starts_with(tb_core::ids::IdKind::Capability.prefix())
+    {
         // A minted capability endpoint's signal: the default retry policy, no subscription row.
         let mut c = crate::catalog::api_runs_config();
         c.id = d.subscription_id.clone();
@@ -279,17 +282,25 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             now,
         }
     };
-    let mut commit = build(&result, effect);
-    let mut committed = engine.store.commit_attempt(commit.clone()).await;
-    if let Err(StoreError::Rejected { code, .. }) = &committed {
+    // What the log and the notifications need, read before the commit moves.
+    let summary = |c: &AttemptCommit| {
+        (
+            c.attempt.outcome,
+            c.attempt.error_class.clone(),
+            c.attempt.next_due_at,
+            c.effect.is_some(),
+        )
+    };
+    let commit = build(&result, effect);
+    let (mut outcome, mut error_class, mut next_due_at, had_effect) = summary(&commit);
+    let mut changed_session = had_effect;
+    let mut committed = engine.store.commit_attempt(commit).await;
+    if let (true, Err(StoreError::Rejected { code, .. })) = (had_effect, &committed) {
         // The local effect was refused inside the transaction (nothing written): record the failure.
-        let failed = Err(crate::effects::refusal(*code));
-        commit = build(&failed, None);
-        committed = engine.store.commit_attempt(commit.clone()).await;
+        let failed = build(&Err(crate::effects::refusal(*code)), None);
+        (outcome, error_class, next_due_at, changed_session) = summary(&failed);
+        committed = engine.store.commit_attempt(failed).await;
     }
-    let outcome = commit.attempt.outcome;
-    let error_class = commit.attempt.error_class.clone();
-    let next_due_at = commit.attempt.next_due_at;
     let elapsed = t0.elapsed();
     metrics::histogram!("tb_attempt_duration_seconds").record(elapsed.as_secs_f64());
     match committed {
@@ -302,7 +313,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             if next_due_at.is_some() {
                 engine.work_ready.notify_one();
             }
-            if commit.effect.is_some() {
+            if changed_session {
                 engine.session_changed();
             }
         }

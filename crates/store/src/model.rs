@@ -304,6 +304,16 @@ pub struct DeadLetterRecord {
     pub state_change: Option<Value>,
 }
 
+/// Unix ms -> RFC 3339 UTC with milliseconds (`2026-11-30T01:22:15.056Z`): the one time format of the
+/// API, the event log and stored envelopes.
+pub fn rfc3339(ms: i64) -> String {
+    use chrono::{SecondsFormat, TimeZone, Utc};
+    Utc.timestamp_millis_opt(ms)
+        .single()
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
 /// A stored final HTTP answer for idempotent replay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredReply {

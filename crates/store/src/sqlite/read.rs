@@ -14,7 +14,7 @@ pub(crate) fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Database(e.to_string())
 }
 
-fn json(s: String) -> Value {
+pub(crate) fn json(s: String) -> Value {
     serde_json::from_str(&s).unwrap_or(Value::Null)
 }
 

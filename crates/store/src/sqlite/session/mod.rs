@@ -38,16 +38,10 @@ pub(super) fn rejected(code: ErrorCode, message: impl Into<String>) -> StoreErro
 }
 
 pub(super) fn json_col(s: Option<String>) -> Option<Value> {
-    s.and_then(|s| serde_json::from_str(&s).ok())
+    s.map(read::json)
 }
 
-/// ISO-8601 UTC with milliseconds.
-pub(super) fn iso(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%S%.3fZ")
-        .to_string()
-}
+pub(super) use crate::model::rfc3339;
 
 /// The run, which must exist and not be terminal. Errors: `NotFound`; `Rejected(target_terminal)`.
 pub(super) fn live_run(c: &Connection, run_id: &str) -> StoreResult<RunRecord> {

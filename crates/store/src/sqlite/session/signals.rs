@@ -123,7 +123,7 @@ pub(crate) fn raise_signal(
         signal_id: s.signal_id.clone(),
         name: s.name.clone(),
         source: s.source.clone(),
-        raised_at: iso(now),
+        raised_at: rfc3339(now),
         data,
         payload_ref,
         wake: s.wake,

@@ -99,7 +99,7 @@ pub(crate) fn create_wait(
         c,
         run_id,
         "tb.wait.started",
-        &json!({"waitId": wait_id, "kind": spec.kind, "names": spec.names, "deadline": deadline.map(iso)}),
+        &json!({"waitId": wait_id, "kind": spec.kind, "names": spec.names, "deadline": deadline.map(rfc3339)}),
         now,
     )?;
     resolve_step(c, run_id, now, false)?;
@@ -242,7 +242,7 @@ pub(crate) fn resolve_step(
                     win["turnId"] = json!(turn);
                 }
                 WinnerKind::Timer => {
-                    win["deadline"] = json!(w.deadline.map(iso));
+                    win["deadline"] = json!(w.deadline.map(rfc3339));
                 }
                 WinnerKind::Stop => {}
             }
@@ -326,19 +326,19 @@ pub fn wait_view(w: &WaitRecord) -> Value {
         "reason": w.spec.reason,
         "interrupted": w.interrupted_by.is_some(),
         "losers": w.losers,
-        "createdAt": iso(w.created_at),
+        "createdAt": rfc3339(w.created_at),
     });
     if w.spec.kind == WaitKind::Any {
         v["userInput"] = json!(w.spec.user_input);
     }
     if let Some(d) = w.deadline {
-        v["deadline"] = json!(iso(d));
+        v["deadline"] = json!(rfc3339(d));
     }
     if let Some(win) = &w.winner {
         v["winner"] = win.clone();
     }
     if let Some(s) = w.settled_at {
-        v["settledAt"] = json!(iso(s));
+        v["settledAt"] = json!(rfc3339(s));
     }
     v
 }
