@@ -1,5 +1,5 @@
 //! OpenWOP surface served so far (issue #4, partial): discovery, the RFC 0232 dead-letter read, run cancel
-//! and ancestry. Every response is validated against the vendored schemas in `../shared/fixtures/openwop/`.
+//! and ancestry. Every response is validated against the vendored schemas in `tests/fixtures/openwop/`.
 
 mod support;
 

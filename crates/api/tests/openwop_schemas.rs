@@ -1,4 +1,4 @@
-//! Every event the pipeline emits validates against the OpenWOP schemas in `../shared/fixtures/openwop/`:
+//! Every event the pipeline emits validates against the OpenWOP schemas in `tests/fixtures/openwop/`:
 //! run events against `run-event.schema.json` (envelope) and `run-event-payloads` `$defs/runStarted`;
 //! trigger events against `$defs/triggerDeliveryAttempted` / `$defs/triggerSubscriptionStateChanged`,
 //! with exactly the spec's declared property set; subscriptions against `trigger-subscription.schema.json`.

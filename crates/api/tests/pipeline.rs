@@ -1,5 +1,5 @@
 //! Black-box tests of the ingest -> delivery -> run pipeline over real HTTP, against a server on an
-//! ephemeral port with a SQLite store in a temp dir and real GitHub payloads from `../shared/fixtures`.
+//! ephemeral port with a SQLite store in a temp dir and real GitHub payloads from `tests/fixtures`.
 
 mod support;
 

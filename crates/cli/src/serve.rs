@@ -208,7 +208,7 @@ fn print_banner(engine: &Engine, addr: SocketAddr, db: &std::path::Path) {
     if let Some(s) = github {
         println!("send a test event:");
         println!(
-            "  trigger-bridge send --url http://{addr}/v1/trigger-subscriptions/{}/ingest --connector github \\\n    --secret \"$GITHUB_WEBHOOK_SECRET\" --event pull_request --file ../shared/fixtures/github/pull_request/00-opened.json",
+            "  trigger-bridge send --url http://{addr}/v1/trigger-subscriptions/{}/ingest --connector github \\\n    --secret \"$GITHUB_WEBHOOK_SECRET\" --event pull_request --file tests/fixtures/github/pull_request/00-opened.json",
             s.id
         );
         println!("  trigger-bridge runs list --server http://{addr}");

@@ -1,6 +1,6 @@
 //! Azure DevOps service hooks connector (signals-and-connectors §2).
 //!
-//! There are no ADO fixtures in `../shared/fixtures`, so the payloads are inline. Their layout follows
+//! There are no ADO fixtures in `tests/fixtures`, so the payloads are inline. Their layout follows
 //! Microsoft's documented sample payloads ("Service hook events", learn.microsoft.com/azure/devops/
 //! service-hooks/events) for `git.pullrequest.created`, `git.pullrequest.updated`,
 //! `git.pullrequest.merged`, `ms.vss-code.git-pullrequest-comment-event`, `git.push` and

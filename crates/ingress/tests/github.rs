@@ -1,4 +1,4 @@
-//! GitHub connector (signals-and-connectors §1) against the shared vectors and real payloads.
+//! GitHub connector (signals-and-connectors §1) against the vendored vectors (`tests/fixtures`) and real payloads.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Standard Webhooks v1 (signals-and-connectors §3) against the shared vectors.
+//! Standard Webhooks v1 (signals-and-connectors §3) against the vendored vectors (`tests/fixtures`).
 
 mod common;
 

@@ -21,10 +21,10 @@ pub const GH_SECRET: &str = "test-github-secret";
 pub const WORKER_KEY: &[u8] = b"0123456789abcdef01234567";
 
 pub fn fixtures() -> std::path::PathBuf {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures");
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     assert!(
         p.is_dir(),
-        "fixtures not found at {} (tests need ../shared next to the repo)",
+        "fixtures not found at {} (the repo's tests/fixtures)",
         p.display()
     );
     p
@@ -268,7 +268,7 @@ pub fn chrono_now() -> i64 {
         .as_secs() as i64
 }
 
-/// A vendored OpenWOP schema from `../shared/fixtures/openwop/`.
+/// A vendored OpenWOP schema from `tests/fixtures/openwop/`.
 pub fn schema(name: &str) -> Value {
     let p = fixtures().join("openwop").join(name);
     serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))

@@ -17,10 +17,10 @@ pub fn repo() -> PathBuf {
 }
 
 pub fn fixtures() -> PathBuf {
-    let p = repo().join("../shared/fixtures");
+    let p = repo().join("tests/fixtures");
     assert!(
         p.is_dir(),
-        "fixtures not found at {} (tests need ../shared next to the repo)",
+        "fixtures not found at {} (the repo's tests/fixtures)",
         p.display()
     );
     p

@@ -5,16 +5,16 @@ use std::path::PathBuf;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-/// `/work/shared/fixtures`, located relative to this crate; panics if it is missing so no test passes
-/// vacuously.
+/// The repo's `tests/fixtures` (see its `PROVENANCE.md`), located relative to this crate; panics if it
+/// is missing so no test passes vacuously.
 pub fn fixtures() -> PathBuf {
     let dir = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
+        "/../../tests/fixtures"
     ));
     assert!(
         dir.is_dir(),
-        "fixtures directory {} is missing; these tests need the shared fixtures",
+        "fixtures directory {} is missing; these tests need the repo's tests/fixtures",
         dir.display()
     );
     dir
