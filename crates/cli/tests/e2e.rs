@@ -433,7 +433,7 @@ fn cli(base: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// The README's session walkthrough: every pull_request fixture (all one PR) through `send` to
+/// The session walkthrough of docs/sessions.md: every pull_request fixture (all one PR) through `send` to
 /// `github-sessions` starts ONE `pr-session`; the later events become `pr.<action>` signals in arrival
 /// order; `signals raise`, `runs wait` and `runs waits` drive it from the CLI.
 #[test]
