@@ -77,7 +77,11 @@ pub enum ReplayMode {
 /// Decides a call from its `dryRun` (default true), its `expect` and the `count` of dead letters the
 /// filter selects now. Errors: a real call without `expect` is 400 `validation_error`; one whose
 /// `expect` differs from `count` is 409 `replay_count_changed` (preview again).
-pub fn decide(dry_run: Option<bool>, expect: Option<u64>, count: u64) -> Result<ReplayMode, TbError> {
+pub fn decide(
+    dry_run: Option<bool>,
+    expect: Option<u64>,
+    count: u64,
+) -> Result<ReplayMode, TbError> {
     if dry_run.unwrap_or(true) {
         return Ok(ReplayMode::Preview);
     }
