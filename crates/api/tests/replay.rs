@@ -387,3 +387,35 @@ async fn a_racing_single_replay_and_replay_all_replay_each_delivery_exactly_once
         assert_eq!(v["attempts"].as_array().unwrap().len(), 3);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_all_needs_the_webhooks_manage_scope() {
+    let key = |name: &str, scope: &str| trigger_bridge_api::auth::ApiKey {
+        name: name.into(),
+        sha256: trigger_bridge_api::auth::digest(name),
+        scopes: vec![scope.into()],
+    };
+    let s = start_with_keys(
+        None,
+        fast_retry(2),
+        0,
+        vec![
+            key("reader", "runs:read"),
+            key("operator", "webhooks:manage"),
+        ],
+    )
+    .await;
+    let call = |k: &'static str| {
+        s.http
+            .post(format!("{}{REPLAY}", s.base))
+            .bearer_auth(k)
+            .json(&json!({}))
+            .send()
+    };
+    let r = call("reader").await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let r = call("operator").await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["count"], 0);
+}
