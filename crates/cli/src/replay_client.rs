@@ -36,6 +36,28 @@ pub struct ReplayAllArgs {
 /// a bound so a selection that keeps growing cannot loop forever.
 const MAX_BATCHES: usize = 10_000;
 
+/// Whether to replay, ask, or refuse.
+#[derive(Debug, PartialEq, Eq)]
+enum Gate {
+    Go,
+    Ask,
+    Refuse,
+}
+
+/// `--yes` goes; otherwise ask on a terminal, refuse without one.
+fn gate(yes: bool, stdin_is_terminal: bool) -> Gate {
+    match (yes, stdin_is_terminal) {
+        (true, _) => Gate::Go,
+        (false, true) => Gate::Ask,
+        (false, false) => Gate::Refuse,
+    }
+}
+
+/// Only `y` / `yes` (any case) confirms; the default (empty line, EOF) is no.
+fn confirmed(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
 /// Runs the command. Errors (exit 2): API errors, refusal without a terminal, a selection that changed
 /// between two batches.
 pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Result<()> {
@@ -67,23 +89,24 @@ pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Resu
         }
         return Ok(());
     }
-    if !a.yes {
-        if !std::io::stdin().is_terminal() {
-            bail!(
-                "{count} dead-lettered deliveries of {} match; refusing to replay them without confirmation: stdin is not a terminal, pass --yes",
+    match gate(a.yes, std::io::stdin().is_terminal()) {
+        Gate::Go => {}
+        Gate::Refuse => bail!(
+            "{count} dead-lettered deliveries of {} match; refusing to replay them without confirmation: stdin is not a terminal, pass --yes",
+            a.subscription
+        ),
+        Gate::Ask => {
+            eprint!(
+                "Replay {count} dead-lettered deliveries of {}? [y/N] ",
                 a.subscription
             );
-        }
-        eprint!(
-            "Replay {count} dead-lettered deliveries of {}? [y/N] ",
-            a.subscription
-        );
-        std::io::stderr().flush()?;
-        let mut answer = String::new();
-        std::io::stdin().lock().read_line(&mut answer)?;
-        if !matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") {
-            println!("aborted; nothing replayed");
-            return Ok(());
+            std::io::stderr().flush()?;
+            let mut answer = String::new();
+            std::io::stdin().lock().read_line(&mut answer)?;
+            if !confirmed(&answer) {
+                println!("aborted; nothing replayed");
+                return Ok(());
+            }
         }
     }
     let mut expect = count;
@@ -134,4 +157,27 @@ pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Resu
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn asks_on_a_terminal_refuses_without_one_unless_yes() {
+        assert_eq!(gate(true, false), Gate::Go);
+        assert_eq!(gate(true, true), Gate::Go);
+        assert_eq!(gate(false, true), Gate::Ask);
+        assert_eq!(gate(false, false), Gate::Refuse);
+    }
+
+    #[test]
+    fn only_y_or_yes_confirms() {
+        for a in ["y\n", "Y", "yes", " YES \n"] {
+            assert!(confirmed(a), "{a:?}");
+        }
+        for a in ["", "\n", "n", "no", "yy", "sure"] {
+            assert!(!confirmed(a), "{a:?}");
+        }
+    }
 }

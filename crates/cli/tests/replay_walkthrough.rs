@@ -1,7 +1,7 @@
 //! The "dead letters and replay" walkthrough of the quickstart with the real binary: `test-worker
 //! --fail`, an event that retries and dead-letters, the worker restarted healthy, `deliveries
-//! replay-all` (refused without a terminal and without `--yes`, filtered by error class, then the
-//! rest), and a second `replay-all` that finds nothing. Also `test-worker`'s `/control` switch and
+//! replay-all` (refused without a terminal and without `--yes`, asking on a terminal, filtered by
+//! error class, then the rest), and a second `replay-all` that finds nothing. Also `test-worker`'s `/control` switch and
 //! signature check, and `completions`.
 
 use std::io::{BufRead, BufReader};
@@ -103,6 +103,26 @@ fn cli(server: &str, args: &[&str]) -> Output {
         .stdin(Stdio::null())
         .output()
         .expect("run the CLI")
+}
+
+/// Runs the CLI on a pseudo-terminal (util-linux `script`), typing `answer` on its stdin.
+fn cli_on_tty(server: &str, args: &str, answer: &str) -> Output {
+    use std::io::Write;
+    let cmd = format!("'{BIN}' {args} --server {server}");
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("util-linux script runs the CLI on a pty");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(answer.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -221,23 +241,31 @@ fn quickstart_dead_letters_with_the_failing_test_worker_and_replay_all_after_it_
     );
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("no dead-lettered deliveries of flaky match; nothing to replay"));
-    // By error class: only the delivery the worker failed.
-    let o = cli(
-        &s.base,
-        &[
-            "deliveries",
-            "replay-all",
-            "--subscription",
-            "flaky",
-            "--error-class",
-            "http_500",
-            "--yes",
-        ],
-    );
-    assert!(o.status.success(), "{}", text(&o));
+    // On a terminal it asks; anything but y/yes aborts with nothing replayed.
+    let o = cli_on_tty(&s.base, "deliveries replay-all --subscription flaky", "n\n");
     let out = text(&o);
+    assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("replayed 1 of 1 dead-lettered deliveries of flaky") && out.contains(&d1),
+        out.contains("Replay 2 dead-lettered deliveries of flaky? [y/N]")
+            && out.contains("aborted; nothing replayed"),
+        "{out}"
+    );
+    assert_eq!(
+        s.get(&format!("/v1/deliveries/{d1}"))["delivery"]["state"],
+        "dead-lettered"
+    );
+    // By error class, confirmed with y on the terminal: only the delivery the worker failed.
+    let o = cli_on_tty(
+        &s.base,
+        "deliveries replay-all --subscription flaky --error-class http_500",
+        "y\n",
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains("Replay 1 dead-lettered deliveries of flaky? [y/N]")
+            && out.contains("replayed 1 of 1 dead-lettered deliveries of flaky")
+            && out.contains(&d1),
         "{out}"
     );
     // The rest (the one dead-lettered at ingest), as JSON.
