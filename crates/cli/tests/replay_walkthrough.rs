@@ -298,6 +298,16 @@ fn quickstart_dead_letters_with_the_failing_test_worker_and_replay_all_after_it_
         let ok = worker.wait_lines(&format!("webhook-id={id}"), 1);
         assert!(ok[0].contains("-> 200") && ok[0].contains(&run), "{ok:?}");
     }
+    // Counted on /metrics: two deliveries replayed in bulk (one call each).
+    let m = get_text(&format!("{}/metrics", s.base));
+    assert!(
+        m.contains("tb_dead_letter_replays_total{mode=\"bulk\"} 2"),
+        "{}",
+        m.lines()
+            .filter(|l| l.contains("replays"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     // A second replay-all finds nothing.
     let o = cli(
         &s.base,
