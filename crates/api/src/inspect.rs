@@ -206,6 +206,7 @@ pub async fn replay_delivery(
         .replay_delivery(&id, tb_engine::clock::now_ms())
         .await?;
     tracing::info!(delivery = %d.id, attempts = d.attempts, replays = d.replays, "delivery replayed by operator");
+    metrics::counter!("tb_dead_letter_replays_total", "mode" => "single").increment(1);
     st.engine.work_ready.notify_one();
     Ok(Json(json!({"delivery": wire::delivery(&d)})))
 }

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod openapi;
 pub mod ops;
 pub mod registration;
+pub mod replay;
 pub mod runs;
 pub mod sessions;
 pub mod sse;
@@ -57,6 +58,11 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/v1/trigger-subscriptions/{id}/dead-letters",
             get(dead_letters::list),
+        )
+        // scope webhooks:manage (auth::required_scope's default)
+        .route(
+            "/v1/trigger-subscriptions/{id}/dead-letters:replay",
+            post(replay::replay_all),
         )
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/events", get(sse::events))

@@ -91,6 +91,9 @@ pub enum DeliveriesCmd {
         /// Delivery id
         id: String,
     },
+    /// Replay the dead letters of a subscription (optionally by time range and error class): previews
+    /// the count and asks first
+    ReplayAll(crate::replay_client::ReplayAllArgs),
 }
 
 // `trigger-bridge runs ...`
@@ -514,6 +517,7 @@ pub async fn deliveries(o: &ClientOpts, c: DeliveriesCmd) -> Result<()> {
                 print_list(&v, "attempts", ATTEMPTS, "no attempts yet");
             }
         }
+        DeliveriesCmd::ReplayAll(a) => crate::replay_client::replay_all(&api, o.json, a).await?,
         DeliveriesCmd::Replay { id } => {
             let reply = api
                 .call(

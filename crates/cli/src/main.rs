@@ -3,10 +3,13 @@
 
 mod bench;
 mod client;
+mod completions;
 mod config;
+mod replay_client;
 mod send;
 mod serve;
 mod sessions_client;
+mod test_worker;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -88,6 +91,14 @@ enum Cmd {
         #[command(subcommand)]
         cmd: sessions_client::BindingsCmd,
     },
+    /// A flaky HTTP worker for the quickstart: answers the http executor's runs with 200 or 500
+    TestWorker(test_worker::TestWorkerArgs),
+    /// Print a shell completion script (bash, zsh or fish) to stdout
+    Completions {
+        /// Shell to complete for
+        #[arg(value_enum)]
+        shell: completions::CompletionShell,
+    },
     /// Mint, list and revoke capability URLs (POST /v1/hooks/{token} raises one signal on one run).
     Capabilities {
         #[command(flatten)]
@@ -98,7 +109,7 @@ enum Cmd {
 }
 
 /// Client commands die quietly on a closed pipe (`trigger-bridge runs show ID | head`) like other Unix
-/// tools, instead of panicking on the write. Never for `serve` or `bench`, whose sockets must keep
+/// tools, instead of panicking on the write. Never for `serve`, `bench` or `test-worker`, whose sockets must keep
 /// Rust's default (SIGPIPE ignored, EPIPE returned).
 fn restore_sigpipe() {
     #[cfg(unix)]
@@ -128,7 +139,10 @@ fn init_tracing() {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.cmd, Cmd::Serve(_) | Cmd::Bench { .. }) {
+    if !matches!(
+        cli.cmd,
+        Cmd::Serve(_) | Cmd::Bench { .. } | Cmd::TestWorker(_)
+    ) {
         restore_sigpipe();
     }
     let result: anyhow::Result<i32> = match cli.cmd {
@@ -184,6 +198,11 @@ async fn main() -> ExitCode {
         Cmd::Subscriptions { opts, cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
         Cmd::Signals { opts, cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
         Cmd::Bindings { opts, cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
+        Cmd::TestWorker(a) => test_worker::run(a).await.map(|_| 0),
+        Cmd::Completions { shell } => {
+            completions::write::<Cli>(shell, &mut std::io::stdout());
+            Ok(0)
+        }
         Cmd::Capabilities { opts, cmd } => {
             sessions_client::capabilities(&opts, cmd).await.map(|_| 0)
         }

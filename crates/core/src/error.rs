@@ -28,6 +28,9 @@ pub enum ErrorCode {
     /// 409: the target run has ended (completed, failed or cancelled); a signal, prompt or wait can no
     /// longer reach it. Never 410 (Azure DevOps disables a hook that answers 410; signals-and-connectors §2.4).
     TargetTerminal,
+    /// 409: a bulk dead-letter replay's `expect` differs from the count its filter selects now
+    /// (crate::replay); nothing was replayed.
+    ReplayCountChanged,
     /// 429: the run's signal mailbox is full and its overflow policy is `reject` (signals-and-connectors §5.2).
     SignalBufferFull,
     /// 429: a rate limit refused the request; retry after the `Retry-After` seconds.
@@ -52,6 +55,7 @@ impl ErrorCode {
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::UnprocessableEvent => "unprocessable_event",
             ErrorCode::TargetTerminal => "target_terminal",
+            ErrorCode::ReplayCountChanged => "replay_count_changed",
             ErrorCode::SignalBufferFull => "signal_buffer_full",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Unavailable => "unavailable",
@@ -66,9 +70,10 @@ impl ErrorCode {
             ErrorCode::SignatureInvalid => 401,
             ErrorCode::NotFound => 404,
             ErrorCode::Forbidden => 403,
-            ErrorCode::SubscriptionNotActive | ErrorCode::Conflict | ErrorCode::TargetTerminal => {
-                409
-            }
+            ErrorCode::SubscriptionNotActive
+            | ErrorCode::Conflict
+            | ErrorCode::TargetTerminal
+            | ErrorCode::ReplayCountChanged => 409,
             ErrorCode::SignalBufferFull | ErrorCode::RateLimited => 429,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,

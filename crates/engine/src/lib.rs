@@ -12,6 +12,7 @@ pub mod executor;
 pub mod ingest;
 pub mod rate_limit;
 pub mod registration;
+pub mod replay;
 pub mod router;
 pub mod runs;
 pub mod sessions;

@@ -158,6 +158,9 @@ pub trait Store: Send + Sync + 'static {
     async fn queue_depth(&self) -> StoreResult<QueueDepth>;
     /// One page of a subscription's dead-lettered deliveries, newest first (RFC 0232).
     async fn dead_letters(&self, q: DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>>;
+    /// The dead letters of a subscription a bulk replay selects: their count and the first
+    /// `q.limit` ids, oldest first (by `(dead-lettered at, id)`), from one snapshot.
+    async fn dead_letter_selection(&self, q: DeadLetterSelect) -> StoreResult<DeadLetterSelection>;
     /// Claims an HTTP `Idempotency-Key` (OpenWOP Layer 1) atomically: `New` (this request runs; the
     /// record is pending with a lease of `lease_ms`), `InFlight` (another request holds it),
     /// `Mismatch` (same key, different request digest) or `Replay` (the stored final answer). Expired

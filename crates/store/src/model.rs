@@ -287,6 +287,31 @@ pub struct DeadLetterQuery {
     pub not_before: i64,
 }
 
+/// Selection of a bulk dead-letter replay (`tb_core::replay::ReplayFilter` resolved to ms).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterSelect {
+    pub subscription_id: String,
+    /// Dead-lettered at or after this (Unix ms), if set.
+    pub from: Option<i64>,
+    /// Dead-lettered before this (Unix ms, exclusive), if set.
+    pub to: Option<i64>,
+    /// Exact error class of the last (dead-lettering) attempt, if set.
+    pub error_class: Option<String>,
+    /// Oldest dead-lettering time still kept (ms): now minus the retention.
+    pub not_before: i64,
+    /// Most delivery ids to return.
+    pub limit: u32,
+}
+
+/// What a [`DeadLetterSelect`] selects, read in one statement (one snapshot).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DeadLetterSelection {
+    /// Every matching dead letter (not capped by `limit`).
+    pub count: u64,
+    /// The first `limit` matching delivery ids, oldest dead-lettering first.
+    pub delivery_ids: Vec<String>,
+}
+
 /// One dead-lettered delivery with its last attempt (RFC 0232 record, content-free).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeadLetterRecord {

@@ -332,6 +332,9 @@ impl Store for SqliteStore {
     async fn dead_letters(&self, q: DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>> {
         self.read(move |c| read::dead_letters(c, &q)).await
     }
+    async fn dead_letter_selection(&self, q: DeadLetterSelect) -> StoreResult<DeadLetterSelection> {
+        self.read(move |c| read::dead_letter_selection(c, &q)).await
+    }
     async fn idempotency_claim(
         &self,
         scope: &str,

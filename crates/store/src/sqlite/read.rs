@@ -474,6 +474,41 @@ pub(crate) fn dead_letters(
     rows.collect::<Result<_, _>>().map_err(db)
 }
 
+/// The dead letters a bulk replay selects: count and the first `q.limit` ids, oldest first, in one
+/// statement (the window count and the ids come from the same snapshot). The filter is the last
+/// attempt's error class and the dead-lettering time (`updated_at`), `from` inclusive, `to` exclusive.
+pub(crate) fn dead_letter_selection(
+    c: &Connection,
+    q: &DeadLetterSelect,
+) -> StoreResult<DeadLetterSelection> {
+    let mut st = c
+        .prepare_cached(
+            "SELECT d.id, COUNT(*) OVER () FROM deliveries d \
+               JOIN attempts a ON a.delivery_id = d.id AND a.attempt = d.attempts \
+             WHERE d.subscription_id = ?1 AND d.state = 'dead-lettered' AND d.updated_at >= ?2 \
+               AND (?3 IS NULL OR d.updated_at >= ?3) AND (?4 IS NULL OR d.updated_at < ?4) \
+               AND (?5 IS NULL OR a.error_class = ?5) \
+             ORDER BY d.updated_at ASC, d.id ASC LIMIT ?6",
+        )
+        .map_err(db)?;
+    let mut out = DeadLetterSelection::default();
+    let mut rows = st
+        .query(params![
+            q.subscription_id,
+            q.not_before,
+            q.from,
+            q.to,
+            q.error_class,
+            q.limit
+        ])
+        .map_err(db)?;
+    while let Some(r) = rows.next().map_err(db)? {
+        out.delivery_ids.push(r.get(0).map_err(db)?);
+        out.count = r.get::<_, i64>(1).map_err(db)? as u64;
+    }
+    Ok(out)
+}
+
 pub(crate) fn list_webhooks(c: &Connection) -> StoreResult<Vec<WebhookRecord>> {
     let mut st = c
         .prepare_cached(
