@@ -117,11 +117,7 @@ pub async fn post_result(
     )?;
     let status = parse_result_status(&body.status)
         .map_err(|m| ApiError::new(ErrorCode::ValidationError, m))?;
-    let run = st
-        .engine
-        .store
-        .finish_run(&id, status, body.output, tb_engine::clock::now_ms())
-        .await?;
+    let run = tb_engine::runs::finish(&st.engine, &id, status, body.output).await?;
     Ok(Json(wire::run(&run)))
 }
 
@@ -133,12 +129,7 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let (_, _) = load_run(&st, &id).await?;
-    let run = match st
-        .engine
-        .store
-        .finish_run(&id, RunStatus::Cancelled, None, tb_engine::clock::now_ms())
-        .await
-    {
+    let run = match tb_engine::runs::finish(&st.engine, &id, RunStatus::Cancelled, None).await {
         Err(tb_store::StoreError::NotFound(_)) => {
             return Err(ApiError::new(
                 ErrorCode::Conflict,

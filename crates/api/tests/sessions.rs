@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use serde_json::{json, Value};
@@ -1029,4 +1029,75 @@ async fn concurrent_first_events_for_one_key_create_one_session() {
         .await;
     assert!(names(&sigs, "buffered").iter().all(|n| n == "pr.opened"));
     assert_eq!(s.runs_of("pr-session").await.len(), 1);
+}
+
+/// Issue #9 defect 11: ending a run (cancel, or a worker's result) wakes every long-poll on it at once:
+/// the wait long-poll answers its `stop` winner and `turns:claim` its 409, in well under their 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_result_wake_the_long_polls_of_their_run() {
+    let s = start().await;
+    for end in ["cancel", "result"] {
+        let run = s.session("pr-session").await;
+        let start = s.claim(&run).await;
+        s.ack(&run, &start).await;
+        let (st, w) = s
+            .wait(
+                &run,
+                json!({"kind": "signal", "names": ["never"], "reason": "parked"}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{w}");
+        let wait = w["waitId"].as_str().unwrap().to_string();
+        let before = s.engine.sessions.receiver_count();
+        let http = s.http.clone();
+        let wait_url = format!("{}/v1/runs/{run}/waits/{wait}?timeout=20", s.base);
+        let poll = tokio::spawn(async move {
+            let r = http.get(wait_url).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        });
+        let http = s.http.clone();
+        let claim_url = format!("{}/v1/runs/{run}/turns:claim?timeout=20", s.base);
+        let claim = tokio::spawn(async move {
+            let r = http.post(claim_url).json(&json!({})).send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        });
+        // Both long-polls are parked on the session watch (bounded wait for their subscriptions).
+        let parked = Instant::now() + Duration::from_secs(5);
+        while s.engine.sessions.receiver_count() < before + 2 {
+            assert!(Instant::now() < parked, "the long-polls never parked");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let t0 = Instant::now();
+        let (st, r) = if end == "cancel" {
+            s.post(&format!("/v1/runs/{run}/cancel"), json!({})).await
+        } else {
+            s.post(
+                &format!("/v1/runs/{run}/result"),
+                json!({"status": "completed"}),
+            )
+            .await
+        };
+        assert_eq!(st, StatusCode::OK, "{end}: {r}");
+        let (code, w) = tokio::time::timeout(Duration::from_secs(2), poll)
+            .await
+            .expect("the wait long-poll was not woken")
+            .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(w["state"], "resolved", "{end}: {w}");
+        assert_eq!(w["winner"]["kind"], "stop", "{end}: {w}");
+        let (code, c) = tokio::time::timeout(Duration::from_secs(2), claim)
+            .await
+            .expect("the claim long-poll was not woken")
+            .unwrap();
+        assert_eq!(code, 409, "{end}: {c}");
+        assert_eq!(c["error"], "target_terminal");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{end}: {:?}",
+            t0.elapsed()
+        );
+    }
 }
