@@ -144,6 +144,20 @@ pub fn pending_run(d: &DeliveryRecord) -> Value {
     })
 }
 
+/// A run announced at ingest that will not start as things stand: its delivery was dead-lettered.
+/// Shape: the [`pending_run`] fields with `status: "failed"`, `statusReason` (e.g. `dead_lettered`),
+/// `deliveryId` and, when known, `deadLetterReason`. A replay of the delivery makes it `pending` again.
+pub fn unstarted_run(d: &DeliveryRecord, reason: &str) -> Value {
+    let mut m = pending_run(d);
+    m["status"] = json!("failed");
+    m["statusReason"] = json!(reason);
+    m["deliveryId"] = json!(d.id);
+    if let Some(r) = &d.dead_letter_reason {
+        m["deadLetterReason"] = json!(r);
+    }
+    m
+}
+
 /// OpenWOP `RunEventDoc` (`eventId, runId, type, payload, timestamp, sequence, causationId?`).
 pub fn run_event(e: &RunEventRecord) -> Value {
     tb_engine::wire_event::run_event_doc(e)

@@ -148,3 +148,84 @@ async fn idempotency_ignores_the_query_and_refuses_a_non_ascii_key() {
     .await;
     assert_eq!(s.get("/v1/runs").await["runs"].as_array().unwrap().len(), 1);
 }
+
+/// A worker whose every request waits for a permit, then answers the next of `codes` (then 200).
+async fn gated_worker(codes: Vec<u16>) -> (String, Arc<tokio::sync::Semaphore>) {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let g = gate.clone();
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let app = axum::Router::new().route(
+        "/run",
+        axum::routing::post(move || {
+            let (g, n, codes) = (g.clone(), n.clone(), codes.clone());
+            async move {
+                g.acquire().await.unwrap().forget();
+                let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                axum::http::StatusCode::from_u16(*codes.get(i).unwrap_or(&200)).unwrap()
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/run", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (url, gate)
+}
+
+/// An announced run id always resolves: `pending`, then `failed` with `statusReason: dead_lettered`
+/// and its `deliveryId` once the delivery is dead-lettered, `pending` again after a replay, then the
+/// run itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announced_run_id_never_vanishes_through_dead_letter_and_replay() {
+    let (url, gate) = gated_worker(vec![500, 500]).await;
+    let s = start(Some(url), fast_retry(2), 0).await;
+    let (_, a) = s
+        .post_github("pull_request", "vanish-1", opened(), GH_SECRET)
+        .await;
+    let run_id = a["runId"].as_str().unwrap().to_string();
+    let d_id = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run_url = format!("{}/v1/runs/{run_id}", s.base);
+    let r = s.http.get(&run_url).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["status"], "pending", "{v}");
+    gate.add_permits(2);
+    s.wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+        v["delivery"]["state"] == "dead-lettered"
+    })
+    .await;
+    let r = s.http.get(&run_url).send().await.unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        200,
+        "a dead-lettered run id must resolve"
+    );
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["runId"], run_id.as_str());
+    assert_eq!(v["status"], "failed", "{v}");
+    assert_eq!(v["statusReason"], "dead_lettered");
+    assert_eq!(v["deliveryId"], d_id.as_str());
+    // Its events poll answers too: no events, complete.
+    let poll = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
+    assert_eq!(poll["events"], json!([]));
+    assert_eq!(poll["isComplete"], true);
+    let r = s
+        .http
+        .post(format!("{}/v1/deliveries/{d_id}/replay", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v = s.get(&format!("/v1/runs/{run_id}")).await;
+    assert_eq!(v["status"], "pending", "after a replay: {v}");
+    assert!(v.get("statusReason").is_none(), "{v}");
+    gate.add_permits(1);
+    let v = s
+        .wait_for(&format!("/v1/runs/{run_id}"), |v| {
+            v["status"] == "completed"
+        })
+        .await;
+    assert_eq!(v["trigger"]["deliveryId"], d_id.as_str());
+}
