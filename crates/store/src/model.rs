@@ -340,6 +340,8 @@ pub struct SweepCounts {
     pub dead_letters: u64,
     /// Expired idempotency records.
     pub idempotency: u64,
+    /// Settled signal records (consumed, dropped, expired) older than the body retention.
+    pub signals: u64,
 }
 
 /// An outbound webhook registration. Each run event whose type is in `events` becomes one `webhook`
