@@ -229,3 +229,40 @@ async fn an_announced_run_id_never_vanishes_through_dead_letter_and_replay() {
         .await;
     assert_eq!(v["trigger"]["deliveryId"], d_id.as_str());
 }
+
+/// A delivery a worker holds reads `in-flight` with its lease owner and expiry (not `pending` with the
+/// lease expiry as its next attempt), and its stored state again once the attempt is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivery_in_flight_shows_who_holds_it_and_until_when() {
+    let (url, gate) = gated_worker(vec![]).await;
+    let s = start(Some(url), fast_retry(2), 0).await;
+    let (_, a) = s
+        .post_github("pull_request", "inflight-1", opened(), GH_SECRET)
+        .await;
+    let d_id = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = s
+        .wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+            v["delivery"]["state"] == "in-flight"
+        })
+        .await;
+    let d = &v["delivery"];
+    assert_eq!(d["attempts"], 0);
+    assert!(
+        d["leaseOwner"].as_str().unwrap().starts_with("worker-"),
+        "{d}"
+    );
+    assert!(d["leaseExpiresAt"].is_string(), "{d}");
+    assert!(d.get("nextAttemptAt").is_none(), "{d}");
+    let listed = s.get("/v1/deliveries").await;
+    assert_eq!(listed["deliveries"][0]["state"], "in-flight", "{listed}");
+    gate.add_permits(1);
+    let v = s
+        .wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+            v["delivery"]["state"] == "delivered"
+        })
+        .await;
+    assert!(v["delivery"].get("leaseOwner").is_none(), "{v}");
+}

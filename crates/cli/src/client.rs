@@ -189,7 +189,8 @@ pub enum SubscriptionsCmd {
 const RECEIPTS: &str = "RECEIPT=receiptId SUBSCRIPTION=subscriptionId EVENT=eventType STATE=state \
     BYTES=bodyBytes RECEIVED=receivedAt";
 const DELIVERIES: &str = "DELIVERY=deliveryId SUBSCRIPTION=subscriptionId BINDING=bindingId \
-    STATE=state ATTEMPTS=attempts RUN=runId NEXT_ATTEMPT=nextAttemptAt";
+    STATE=state ATTEMPTS=attempts RUN=runId NEXT_ATTEMPT=nextAttemptAt LEASE_OWNER=leaseOwner \
+    LEASE_EXPIRES=leaseExpiresAt";
 const ATTEMPTS: &str = "ATTEMPT=attempt OUTCOME=outcome ERROR=errorClass STARTED=startedAt \
     DURATION_MS=durationMs NEXT_ATTEMPT=nextAttemptAt";
 const RUNS: &str =
@@ -205,7 +206,8 @@ const RECEIPT_KV: &str =
     received=receivedAt updated=updatedAt";
 const DELIVERY_KV: &str = "delivery=deliveryId receipt=receiptId subscription=subscriptionId \
     binding=bindingId dedup_key=dedupKey action=action workflow=workflowId run=runId state=state \
-    attempts=attempts next_attempt=nextAttemptAt last_error=lastError \
+    attempts=attempts next_attempt=nextAttemptAt lease_owner=leaseOwner \
+    lease_expires=leaseExpiresAt last_error=lastError \
     dead-letter_reason=deadLetterReason created=createdAt updated=updatedAt";
 const RUN_KV: &str = "run=runId workflow=workflowId status=status wait_reason=waitReason causation=causationId \
     trigger_subscription=trigger/subscriptionId trigger_receipt=trigger/receiptId \

@@ -141,6 +141,8 @@ pub struct DeliveryRecord {
     pub replays: u32,
     pub due_at: Option<i64>,
     pub lease_until: Option<i64>,
+    /// The worker holding the lease (`worker-att_...`) while `lease_until` is set.
+    pub lease_owner: Option<String>,
     pub first_attempt_at: Option<i64>,
     pub last_error: Option<String>,
     pub dead_letter_reason: Option<String>,
