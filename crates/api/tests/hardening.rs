@@ -266,3 +266,26 @@ async fn a_delivery_in_flight_shows_who_holds_it_and_until_when() {
         .await;
     assert!(v["delivery"].get("leaseOwner").is_none(), "{v}");
 }
+
+/// `?state=` of the receipt list takes only states a receipt can be in: a timeline-only word is 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_receipt_list_refuses_timeline_only_states() {
+    let s = start(None, fast_retry(2), 0).await;
+    for bad in ["received", "matched", "duplicate", "nope"] {
+        let r = s
+            .http
+            .get(format!("{}/v1/receipts?state={bad}", s.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{bad}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"], "validation_error");
+        assert!(
+            v["message"].as_str().unwrap().contains("dead_lettered"),
+            "{v}"
+        );
+    }
+    let ok = s.get("/v1/receipts?state=consumed").await;
+    assert_eq!(ok["receipts"], json!([]));
+}

@@ -38,13 +38,22 @@ pub struct ClientOpts {
     pub api_key: Option<String>,
 }
 
+/// `--state` values of `receipts list`: the states a stored receipt can be in (from the core enum).
+fn receipt_states() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        tb_core::receipt::ReceiptState::STORED
+            .iter()
+            .map(|s| s.as_str()),
+    )
+}
+
 // `trigger-bridge receipts ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum ReceiptsCmd {
     /// List receipts, newest first
     List {
-        /// Only receipts in this state (queued, unmatched, dead_lettered, ...)
-        #[arg(long)]
+        /// Only receipts in this state (a receipt's own state, not a timeline entry)
+        #[arg(long, value_parser = receipt_states())]
         state: Option<String>,
         /// Only receipts of this trigger subscription
         #[arg(long)]
@@ -177,7 +186,8 @@ pub enum SubscriptionsCmd {
         /// Subscription id
         id: String,
     },
-    /// Resume a paused subscription
+    /// Resume a subscription that is paused, failed or dead-lettered: it goes back to active and its
+    /// deliveries are attempted again (replay dead-lettered deliveries with `deliveries replay`)
     Resume {
         /// Subscription id
         id: String,
