@@ -51,14 +51,12 @@ fn cacheable(s: StatusCode) -> bool {
     s.is_success() || (s.is_client_error() && ![400, 401, 403, 429].contains(&s.as_u16()))
 }
 
-/// The idempotency scope of a request: (principal, method, route template + percent-decoded path
-/// params). The query string is not part of it, so `?a=1` cannot turn one key into two operations.
+/// The idempotency scope of a request: `<principal> <METHOD> <route template> <params as JSON>`, the
+/// params percent-decoded and JSON-encoded so no value can imitate another. The query string is not
+/// part of it, so `?a=1` cannot turn one key into two operations.
 pub fn scope(principal: &str, method: &Method, template: &str, params: &[(&str, &str)]) -> String {
-    let mut s = format!("{principal} {method} {template}");
-    for (k, v) in params {
-        s.push_str(&format!(" {k}={v}"));
-    }
-    s
+    let params = serde_json::to_string(params).expect("strings encode");
+    format!("{principal} {method} {template} {params}")
 }
 
 /// The per-route middleware of a guarded mutating route (added by [`crate::routes::Routes::scoped`]

@@ -178,6 +178,28 @@ async fn idempotency_ignores_the_query_and_refuses_a_non_ascii_key() {
     })
     .await;
     assert_eq!(s.get("/v1/runs").await["runs"].as_array().unwrap().len(), 1);
+    // Path params are part of the scope: one key on two runs is two operations, not a replay.
+    let (_, other) = s
+        .post("/v1/runs", json!({"workflowId": "conformance-noop"}))
+        .await;
+    let other = other["runId"].as_str().unwrap().to_string();
+    s.wait_for(&format!("/v1/runs/{other}"), |v| v["status"] == "completed")
+        .await;
+    for run in [&ids[0], &other] {
+        let r = s
+            .http
+            .post(format!("{}/v1/runs/{run}/cancel", s.base))
+            .header("idempotency-key", "cancel-key")
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.headers().get("openwop-idempotent-replay").is_none(),
+            "{run}"
+        );
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"], "conflict", "{run}: the run already ended");
+    }
 }
 
 /// A worker whose every request waits for a permit, then answers the next of `codes` (then 200).
