@@ -128,16 +128,21 @@ pub async fn cancel(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, _) = load_run(&st, &id).await?;
-    let run = match tb_engine::runs::finish(&st.engine, &id, RunStatus::Cancelled, None).await {
-        Err(tb_store::StoreError::NotFound(_)) => {
-            return Err(ApiError::new(
+    let (_, ended) = load_run(&st, &id).await?;
+    let run =
+        match tb_engine::runs::finish(&st.engine, &id, RunStatus::Cancelled, None).await {
+            Err(tb_store::StoreError::NotFound(_)) if ended => return Err(ApiError::new(
                 ErrorCode::Conflict,
-                "the run has not started yet; retry the cancel shortly",
-            ))
-        }
-        r => r?,
-    };
+                "the run never started: its delivery is dead-lettered (replay it to start the run)",
+            )),
+            Err(tb_store::StoreError::NotFound(_)) => {
+                return Err(ApiError::new(
+                    ErrorCode::Conflict,
+                    "the run has not started yet; retry the cancel shortly",
+                ))
+            }
+            r => r?,
+        };
     Ok(Json(wire::run(&run)))
 }
 

@@ -260,6 +260,15 @@ async fn an_announced_run_id_never_vanishes_through_dead_letter_and_replay() {
     assert_eq!(v["status"], "failed", "{v}");
     assert_eq!(v["statusReason"], "dead_lettered");
     assert_eq!(v["deliveryId"], d_id.as_str());
+    // Cancelling it is a conflict that says why.
+    let (st, c) = s
+        .post(&format!("/v1/runs/{run_id}/cancel"), json!({}))
+        .await;
+    assert_eq!(st.as_u16(), 409);
+    assert!(
+        c["message"].as_str().unwrap().contains("dead-lettered"),
+        "{c}"
+    );
     // Its events poll answers too: no events, complete.
     let poll = s.get(&format!("/v1/runs/{run_id}/events/poll")).await;
     assert_eq!(poll["events"], json!([]));
