@@ -1,7 +1,8 @@
 //! Bearer API keys (OpenWOP §12 auth): `Authorization: Bearer <key>` on every management and read
 //! endpoint, with scopes. Keys are held as SHA-256 digests and compared in constant time. Discovery,
 //! `/health`, `/metrics` and the ingest endpoints take no credential (on ingest the signature is the
-//! credential).
+//! credential). Each route declares its [`Access`] where it is added to the router
+//! ([`crate::routes::Routes`]); nothing here looks at the request path.
 //!
 //! With no key configured the API is open (development on loopback only; `serve` refuses a non-loopback
 //! listen address without keys). Errors: 401 `unauthenticated`, 403 `forbidden`, in the flat envelope.
@@ -9,7 +10,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -80,35 +81,14 @@ impl Principal {
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys(pub Arc<Vec<ApiKey>>);
 
-/// The scope a request needs, or `None` for public endpoints.
-pub fn required_scope(method: &Method, path: &str) -> Option<&'static str> {
-    if path == "/health"
-        || path == "/metrics"
-        || path == "/.well-known/openwop"
-        || path == "/v1/openapi.json"
-    {
-        return None;
-    }
-    if path.starts_with("/v1/trigger-subscriptions/") && path.ends_with("/ingest") {
-        return None;
-    }
-    // Capability URLs: the token in the path is the credential (signals-and-connectors §4).
-    if path.starts_with("/v1/hooks/") {
-        return None;
-    }
-    if path.starts_with("/v1/workflows") {
-        return Some("manifest:read");
-    }
-    if path.starts_with("/v1/runs") {
-        return Some(if path.ends_with("/cancel") {
-            "runs:cancel"
-        } else if method == Method::GET {
-            "runs:read"
-        } else {
-            "runs:create"
-        });
-    }
-    Some("webhooks:manage")
+/// Who may call a route, declared at the route in [`crate::routes`] (never derived from the path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No credential: discovery, `/health`, `/metrics`, the ingest endpoints (the signature is the
+    /// credential) and capability URLs (the token in the path is; signals-and-connectors §4).
+    Public,
+    /// A bearer API key holding this OpenWOP §12 scope (one of [`SCOPES`]).
+    Scope(&'static str),
 }
 
 fn deny(status: StatusCode, code: &str, message: &str) -> Response {
@@ -122,11 +102,15 @@ fn deny(status: StatusCode, code: &str, message: &str) -> Response {
     r
 }
 
-/// The middleware.
-pub async fn require(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
-    let Some(scope) = required_scope(req.method(), req.uri().path()) else {
-        return next.run(req).await;
-    };
+/// The per-route middleware of a route whose [`Access`] is `Scope(scope)`: on an open API (no keys)
+/// the caller is [`Principal::anonymous`]; otherwise a known key holding `scope` passes with its
+/// [`Principal`] in the request extensions. Errors: 401 `unauthenticated` (no or unknown key, with
+/// `WWW-Authenticate: Bearer`), 403 `forbidden` (the key lacks `scope`).
+pub async fn require(
+    State((st, scope)): State<(AppState, &'static str)>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     if st.keys.0.is_empty() {
         req.extensions_mut().insert(Principal::anonymous());
         return next.run(req).await;

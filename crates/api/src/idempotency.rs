@@ -1,17 +1,19 @@
 //! Layer-1 HTTP idempotency (OpenWOP `spec/v1/idempotency.md`, trigger-bridge notes §10) for every
-//! mutating endpoint except ingest (whose dedup is the trigger dedup key): a request with
-//! `Idempotency-Key` (<= 255 URL-safe characters) is claimed atomically per (principal, method + path,
-//! key) in the store, so it survives restarts. The final answer (2xx and non-retryable 4xx; never
+//! guarded mutating route (public ingest and capability URLs dedup by their own keys): a request with
+//! `Idempotency-Key` (1 to 255 URL-safe ASCII characters; anything else is 400, never ignored) is
+//! claimed atomically per (principal, method, route template + path params, key), never the query
+//! string, in the store, so it survives restarts. The final answer (2xx and non-retryable 4xx; never
 //! 400/401/403/429/5xx) is replayed for 24 h with `openwop-Idempotent-Replay: true`; the same key with a
-//! different request is 409 `idempotency_key_mismatch`; a concurrent duplicate is 409
+//! different body is 409 `idempotency_key_mismatch`; a concurrent duplicate is 409
 //! `idempotency_in_flight` with `details.retryAfter` (seconds) and `Retry-After`.
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{RawPathParams, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use axum::RequestPartsExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tb_store::{IdempotencyClaim, StoredReply};
@@ -49,41 +51,60 @@ fn cacheable(s: StatusCode) -> bool {
     s.is_success() || (s.is_client_error() && ![400, 401, 403, 429].contains(&s.as_u16()))
 }
 
-/// The middleware.
-pub async fn layer(State(st): State<AppState>, req: Request, next: Next) -> Response {
+/// The idempotency scope of a request: `<principal> <METHOD> <route template> <params as JSON>`, the
+/// params percent-decoded and JSON-encoded so no value can imitate another. The query string is not
+/// part of it, so `?a=1` cannot turn one key into two operations.
+pub fn scope(principal: &str, method: &Method, template: &str, params: &[(&str, &str)]) -> String {
+    let params = serde_json::to_string(params).expect("strings encode");
+    format!("{principal} {method} {template} {params}")
+}
+
+/// The per-route middleware of a guarded mutating route (added by [`crate::routes::Routes::scoped`]
+/// with that route's path `template`, after the auth layer so the [`Principal`] is known). Errors: 400
+/// `validation_error` for an `Idempotency-Key` that is not 1 to 255 URL-safe ASCII characters (never
+/// ignored), 413 for a body over 1 MiB, 409 `idempotency_key_mismatch` / `idempotency_in_flight`.
+pub async fn layer(
+    State((st, template)): State<(AppState, &'static str)>,
+    req: Request,
+    next: Next,
+) -> Response {
     let mutating = matches!(
         *req.method(),
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
     );
-    let path = req.uri().path().to_string();
-    // Ingest and capability URLs dedup by their own keys (trigger dedup key; Idempotency-Key + body
-    // digest per signals-and-connectors §4.2).
-    if !mutating || path.ends_with("/ingest") || path.starts_with("/v1/hooks/") {
+    if !mutating {
         return next.run(req).await;
     }
-    let Some(key) = req
-        .headers()
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-    else {
+    let Some(raw) = req.headers().get("idempotency-key") else {
         return next.run(req).await;
     };
-    if !valid_key(&key) {
-        return envelope(
+    let key = match raw.to_str() {
+        Ok(k) if valid_key(k) => k.to_string(),
+        _ => return envelope(
             StatusCode::BAD_REQUEST,
             "validation_error",
-            "Idempotency-Key must be 1 to 255 URL-safe characters",
+            "Idempotency-Key must be 1 to 255 URL-safe ASCII characters (letters, digits, -_.~:)",
             None,
-        );
-    }
+        ),
+    };
     let principal = req
         .extensions()
         .get::<Principal>()
         .map(|p| p.0.clone())
         .unwrap_or_else(|| "anonymous".into());
-    let scope = format!("{principal} {} {}", req.method(), req.uri());
-    let (parts, body) = req.into_parts();
+    let (mut parts, body) = req.into_parts();
+    let params = match parts.extract::<RawPathParams>().await {
+        Ok(p) => p
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Vec<_>>(),
+        Err(_) => Vec::new(),
+    };
+    let params: Vec<(&str, &str)> = params
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let scope = scope(&principal, &parts.method, template, &params);
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
         return envelope(
             StatusCode::PAYLOAD_TOO_LARGE,

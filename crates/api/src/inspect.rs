@@ -127,7 +127,15 @@ pub async fn list_receipts(
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
     let state = p.state.clone();
-    let q = p.query(state, |s| ReceiptState::parse(s).is_some(), "unknown receipt state; use received, authenticated, normalized, matched, routed, queued, consumed, rejected, duplicate, unmatched, rate_limited, disabled, expired, target_terminal, routing_failed or dead_lettered")?;
+    let hint = format!(
+        "unknown receipt state; use one of {}",
+        ReceiptState::STORED
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let q = p.query(state, |s| ReceiptState::parse_stored(s).is_some(), &hint)?;
     let limit = q.limit;
     let rs = st.engine.store.list_receipts(q).await?;
     Ok(Json(page(

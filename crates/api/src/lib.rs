@@ -14,6 +14,7 @@ pub mod openapi;
 pub mod ops;
 pub mod registration;
 pub mod replay;
+pub mod routes;
 pub mod runs;
 pub mod sessions;
 pub mod sse;
@@ -23,7 +24,6 @@ pub mod wire;
 
 use std::sync::Arc;
 
-use axum::routing::{get, post};
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tb_engine::Engine;
@@ -46,96 +46,151 @@ pub struct AppState {
 /// limit and are read by the ingest handler itself).
 pub const MAX_API_BODY: usize = 1 << 20;
 
-/// The whole API router.
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/health", get(ops::health))
-        .route("/.well-known/openwop", get(discovery::discovery))
-        .route("/v1/openapi.json", get(openapi::openapi))
-        .route("/v1/workflows/{id}", get(runs::get_workflow))
-        .route("/v1/webhooks", post(webhooks::register))
-        .route("/v1/webhooks/{id}", axum::routing::delete(webhooks::delete))
-        .route(
-            "/v1/trigger-subscriptions/{id}/dead-letters",
-            get(dead_letters::list),
-        )
-        // scope webhooks:manage (auth::required_scope's default)
-        .route(
-            "/v1/trigger-subscriptions/{id}/dead-letters:replay",
-            post(replay::replay_all),
-        )
-        .route("/v1/runs/{id}/cancel", post(runs::cancel))
-        .route("/v1/runs/{id}/events", get(sse::events))
-        .route("/v1/runs/{id}/ancestry", get(runs::ancestry))
-        .route("/metrics", get(ops::metrics))
-        .route(
-            "/v1/trigger-subscriptions",
-            get(inspect::list_subscriptions).post(registration::register),
-        )
-        .route(
-            "/v1/trigger-subscriptions/{id}",
-            get(inspect::get_subscription),
-        )
-        .route(
-            "/v1/trigger-subscriptions/{id}/pause",
-            post(inspect::pause_subscription),
-        )
-        .route(
-            "/v1/trigger-subscriptions/{id}/resume",
-            post(inspect::resume_subscription),
-        )
-        .route(
+/// Scope of the read endpoints of runs (OpenWOP §12).
+const READ: &str = "runs:read";
+/// Scope of the endpoints that start or drive runs.
+const CREATE: &str = "runs:create";
+/// Scope of the management endpoints (subscriptions, receipts, deliveries, bindings, capabilities).
+const MANAGE: &str = "webhooks:manage";
+
+/// Every route with its access (public or scope), in one table: see [`routes::Routes`]. A new route
+/// is one line here.
+pub fn routes(state: AppState) -> routes::Routes {
+    use axum::http::Method;
+    const GET: Method = Method::GET;
+    const POST: Method = Method::POST;
+    const DELETE: Method = Method::DELETE;
+    routes::Routes::new(state)
+        // Public: discovery, health, metrics; ingest (the signature is the credential) and capability
+        // URLs (the token is).
+        .public(GET, "/health", ops::health)
+        .public(GET, "/metrics", ops::metrics)
+        .public(GET, "/.well-known/openwop", discovery::discovery)
+        .public(GET, "/v1/openapi.json", openapi::openapi)
+        .public(
+            POST,
             "/v1/trigger-subscriptions/{id}/ingest",
-            post(ingest::ingest),
+            ingest::ingest,
         )
-        .route("/v1/receipts", get(inspect::list_receipts))
-        .route("/v1/receipts/{id}", get(inspect::get_receipt))
-        .route("/v1/deliveries", get(inspect::list_deliveries))
-        .route("/v1/deliveries/{id}", get(inspect::get_delivery))
-        .route("/v1/runs", get(runs::list_runs).post(runs::create))
-        .route("/v1/runs/{id}", get(runs::get_run).post(runs::fork))
-        .route("/v1/runs/{id}/events/poll", get(runs::poll_events))
-        .route("/v1/runs/{id}/result", post(runs::post_result))
-        .route("/v1/deliveries/{id}/replay", post(inspect::replay_delivery))
-        .route(
-            "/v1/runs/{id}/signals",
-            get(sessions::list_signals).post(sessions::raise),
+        .public(POST, "/v1/hooks/{token}", sessions::hook)
+        // Workflows and runs.
+        .scoped(
+            GET,
+            "/v1/workflows/{id}",
+            "manifest:read",
+            runs::get_workflow,
         )
-        .route(
+        .scoped(GET, "/v1/runs", READ, runs::list_runs)
+        .scoped(POST, "/v1/runs", CREATE, runs::create)
+        .scoped(GET, "/v1/runs/{id}", READ, runs::get_run)
+        .scoped(POST, "/v1/runs/{id}", CREATE, runs::fork)
+        .scoped(POST, "/v1/runs/{id}/cancel", "runs:cancel", runs::cancel)
+        .scoped(GET, "/v1/runs/{id}/events", READ, sse::events)
+        .scoped(GET, "/v1/runs/{id}/events/poll", READ, runs::poll_events)
+        .scoped(GET, "/v1/runs/{id}/ancestry", READ, runs::ancestry)
+        .scoped(POST, "/v1/runs/{id}/result", CREATE, runs::post_result)
+        // Sessions.
+        .scoped(GET, "/v1/runs/{id}/signals", READ, sessions::list_signals)
+        .scoped(POST, "/v1/runs/{id}/signals", CREATE, sessions::raise)
+        .scoped(
+            GET,
             "/v1/runs/{id}/signal-payloads/{ref}",
-            get(sessions::signal_payload),
+            READ,
+            sessions::signal_payload,
         )
-        .route(
-            "/v1/runs/{id}/waits",
-            get(sessions::list_waits).post(sessions::create_wait),
-        )
-        .route(
+        .scoped(GET, "/v1/runs/{id}/waits", READ, sessions::list_waits)
+        .scoped(POST, "/v1/runs/{id}/waits", CREATE, sessions::create_wait)
+        .scoped(GET, "/v1/runs/{id}/waits/{wait}", READ, sessions::get_wait)
+        .scoped(
+            POST,
             "/v1/runs/{id}/waits/{wait}",
-            get(sessions::get_wait).post(sessions::wait_action),
+            CREATE,
+            sessions::wait_action,
         )
-        .route("/v1/runs/{id}/prompts", post(sessions::prompt))
-        .route("/v1/runs/{id}/turns", get(sessions::list_turns))
-        .route("/v1/runs/{id}/turns:claim", post(sessions::claim))
-        .route("/v1/runs/{id}/turns/{turn}/ack", post(sessions::ack))
-        .route(
-            "/v1/capabilities",
-            get(sessions::list_capabilities).post(sessions::mint),
+        .scoped(POST, "/v1/runs/{id}/prompts", CREATE, sessions::prompt)
+        .scoped(GET, "/v1/runs/{id}/turns", READ, sessions::list_turns)
+        .scoped(POST, "/v1/runs/{id}/turns:claim", CREATE, sessions::claim)
+        .scoped(
+            POST,
+            "/v1/runs/{id}/turns/{turn}/ack",
+            CREATE,
+            sessions::ack,
         )
-        .route("/v1/capabilities/{id}/revoke", post(sessions::revoke))
-        .route("/v1/hooks/{token}", post(sessions::hook))
-        .route("/v1/bindings", get(bindings::list))
-        .route("/v1/bindings/{id}/revoke", post(bindings::revoke))
-        .route("/v1/bindings/{id}/restore", post(bindings::restore))
+        // Management.
+        .scoped(POST, "/v1/webhooks", MANAGE, webhooks::register)
+        .scoped(DELETE, "/v1/webhooks/{id}", MANAGE, webhooks::delete)
+        .scoped(
+            GET,
+            "/v1/trigger-subscriptions",
+            MANAGE,
+            inspect::list_subscriptions,
+        )
+        .scoped(
+            POST,
+            "/v1/trigger-subscriptions",
+            MANAGE,
+            registration::register,
+        )
+        .scoped(
+            GET,
+            "/v1/trigger-subscriptions/{id}",
+            MANAGE,
+            inspect::get_subscription,
+        )
+        .scoped(
+            POST,
+            "/v1/trigger-subscriptions/{id}/pause",
+            MANAGE,
+            inspect::pause_subscription,
+        )
+        .scoped(
+            POST,
+            "/v1/trigger-subscriptions/{id}/resume",
+            MANAGE,
+            inspect::resume_subscription,
+        )
+        .scoped(
+            GET,
+            "/v1/trigger-subscriptions/{id}/dead-letters",
+            MANAGE,
+            dead_letters::list,
+        )
+        .scoped(
+            POST,
+            "/v1/trigger-subscriptions/{id}/dead-letters:replay",
+            MANAGE,
+            replay::replay_all,
+        )
+        .scoped(GET, "/v1/receipts", MANAGE, inspect::list_receipts)
+        .scoped(GET, "/v1/receipts/{id}", MANAGE, inspect::get_receipt)
+        .scoped(GET, "/v1/deliveries", MANAGE, inspect::list_deliveries)
+        .scoped(GET, "/v1/deliveries/{id}", MANAGE, inspect::get_delivery)
+        .scoped(
+            POST,
+            "/v1/deliveries/{id}/replay",
+            MANAGE,
+            inspect::replay_delivery,
+        )
+        .scoped(GET, "/v1/capabilities", MANAGE, sessions::list_capabilities)
+        .scoped(POST, "/v1/capabilities", MANAGE, sessions::mint)
+        .scoped(
+            POST,
+            "/v1/capabilities/{id}/revoke",
+            MANAGE,
+            sessions::revoke,
+        )
+        .scoped(GET, "/v1/bindings", MANAGE, bindings::list)
+        .scoped(POST, "/v1/bindings/{id}/revoke", MANAGE, bindings::revoke)
+        .scoped(POST, "/v1/bindings/{id}/restore", MANAGE, bindings::restore)
+}
+
+/// The whole API router: [`routes`] (each route guarded by its own access layer) plus the 404/405
+/// fallbacks, the error envelope and the body limit.
+pub fn router(state: AppState) -> Router {
+    routes(state.clone())
+        .into_router()
         .fallback(error::not_found)
         .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            idempotency::layer,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::require,
-        ))
         .layer(axum::middleware::from_fn(error::envelope_errors))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_API_BODY))
         .with_state(state)

@@ -117,11 +117,7 @@ pub async fn post_result(
     )?;
     let status = parse_result_status(&body.status)
         .map_err(|m| ApiError::new(ErrorCode::ValidationError, m))?;
-    let run = st
-        .engine
-        .store
-        .finish_run(&id, status, body.output, tb_engine::clock::now_ms())
-        .await?;
+    let run = tb_engine::runs::finish(&st.engine, &id, status, body.output).await?;
     Ok(Json(wire::run(&run)))
 }
 
@@ -132,21 +128,21 @@ pub async fn cancel(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, _) = load_run(&st, &id).await?;
-    let run = match st
-        .engine
-        .store
-        .finish_run(&id, RunStatus::Cancelled, None, tb_engine::clock::now_ms())
-        .await
-    {
-        Err(tb_store::StoreError::NotFound(_)) => {
-            return Err(ApiError::new(
+    let (_, ended) = load_run(&st, &id).await?;
+    let run =
+        match tb_engine::runs::finish(&st.engine, &id, RunStatus::Cancelled, None).await {
+            Err(tb_store::StoreError::NotFound(_)) if ended => return Err(ApiError::new(
                 ErrorCode::Conflict,
-                "the run has not started yet; retry the cancel shortly",
-            ))
-        }
-        r => r?,
-    };
+                "the run never started: its delivery is dead-lettered (replay it to start the run)",
+            )),
+            Err(tb_store::StoreError::NotFound(_)) => {
+                return Err(ApiError::new(
+                    ErrorCode::Conflict,
+                    "the run has not started yet; retry the cancel shortly",
+                ))
+            }
+            r => r?,
+        };
     Ok(Json(wire::run(&run)))
 }
 
@@ -165,28 +161,30 @@ pub async fn ancestry(
 }
 
 /// A run as the API shows it, and whether it has ended. A run announced at ingest (its `runId` is in the
-/// 202) exists from that moment: until its delivery starts it, it reads as `pending` from its delivery.
-/// Errors: 404 when neither a run nor a live delivery has this id.
+/// 202) exists from that moment: until its delivery starts it, it reads from its delivery
+/// ([`tb_core::run::announced_run`]): `pending`, or `failed` with `statusReason: "dead_lettered"` and
+/// its `deliveryId` once that delivery is dead-lettered (and `pending` again after a replay).
+/// Errors: 404 when neither a run nor a `start_run` delivery has this id.
 pub(crate) async fn load_run(st: &AppState, id: &str) -> Result<(Value, bool), ApiError> {
+    use tb_core::run::{announced_run, AnnouncedRun};
     match st.engine.store.get_run(id).await {
         Ok(r) => Ok((wire::run(&r), r.status.is_terminal())),
         Err(tb_store::StoreError::NotFound(_)) => {
-            let Some(did) = tb_core::ids::delivery_id_for_run(id) else {
-                return Err(ApiError::new(ErrorCode::NotFound, "run not found"));
+            let not_found = || ApiError::new(ErrorCode::NotFound, "run not found");
+            let did = tb_core::ids::delivery_id_for_run(id).ok_or_else(not_found)?;
+            let d = match st.engine.store.get_delivery(&did).await {
+                Ok(d) if d.run_id.as_deref() == Some(id) => d,
+                Ok(_) | Err(tb_store::StoreError::NotFound(_)) => return Err(not_found()),
+                Err(e) => return Err(e.into()),
             };
-            match st.engine.store.get_delivery(&did).await {
-                Ok(d) if d.run_id.as_deref() == Some(id) && !d.state.is_terminal() => {
-                    Ok((wire::pending_run(&d), false))
-                }
+            match announced_run(d.state) {
+                AnnouncedRun::Pending => Ok((wire::pending_run(&d), false)),
+                AnnouncedRun::Failed { reason } => Ok((wire::unstarted_run(&d, reason), true)),
                 // Delivered between the two reads: the run exists now.
-                Ok(d)
-                    if d.run_id.as_deref() == Some(id)
-                        && d.state == tb_core::delivery::DeliveryState::Delivered =>
-                {
+                AnnouncedRun::Started => {
                     let r = st.engine.store.get_run(id).await?;
                     Ok((wire::run(&r), r.status.is_terminal()))
                 }
-                _ => Err(ApiError::new(ErrorCode::NotFound, "run not found")),
             }
         }
         Err(e) => Err(e.into()),

@@ -5,7 +5,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `POST /v1/runs/{id}/signals` `{name, data?, signalId?, wake?}` | 202 `{signalId, name, raisedAt, status: queued, consumedBy?, dropped?}`; 200 `status: duplicate` |
-//! | `GET /v1/runs/{id}/signals` | `{runId, signals: [{seq, state, signal, consumedBy?}], buffered}` |
+//! | `GET /v1/runs/{id}/signals?limit=&before=` | `{runId, signals: [{seq, state, signal, consumedBy?}] newest first, buffered, nextCursor?}` |
 //! | `GET /v1/runs/{id}/signal-payloads/{ref}` | the large payload's JSON bytes |
 //! | `POST /v1/runs/{id}/waits` `{kind, names, timeoutMs?, userInput?, reason}` | 201 armed wait; 200 when it resolved at once |
 //! | `GET /v1/runs/{id}/waits` | `{waits}` |
@@ -99,16 +99,39 @@ pub async fn raise(
     Ok((status, Json(reply)).into_response())
 }
 
-/// The run's mailbox for authorized inspection: every signal in arrival order with its state
-/// (`buffered`, `consumed`, `dropped`).
-#[utoipa::path(get, path = "/v1/runs/{id}/signals", tag = "signals", params(("id" = String, Path, description = "Run id")), responses((status = 200, description = "{runId, signals, buffered}"), (status = 404, description = "not_found")))]
+/// Query of `GET /v1/runs/{id}/signals`: `limit` (1..=500, default 50; larger is clamped), `before`
+/// (the `nextCursor` of the previous page: a signal's `seq`).
+#[derive(Debug, Deserialize, Default)]
+pub struct SignalListParams {
+    pub limit: Option<u32>,
+    pub before: Option<String>,
+}
+
+/// The run's mailbox for authorized inspection, one page newest first (like every list): each signal
+/// with its arrival number `seq` and state (`buffered`, `consumed`, `dropped`, `expired`), `buffered`
+/// (the run's buffered count, all pages) and `nextCursor` (a `seq`, for `before`) when the page is
+/// full. Settled signals expire with the body retention. Errors: 400 `validation_error` (a `before`
+/// that is not a positive integer), 404.
+#[utoipa::path(get, path = "/v1/runs/{id}/signals", tag = "signals", params(("id" = String, Path, description = "Run id"), ("limit" = Option<u32>, Query, description = "1..=500, default 50"), ("before" = Option<String>, Query, description = "nextCursor of the previous page")), responses((status = 200, description = "{runId, signals, buffered, nextCursor?}"), (status = 400, description = "validation_error"), (status = 404, description = "not_found")))]
 pub async fn list_signals(
     State(st): State<AppState>,
     Path(id): Path<String>,
+    q: Result<Query<SignalListParams>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let sigs = st.engine.store.list_signals(&id).await?;
-    let buffered = sigs.iter().filter(|s| s.state == "buffered").count();
-    let signals: Vec<Value> = sigs
+    let q = crate::error::query(q)?;
+    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let before = match q.before.as_deref() {
+        None => None,
+        Some(b) => Some(b.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::ValidationError,
+                "before must be a nextCursor value from a previous page",
+            )
+        })?),
+    };
+    let page = st.engine.store.list_signals(&id, before, limit).await?;
+    let signals: Vec<Value> = page
+        .signals
         .iter()
         .map(|s| {
             let mut v = json!({"seq": s.seq, "state": s.state, "signal": s.signal});
@@ -121,9 +144,13 @@ pub async fn list_signals(
             v
         })
         .collect();
-    Ok(Json(
-        json!({"runId": id, "signals": signals, "buffered": buffered}),
-    ))
+    let mut body = json!({"runId": id, "signals": signals, "buffered": page.buffered});
+    if page.signals.len() as u32 >= limit {
+        if let Some(last) = page.signals.last() {
+            body["nextCursor"] = json!(last.seq.to_string());
+        }
+    }
+    Ok(Json(body))
 }
 
 /// The bytes behind a signal's `payloadRef` (authorized readers only; never inlined in history).

@@ -56,8 +56,10 @@ pub fn receipt(r: &ReceiptRecord) -> Value {
     m
 }
 
-/// A delivery.
+/// A delivery. `state` is [`tb_core::delivery::shown_state`]: `in-flight` (with `leaseOwner` and
+/// `leaseExpiresAt`, no `nextAttemptAt`) while a worker holds it, else the stored state.
 pub fn delivery(d: &DeliveryRecord) -> Value {
+    let state = tb_core::delivery::shown_state(d.state, d.lease_until, tb_engine::clock::now_ms());
     let mut m = json!({
         "deliveryId": d.id,
         "receiptId": d.receipt_id,
@@ -65,7 +67,7 @@ pub fn delivery(d: &DeliveryRecord) -> Value {
         "bindingId": d.binding_id,
         "dedupKey": d.dedup_key,
         "action": d.action,
-        "state": d.state.as_str(),
+        "state": state,
         "attempts": d.attempts,
         "replays": d.replays,
         "createdAt": time(d.created_at),
@@ -77,7 +79,15 @@ pub fn delivery(d: &DeliveryRecord) -> Value {
     if d.state != tb_core::delivery::DeliveryState::DeadLettered {
         put(o, "runId", d.run_id.clone().map(Value::String));
     }
-    if !d.state.is_terminal() {
+    if state == "in-flight" {
+        // A worker holds it: who, and until when (after that it is due again).
+        put(o, "leaseOwner", d.lease_owner.clone().map(Value::String));
+        put(
+            o,
+            "leaseExpiresAt",
+            d.lease_until.map(|t| Value::String(time(t))),
+        );
+    } else if !d.state.is_terminal() {
         put(o, "nextAttemptAt", d.due_at.map(|t| Value::String(time(t))));
     }
     put(o, "lastError", d.last_error.clone().map(Value::String));
@@ -142,6 +152,20 @@ pub fn pending_run(d: &DeliveryRecord) -> Value {
         "updatedAt": time(d.updated_at),
         "trigger": {"subscriptionId": d.subscription_id, "receiptId": d.receipt_id, "deliveryId": d.id},
     })
+}
+
+/// A run announced at ingest that will not start as things stand: its delivery was dead-lettered.
+/// Shape: the [`pending_run`] fields with `status: "failed"`, `statusReason` (e.g. `dead_lettered`),
+/// `deliveryId` and, when known, `deadLetterReason`. A replay of the delivery makes it `pending` again.
+pub fn unstarted_run(d: &DeliveryRecord, reason: &str) -> Value {
+    let mut m = pending_run(d);
+    m["status"] = json!("failed");
+    m["statusReason"] = json!(reason);
+    m["deliveryId"] = json!(d.id);
+    if let Some(r) = &d.dead_letter_reason {
+        m["deadLetterReason"] = json!(r);
+    }
+    m
 }
 
 /// OpenWOP `RunEventDoc` (`eventId, runId, type, payload, timestamp, sequence, causationId?`).

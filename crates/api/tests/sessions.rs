@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use serde_json::{json, Value};
@@ -259,6 +259,7 @@ fn names(signals: &Value, state: &str) -> Vec<String> {
         .as_array()
         .unwrap()
         .iter()
+        .rev() // newest first on the wire; arrival order here
         .filter(|s| s["state"] == state)
         .map(|s| s["signal"]["name"].as_str().unwrap().to_string())
         .collect()
@@ -855,6 +856,7 @@ async fn a_full_mailbox_follows_its_policy_visibly() {
         .as_array()
         .unwrap()
         .iter()
+        .rev() // the list is newest first
         .map(|x| {
             (
                 x["signal"]["signalId"].as_str().unwrap().to_string(),
@@ -1029,4 +1031,179 @@ async fn concurrent_first_events_for_one_key_create_one_session() {
         .await;
     assert!(names(&sigs, "buffered").iter().all(|n| n == "pr.opened"));
     assert_eq!(s.runs_of("pr-session").await.len(), 1);
+}
+
+/// Issue #9 defect 11: ending a run (cancel, or a worker's result) wakes every long-poll on it at once:
+/// the wait long-poll answers its `stop` winner and `turns:claim` its 409, in well under their 20 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_result_wake_the_long_polls_of_their_run() {
+    let s = start().await;
+    for end in ["cancel", "result"] {
+        let run = s.session("pr-session").await;
+        let start = s.claim(&run).await;
+        s.ack(&run, &start).await;
+        let (st, w) = s
+            .wait(
+                &run,
+                json!({"kind": "signal", "names": ["never"], "reason": "parked"}),
+            )
+            .await;
+        assert_eq!(st, StatusCode::CREATED, "{w}");
+        let wait = w["waitId"].as_str().unwrap().to_string();
+        let before = s.engine.sessions.receiver_count();
+        let http = s.http.clone();
+        let wait_url = format!("{}/v1/runs/{run}/waits/{wait}?timeout=20", s.base);
+        let poll = tokio::spawn(async move {
+            let r = http.get(wait_url).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        });
+        let http = s.http.clone();
+        let claim_url = format!("{}/v1/runs/{run}/turns:claim?timeout=20", s.base);
+        let claim = tokio::spawn(async move {
+            let r = http.post(claim_url).json(&json!({})).send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<Value>().await.unwrap_or(Value::Null),
+            )
+        });
+        // Both long-polls are parked on the session watch (bounded wait for their subscriptions).
+        let parked = Instant::now() + Duration::from_secs(5);
+        while s.engine.sessions.receiver_count() < before + 2 {
+            assert!(Instant::now() < parked, "the long-polls never parked");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let t0 = Instant::now();
+        let (st, r) = if end == "cancel" {
+            s.post(&format!("/v1/runs/{run}/cancel"), json!({})).await
+        } else {
+            s.post(
+                &format!("/v1/runs/{run}/result"),
+                json!({"status": "completed"}),
+            )
+            .await
+        };
+        assert_eq!(st, StatusCode::OK, "{end}: {r}");
+        let (code, w) = tokio::time::timeout(Duration::from_secs(2), poll)
+            .await
+            .expect("the wait long-poll was not woken")
+            .unwrap();
+        assert_eq!(code, 200);
+        assert_eq!(w["state"], "resolved", "{end}: {w}");
+        assert_eq!(w["winner"]["kind"], "stop", "{end}: {w}");
+        let (code, c) = tokio::time::timeout(Duration::from_secs(2), claim)
+            .await
+            .expect("the claim long-poll was not woken")
+            .unwrap();
+        assert_eq!(code, 409, "{end}: {c}");
+        assert_eq!(c["error"], "target_terminal");
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{end}: {:?}",
+            t0.elapsed()
+        );
+    }
+}
+
+/// Issue #9 defect 9: the mailbox list is paged newest first (`limit` clamped to 1..=500, `before` =
+/// the previous page's `nextCursor`), every signal seen once; settled (consumed, dropped) signal
+/// records expire with the body retention while buffered ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signal_list_pages_clamps_and_settled_signals_expire() {
+    let s = start().await;
+    let run = s.session("tiny-drop").await;
+    let raise = |name: &str| tb_engine::sessions::RaiseRequest {
+        name: name.into(),
+        data: None,
+        signal_id: None,
+        wake: false,
+    };
+    // 499 "fill", then "take", then "keep": a mailbox of 2 with drop_oldest keeps the last two.
+    for i in 0..501 {
+        let name = match i {
+            499 => "take",
+            500 => "keep",
+            _ => "fill",
+        };
+        tb_engine::sessions::raise(&s.engine, &run, raise(name), None)
+            .await
+            .unwrap();
+    }
+    let url = format!("/v1/runs/{run}/signals");
+    // Pages of 200: 200, 200, 101, newest first, each signal once.
+    let mut seen = Vec::new();
+    let mut before: Option<String> = None;
+    for _ in 0..10 {
+        let q = match &before {
+            Some(b) => format!("{url}?limit=200&before={b}"),
+            None => format!("{url}?limit=200"),
+        };
+        let page = s.get(&q).await;
+        assert_eq!(page["buffered"], 2);
+        let seqs: Vec<u64> = page["signals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["seq"].as_u64().unwrap())
+            .collect();
+        assert!(seqs.windows(2).all(|w| w[0] > w[1]), "newest first");
+        seen.extend(seqs);
+        match page.get("nextCursor").and_then(Value::as_str) {
+            Some(c) => before = Some(c.to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (1..=501).rev().collect::<Vec<u64>>());
+    // The default page is 50; the limit is clamped to 1..=500.
+    let page = s.get(&url).await;
+    assert_eq!(page["signals"].as_array().unwrap().len(), 50);
+    assert_eq!(page["signals"][0]["signal"]["name"], "keep");
+    let page = s.get(&format!("{url}?limit=100000")).await;
+    assert_eq!(page["signals"].as_array().unwrap().len(), 500);
+    assert_eq!(page["nextCursor"], "2");
+    let page = s.get(&format!("{url}?limit=0")).await;
+    assert_eq!(page["signals"].as_array().unwrap().len(), 1);
+    let r = s
+        .http
+        .get(format!("{}{url}?before=not-a-cursor", s.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "validation_error"
+    );
+    // A wait consumes "take"; then a sweep past the retention removes every settled record.
+    let (st, w) = s
+        .wait(
+            &run,
+            json!({"kind": "signal", "names": ["take"], "reason": "r"}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{w}");
+    let now = tb_engine::clock::now_ms();
+    let counts = s.engine.store.sweep(now, now + 1, 0, 1000).await.unwrap();
+    assert_eq!(counts.signals, 500, "499 dropped + 1 consumed");
+    let page = s.get(&url).await;
+    let left: Vec<(u64, String)> = page["signals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x["seq"].as_u64().unwrap(),
+                x["state"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(left, vec![(501, "buffered".to_string())]);
+    assert_eq!(
+        s.engine
+            .store
+            .sweep(now, now + 1, 0, 1000)
+            .await
+            .unwrap()
+            .signals,
+        0
+    );
 }

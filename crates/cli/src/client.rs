@@ -38,13 +38,22 @@ pub struct ClientOpts {
     pub api_key: Option<String>,
 }
 
+/// `--state` values of `receipts list`: the states a stored receipt can be in (from the core enum).
+fn receipt_states() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        tb_core::receipt::ReceiptState::STORED
+            .iter()
+            .map(|s| s.as_str()),
+    )
+}
+
 // `trigger-bridge receipts ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum ReceiptsCmd {
     /// List receipts, newest first
     List {
-        /// Only receipts in this state (queued, unmatched, dead_lettered, ...)
-        #[arg(long)]
+        /// Only receipts in this state (a receipt's own state, not a timeline entry)
+        #[arg(long, value_parser = receipt_states())]
         state: Option<String>,
         /// Only receipts of this trigger subscription
         #[arg(long)]
@@ -180,7 +189,8 @@ pub enum SubscriptionsCmd {
         /// Subscription id
         id: String,
     },
-    /// Resume a paused subscription
+    /// Resume a subscription that is paused, failed or dead-lettered: it goes back to active and its
+    /// deliveries are attempted again (replay dead-lettered deliveries with `deliveries replay`)
     Resume {
         /// Subscription id
         id: String,
@@ -192,7 +202,8 @@ pub enum SubscriptionsCmd {
 const RECEIPTS: &str = "RECEIPT=receiptId SUBSCRIPTION=subscriptionId EVENT=eventType STATE=state \
     BYTES=bodyBytes RECEIVED=receivedAt";
 const DELIVERIES: &str = "DELIVERY=deliveryId SUBSCRIPTION=subscriptionId BINDING=bindingId \
-    STATE=state ATTEMPTS=attempts RUN=runId NEXT_ATTEMPT=nextAttemptAt";
+    STATE=state ATTEMPTS=attempts RUN=runId NEXT_ATTEMPT=nextAttemptAt LEASE_OWNER=leaseOwner \
+    LEASE_EXPIRES=leaseExpiresAt";
 const ATTEMPTS: &str = "ATTEMPT=attempt OUTCOME=outcome ERROR=errorClass STARTED=startedAt \
     DURATION_MS=durationMs NEXT_ATTEMPT=nextAttemptAt";
 const RUNS: &str =
@@ -208,7 +219,8 @@ const RECEIPT_KV: &str =
     received=receivedAt updated=updatedAt";
 const DELIVERY_KV: &str = "delivery=deliveryId receipt=receiptId subscription=subscriptionId \
     binding=bindingId dedup_key=dedupKey action=action workflow=workflowId run=runId state=state \
-    attempts=attempts next_attempt=nextAttemptAt last_error=lastError \
+    attempts=attempts next_attempt=nextAttemptAt lease_owner=leaseOwner \
+    lease_expires=leaseExpiresAt last_error=lastError \
     dead-letter_reason=deadLetterReason created=createdAt updated=updatedAt";
 const RUN_KV: &str = "run=runId workflow=workflowId status=status wait_reason=waitReason causation=causationId \
     trigger_subscription=trigger/subscriptionId trigger_receipt=trigger/receiptId \

@@ -534,15 +534,8 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
     let mut seen = HashSet::new();
     for (i, s) in cfg.subscriptions.iter().enumerate() {
         let at = format!("subscriptions[{i}] ({})", s.id);
-        if s.id.is_empty()
-            || !s
-                .id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-        {
-            errs.push(format!(
-                "{at}: id must be non-empty and use only letters, digits, '-', '_', '.'"
-            ));
+        if let Err(e) = tb_core::ids::validate_subscription_id(&s.id) {
+            errs.push(format!("{at}: {e}"));
         }
         if !seen.insert(s.id.clone()) {
             errs.push(format!("{at}: duplicate subscription id"));

@@ -34,10 +34,16 @@ pub enum SignalsCmd {
         #[arg(long)]
         wake: bool,
     },
-    /// Show a run's mailbox: buffered, consumed and dropped signals in arrival order
+    /// Show a run's mailbox, newest first: buffered, consumed, dropped and expired signals
     List {
         /// Run id
         run: String,
+        /// Most signals to show (the server clamps to 1..=500)
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+        /// Page cursor: show signals older than this (printed as `more: --before ...`)
+        #[arg(long)]
+        before: Option<String>,
     },
 }
 
@@ -186,9 +192,10 @@ pub async fn signals(o: &ClientOpts, c: SignalsCmd) -> Result<()> {
                 println!("{line}");
             }
         }
-        SignalsCmd::List { run } => {
+        SignalsCmd::List { run, limit, before } => {
             let path = format!("/v1/runs/{}/signals", seg(&run));
-            if let Some(v) = api.get(&path, &[]).await? {
+            let q = [("limit", Some(limit.to_string())), ("before", before)];
+            if let Some(v) = api.get(&path, &q).await? {
                 print_list(&v, "signals", SIGNALS, "no signals");
             }
         }

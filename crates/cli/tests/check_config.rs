@@ -392,3 +392,15 @@ coalesce_key = "{repository.full_name}"
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
     }
 }
+
+#[test]
+fn a_subscription_id_that_names_a_route_is_refused() {
+    for id in ["ingest", "pause", "resume", "dead-letters"] {
+        let toml = GOOD
+            .replace("id = \"gh\"", &format!("id = \"{id}\""))
+            .replace("subscription = \"gh\"", &format!("subscription = \"{id}\""));
+        let (code, out) = check(&toml, &[("TB_TEST_SECRET", "s3cret")]);
+        assert_ne!(code, 0, "{id}: {out}");
+        assert!(out.contains(&format!("id \"{id}\" is reserved")), "{out}");
+    }
+}

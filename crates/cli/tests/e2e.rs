@@ -513,9 +513,46 @@ fn quickstart_session_walkthrough_with_send_and_the_cli() {
         .as_array()
         .unwrap()
         .iter()
+        .rev() // the list is newest first
         .map(|x| x["signal"]["name"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(got, expected, "FIFO, in arrival order");
+    // `signals list` pages: --limit 2 prints the cursor, --before it gives the next two.
+    let first = cli(&s.base, &["signals", "list", &run, "--limit", "2"]);
+    let n = expected.len();
+    assert!(
+        first.contains(&format!("more: --before {}", n - 1)),
+        "{first}"
+    );
+    let next = cli(
+        &s.base,
+        &[
+            "signals",
+            "list",
+            &run,
+            "--limit",
+            "2",
+            "--before",
+            &(n - 1).to_string(),
+        ],
+    );
+    let seqs = |out: &str| -> Vec<String> {
+        out.lines()
+            .skip(1)
+            .filter(|l| !l.starts_with("more:"))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(
+        seqs(&first),
+        vec![n.to_string(), (n - 1).to_string()],
+        "{first}"
+    );
+    assert_eq!(
+        seqs(&next),
+        vec![(n - 2).to_string(), (n - 3).to_string()],
+        "{next}"
+    );
 
     // The CLI: a wait takes the oldest pr.closed; a raised signal wakes a second wait.
     let out = cli(
@@ -564,7 +601,21 @@ fn quickstart_session_walkthrough_with_send_and_the_cli() {
         metrics.contains("tb_wait_resolutions_total{winner=\"signal\"} 2"),
         "{metrics}"
     );
-    assert!(metrics.contains("tb_signals_total{outcome=\"duplicate\"} 1"));
+    // tb_signals_total counts every path: webhook-raised signals as well as API ones.
+    let signals_total = |outcome: &str, source: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("tb_signals_total{"))
+            .filter(|l| {
+                l.contains(&format!("outcome=\"{outcome}\""))
+                    && l.contains(&format!("source=\"{source}\""))
+            })
+            .filter_map(|l| l.rsplit(" ").next()?.parse::<u64>().ok())
+            .sum()
+    };
+    assert_eq!(signals_total("duplicate", "api"), 1, "{metrics}");
+    assert_eq!(signals_total("queued", "api"), 1, "{metrics}");
+    assert_eq!(signals_total("queued", "webhook"), n as u64, "{metrics}");
 
     // Driving the session from the CLI: claim the start turn, acknowledge it, then cancel the run.
     let t: Value = serde_json::from_str(&cli(&s.base, &["runs", "claim", &run, "--timeout", "5"]))

@@ -42,6 +42,16 @@ impl DeliveryState {
     }
 }
 
+/// The state word a delivery is shown with (API and CLI): its stored state, except that an open
+/// (`pending`/`retrying`) delivery whose lease expires after `now` (ms) reads `in-flight`: a worker holds
+/// it and an attempt is under way (issue #9). Never stored or filtered on.
+pub fn shown_state(state: DeliveryState, lease_until: Option<i64>, now: i64) -> &'static str {
+    match lease_until {
+        Some(until) if !state.is_terminal() && until > now => "in-flight",
+        _ => state.as_str(),
+    }
+}
+
 /// Outcome of one attempt, as announced by `trigger.delivery.attempted.outcome` (OpenWOP trigger-bridge §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -127,6 +137,20 @@ pub fn decide(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_leased_open_delivery_reads_in_flight() {
+        use super::{shown_state, DeliveryState as D};
+        assert_eq!(shown_state(D::Pending, Some(2_000), 1_000), "in-flight");
+        assert_eq!(shown_state(D::Retrying, Some(2_000), 1_000), "in-flight");
+        assert_eq!(
+            shown_state(D::Pending, Some(1_000), 1_000),
+            "pending",
+            "lapsed lease"
+        );
+        assert_eq!(shown_state(D::Retrying, None, 1_000), "retrying");
+        assert_eq!(shown_state(D::Delivered, Some(2_000), 1_000), "delivered");
+    }
+
     use super::*;
     use crate::retry::Backoff;
 

@@ -57,8 +57,44 @@ pub fn delivery_id_for_run(run_id: &str) -> Option<String> {
     run_id.strip_prefix("run_").map(|u| format!("dlv_{u}"))
 }
 
+/// Path segments that name routes under `/v1/trigger-subscriptions/` and so can never be a subscription
+/// id (a subscription named `ingest` would collide with `/{id}/ingest` readers and links).
+pub const RESERVED_SUBSCRIPTION_IDS: &[&str] =
+    &["ingest", "pause", "resume", "dead-letters", ".", ".."];
+
+/// Checks a subscription id: 1 to 128 of letters, digits, `-`, `_`, `.`, and not one of
+/// [`RESERVED_SUBSCRIPTION_IDS`]. Errors: the fix, as a sentence (config check and registration).
+pub fn validate_subscription_id(id: &str) -> Result<(), String> {
+    if id.is_empty()
+        || id.len() > 128
+        || !id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+    {
+        return Err("id must be 1 to 128 letters, digits, '-', '_', '.'".into());
+    }
+    if RESERVED_SUBSCRIPTION_IDS.contains(&id) {
+        return Err(format!(
+            "id {id:?} is reserved (it names a route under /v1/trigger-subscriptions/); reserved: {}",
+            RESERVED_SUBSCRIPTION_IDS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn reserved_and_malformed_subscription_ids_are_refused() {
+        for id in super::RESERVED_SUBSCRIPTION_IDS {
+            assert!(super::validate_subscription_id(id).is_err(), "{id}");
+        }
+        assert!(super::validate_subscription_id("").is_err());
+        assert!(super::validate_subscription_id("a/b").is_err());
+        assert!(super::validate_subscription_id("github").is_ok());
+        assert!(super::validate_subscription_id("ingest-2").is_ok());
+    }
+
     use super::*;
 
     #[test]

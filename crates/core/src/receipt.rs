@@ -74,6 +74,29 @@ impl ReceiptState {
         .find(|s2| s2.as_str() == s)
     }
 
+    /// The states a stored receipt can be in (what `receipts list --state` and `GET /v1/receipts?state=`
+    /// accept): a receipt is committed `routed` or terminal, so `received`, `authenticated`,
+    /// `normalized`, `matched` and `duplicate` appear only as timeline entries, never as its state.
+    pub const STORED: &'static [ReceiptState] = &[
+        ReceiptState::Routed,
+        ReceiptState::Queued,
+        ReceiptState::Consumed,
+        ReceiptState::Rejected,
+        ReceiptState::Unmatched,
+        ReceiptState::RateLimited,
+        ReceiptState::Disabled,
+        ReceiptState::Expired,
+        ReceiptState::TargetTerminal,
+        ReceiptState::RoutingFailed,
+        ReceiptState::DeadLettered,
+    ];
+
+    /// Parses the wire string of a state in [`ReceiptState::STORED`]; `None` for timeline-only or
+    /// unknown words.
+    pub fn parse_stored(s: &str) -> Option<Self> {
+        Self::STORED.iter().copied().find(|st| st.as_str() == s)
+    }
+
     /// True for `consumed` and every terminal alternative.
     pub fn is_final(self) -> bool {
         use ReceiptState::*;
@@ -162,6 +185,33 @@ pub fn settle(deliveries: &[DeliveryView<'_>]) -> Option<ReceiptState> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_stored_states_parse_as_a_filter() {
+        use super::ReceiptState;
+        assert_eq!(
+            ReceiptState::parse_stored("queued"),
+            Some(ReceiptState::Queued)
+        );
+        assert_eq!(
+            ReceiptState::parse_stored("dead_lettered"),
+            Some(ReceiptState::DeadLettered)
+        );
+        for timeline_only in [
+            "received",
+            "authenticated",
+            "normalized",
+            "matched",
+            "duplicate",
+            "nope",
+        ] {
+            assert_eq!(
+                ReceiptState::parse_stored(timeline_only),
+                None,
+                "{timeline_only}"
+            );
+        }
+    }
+
     use super::*;
     use crate::delivery::DeliveryState as D;
 

@@ -83,8 +83,52 @@ pub fn parse_result_status(s: &str) -> Result<RunStatus, String> {
     }
 }
 
+/// What a run id announced in a 202 reads as while no run row exists yet, decided from the state of
+/// the `start_run` delivery that will start it (issue #9, defect 7: an announced run id always
+/// resolves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnnouncedRun {
+    /// `pending`/`retrying` delivery (also after a replay): the run reads `pending`.
+    Pending,
+    /// `delivered`: the run exists now; read it.
+    Started,
+    /// `dead-lettered`: the run reads `failed` with this `statusReason` until a replay makes it
+    /// `pending` again.
+    Failed {
+        /// Machine word for why, e.g. `dead_lettered`.
+        reason: &'static str,
+    },
+}
+
+/// The [`AnnouncedRun`] of a run whose starting delivery is in `state`.
+pub fn announced_run(state: crate::delivery::DeliveryState) -> AnnouncedRun {
+    use crate::delivery::DeliveryState as D;
+    match state {
+        D::Pending | D::Retrying => AnnouncedRun::Pending,
+        D::Delivered => AnnouncedRun::Started,
+        D::DeadLettered => AnnouncedRun::Failed {
+            reason: "dead_lettered",
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_announced_run_reads_from_its_delivery() {
+        use super::{announced_run, AnnouncedRun};
+        use crate::delivery::DeliveryState as D;
+        assert_eq!(announced_run(D::Pending), AnnouncedRun::Pending);
+        assert_eq!(announced_run(D::Retrying), AnnouncedRun::Pending);
+        assert_eq!(announced_run(D::Delivered), AnnouncedRun::Started);
+        assert_eq!(
+            announced_run(D::DeadLettered),
+            AnnouncedRun::Failed {
+                reason: "dead_lettered"
+            }
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -27,6 +27,18 @@ pub enum SourceKind {
     System,
 }
 
+impl SourceKind {
+    /// Wire string (`source.kind`), also the `source` label of `tb_signals_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Api => "api",
+            SourceKind::Webhook => "webhook",
+            SourceKind::Session => "session",
+            SourceKind::System => "system",
+        }
+    }
+}
+
 /// The versioned signal envelope `SessionSignalV1` (signals-and-connectors §5.1), as stored and served.
 /// `data` and `payload_ref` are mutually exclusive; large payloads go by reference.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

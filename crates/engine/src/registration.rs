@@ -179,6 +179,9 @@ pub async fn register(
         ));
     }
     let id = format!("sub_{}", &new_id(IdKind::Event)[4..]);
+    // Minted ids never collide with a route, but the rule is the same as for configured ones.
+    tb_core::ids::validate_subscription_id(&id)
+        .map_err(|m| TbError::new(ErrorCode::ValidationError, m))?;
     let key: [u8; 32] = rand::random();
     let signing_secret = format!("whsec_{}", STANDARD.encode(key));
     let secret_file = format!("{id}.whsec");

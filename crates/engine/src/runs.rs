@@ -62,3 +62,22 @@ pub async fn start(
     engine.work_ready.notify_one();
     Ok(run_id)
 }
+
+/// Ends a run with a terminal `status` (cancel, or a worker's `POST /v1/runs/{id}/result`) and wakes
+/// every long-poll on it (waits, `turns:claim`): the store resolves the run's armed wait with winner
+/// `stop` in the same transaction, and [`Engine::session_changed`] makes the sleepers re-read at once
+/// instead of at their timeout (issue #9, defect 11). Errors: the store's (`NotFound` when the run has
+/// not started, `Conflict` when it already ended).
+pub async fn finish(
+    engine: &Engine,
+    run_id: &str,
+    status: tb_core::run::RunStatus,
+    output: Option<Value>,
+) -> Result<tb_store::RunRecord, tb_store::StoreError> {
+    let run = engine
+        .store
+        .finish_run(run_id, status, output, clock::now_ms())
+        .await?;
+    engine.session_changed();
+    Ok(run)
+}

@@ -88,20 +88,9 @@ pub async fn raise(
         Ok(o) => Ok(o),
         Err(e) => Err(run_err(engine, run_id, e).await),
     };
-    count_signal(&out);
+    // `tb_signals_total` is counted by the store, where every raise (API, webhook, capability) goes.
     engine.session_changed();
     out
-}
-
-fn count_signal(out: &Result<RaiseOutcome, TbError>) {
-    let outcome = match out {
-        Ok(o) if o.status == "duplicate" => "duplicate",
-        Ok(o) if !o.dropped.is_empty() => "queued_with_drop",
-        Ok(_) => "queued",
-        Err(e) if e.code == ErrorCode::SignalBufferFull => "rejected_full",
-        Err(_) => "refused",
-    };
-    metrics::counter!("tb_signals_total", "outcome" => outcome).increment(1);
 }
 
 /// Arms a wait. Errors: `validation_error` (400); `not_found`; `target_terminal` (409).

@@ -1,6 +1,6 @@
 //! Retention (DESIGN §7): a background task that, every `interval`, deletes raw bodies of settled
 //! receipts older than `body_retention`, dead letters older than `dead_letter_retention` (RFC 0232
-//! purge) and expired idempotency records, in batches through the store's writer.
+//! purge), expired idempotency records and settled signal records (with the body retention), in batches through the store's writer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,20 +36,23 @@ pub async fn run(engine: Arc<Engine>, cfg: SweeperConfig, mut shutdown: watch::R
                 )
                 .await;
             match r {
-                Ok(c) if c.bodies + c.dead_letters + c.idempotency > 0 => {
+                Ok(c) if c.bodies + c.dead_letters + c.idempotency + c.signals > 0 => {
                     tracing::info!(
                         bodies = c.bodies,
                         dead_letters = c.dead_letters,
                         idempotency = c.idempotency,
+                        signals = c.signals,
                         "retention sweep"
                     );
                     metrics::counter!("tb_swept_total", "kind" => "bodies").increment(c.bodies);
                     metrics::counter!("tb_swept_total", "kind" => "dead_letters")
                         .increment(c.dead_letters);
+                    metrics::counter!("tb_swept_total", "kind" => "signals").increment(c.signals);
                     // A full batch means more may be due: sweep again at once.
                     if c.bodies < cfg.batch as u64
                         && c.dead_letters < cfg.batch as u64
                         && c.idempotency < cfg.batch as u64
+                        && c.signals < cfg.batch as u64
                     {
                         break;
                     }

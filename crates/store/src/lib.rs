@@ -183,8 +183,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoredResult;
     /// Deletes, in batches of at most `batch` rows per kind: raw bodies of settled receipts received
     /// before `bodies_before` (ms), dead-lettered deliveries (with their attempts) dead-lettered before
-    /// `dead_letters_before`, and expired idempotency records (DESIGN §7 retention; RFC 0232 purge).
-    /// Receipts, runs and events are kept.
+    /// `dead_letters_before`, expired idempotency records (DESIGN §7 retention; RFC 0232 purge), and
+    /// settled signal records (consumed, dropped, expired) settled before `bodies_before`, with their
+    /// payloads (a signal holds event content like a raw body; issue #9 defect 9). Receipts, runs and
+    /// events are kept.
     async fn sweep(
         &self,
         now: i64,
@@ -211,8 +213,15 @@ pub trait Store: Send + Sync + 'static {
         signal: NewSignal,
         now: i64,
     ) -> StoreResult<RaiseOutcome>;
-    /// A run's mailbox: buffered, consumed and dropped signals in arrival order. Errors: `NotFound`.
-    async fn list_signals(&self, run_id: &str) -> StoreResult<Vec<SignalRecord>>;
+    /// One page of a run's mailbox, newest first: signals (buffered, consumed, dropped, expired) whose
+    /// arrival number `seq` is below `before` (all when `None`), at most `limit`, and the run's buffered
+    /// count. Settled signals expire with the body retention ([`Store::sweep`]). Errors: `NotFound`.
+    async fn list_signals(
+        &self,
+        run_id: &str,
+        before: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<SignalPage>;
     /// The bytes behind a signal's `payloadRef`. Errors: `NotFound`.
     async fn signal_payload(&self, run_id: &str, payload_ref: &str) -> StoreResult<Bytes>;
     /// Arms a wait (replacing an armed one) and resolves it at once when a candidate is already visible.

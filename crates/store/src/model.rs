@@ -141,6 +141,8 @@ pub struct DeliveryRecord {
     pub replays: u32,
     pub due_at: Option<i64>,
     pub lease_until: Option<i64>,
+    /// The worker holding the lease (`worker-att_...`) while `lease_until` is set.
+    pub lease_owner: Option<String>,
     pub first_attempt_at: Option<i64>,
     pub last_error: Option<String>,
     pub dead_letter_reason: Option<String>,
@@ -365,6 +367,8 @@ pub struct SweepCounts {
     pub dead_letters: u64,
     /// Expired idempotency records.
     pub idempotency: u64,
+    /// Settled signal records (consumed, dropped, expired) older than the body retention.
+    pub signals: u64,
 }
 
 /// An outbound webhook registration. Each run event whose type is in `events` becomes one `webhook`

@@ -90,6 +90,15 @@ pub struct RaiseOutcome {
     pub dropped: Vec<String>,
 }
 
+/// One page of a run's mailbox (`Store::list_signals`): newest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignalPage {
+    /// At most the asked `limit` signals, by `seq` descending.
+    pub signals: Vec<SignalRecord>,
+    /// How many of the run's signals are buffered now (all pages).
+    pub buffered: u64,
+}
+
 /// One signal in a run's mailbox.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]

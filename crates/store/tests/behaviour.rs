@@ -606,7 +606,8 @@ async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records
             SweepCounts {
                 bodies: 2,
                 dead_letters: 1,
-                idempotency: 1
+                idempotency: 1,
+                signals: 0,
             },
             "unmatched + dead-lettered bodies"
         );
@@ -792,9 +793,9 @@ async fn candidates_visible_together_resolve_by_precedence() {
             .unwrap();
         let w = s.get_wait(&run, "wait_4").await.unwrap();
         assert_eq!(w.winner.unwrap()["kind"], "stop");
-        let left = s.list_signals(&run).await.unwrap();
+        let left = s.list_signals(&run, None, 500).await.unwrap().signals;
         assert_eq!(
-            left.last().unwrap().state,
+            left.first().unwrap().state,
             "expired",
             "buffered signals expire with the run"
         );
@@ -942,7 +943,7 @@ async fn a_signal_for_a_session_still_starting_waits_instead_of_failing() {
         );
         let done = s.commit_attempt(raise_commit(raise, 3_003)).await.unwrap();
         assert_eq!(done.run_id.as_deref(), Some(run_id.as_str()));
-        let sigs = s.list_signals(&run_id).await.unwrap();
+        let sigs = s.list_signals(&run_id, None, 500).await.unwrap().signals;
         assert_eq!(sigs.len(), 1);
         assert_eq!(sigs[0].signal["name"], "pr.synchronize");
         // With no session and no start queued for a key, the target is missing (permanent).

@@ -400,9 +400,15 @@ impl Store for SqliteStore {
             .write(move |c| session::raise_signal(c, &r, &signal, now))
             .await
     }
-    async fn list_signals(&self, run_id: &str) -> StoreResult<Vec<SignalRecord>> {
+    async fn list_signals(
+        &self,
+        run_id: &str,
+        before: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<SignalPage> {
         let r = run_id.to_string();
-        self.read(move |c| session::list_signals(c, &r)).await
+        self.read(move |c| session::list_signals(c, &r, before, limit))
+            .await
     }
     async fn signal_payload(&self, run_id: &str, payload_ref: &str) -> StoreResult<Bytes> {
         let (r, p) = (run_id.to_string(), payload_ref.to_string());

@@ -102,6 +102,7 @@ pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
         replays: r.get(19)?,
         due_at: r.get(11)?,
         lease_until: r.get(12)?,
+        lease_owner: r.get(18)?,
         first_attempt_at: r.get(13)?,
         last_error: r.get(14)?,
         dead_letter_reason: r.get(15)?,

@@ -810,10 +810,12 @@ pub(crate) fn sweep(
         .map_err(db)?
         .execute(params![now, batch])
         .map_err(db)? as u64;
+    let signals = super::session::sweep_signals(c, bodies_before, batch)?;
     Ok(SweepCounts {
         bodies,
         dead_letters: doomed.len() as u64,
         idempotency,
+        signals,
     })
 }
 

@@ -16,12 +16,30 @@ pub(super) fn mailbox_of(c: &Connection, run_id: &str) -> StoreResult<MailboxPol
 /// (`tb.signal.duplicate`) and suppressed; a full mailbox follows its policy; the signal is buffered in
 /// FIFO order (`tb.signal.buffered`), wakes the run with a turn when `wake`, and may resolve the armed
 /// wait at once. Errors: `NotFound`; `Rejected(target_terminal | signal_buffer_full)`.
+///
+/// Every raise, whatever its path (API, webhook delivery, capability URL), comes through here, so this
+/// is where `tb_signals_total{outcome, source}` is counted (issue #9): `outcome` is `queued`,
+/// `queued_with_drop`, `duplicate`, `rejected_full` or `refused` (terminal run, conflict, unknown run).
 pub(crate) fn raise_signal(
     c: &Connection,
     run_id: &str,
     s: &NewSignal,
     now: i64,
 ) -> StoreResult<RaiseOutcome> {
+    let out = raise(c, run_id, s, now);
+    let outcome = match &out {
+        Ok(o) if o.status == "duplicate" => "duplicate",
+        Ok(o) if !o.dropped.is_empty() => "queued_with_drop",
+        Ok(_) => "queued",
+        Err(e) if e.code() == ErrorCode::SignalBufferFull => "rejected_full",
+        Err(_) => "refused",
+    };
+    metrics::counter!("tb_signals_total", "outcome" => outcome, "source" => s.source.kind.as_str())
+        .increment(1);
+    out
+}
+
+fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<RaiseOutcome> {
     live_run(c, run_id)?;
     let existing: Option<String> = c
         .prepare_cached("SELECT envelope FROM signals WHERE run_id = ?1 AND signal_id = ?2")
@@ -205,8 +223,67 @@ pub(super) fn signal_row(r: &Row) -> rusqlite::Result<SignalRecord> {
     })
 }
 
-pub(crate) fn list_signals(c: &Connection, run_id: &str) -> StoreResult<Vec<SignalRecord>> {
-    all_of_run(c, "SELECT run_id, seq, state, envelope, consumed_by, settled_at FROM signals WHERE run_id = ?1 ORDER BY seq", run_id, signal_row)
+/// One page of a run's mailbox, newest first: signals with `seq < before` (all when `None`), at most
+/// `limit`, plus the count of buffered signals. Errors: `NotFound` (no such run).
+pub(crate) fn list_signals(
+    c: &Connection,
+    run_id: &str,
+    before: Option<u64>,
+    limit: u32,
+) -> StoreResult<SignalPage> {
+    read::get_run(c, run_id)?;
+    let before = before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
+    let signals = c
+        .prepare_cached(
+            "SELECT run_id, seq, state, envelope, consumed_by, settled_at FROM signals \
+             WHERE run_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+        )
+        .map_err(db)?
+        .query_map(params![run_id, before, limit], signal_row)
+        .map_err(db)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(db)?;
+    let buffered: i64 = c
+        .prepare_cached("SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND state = 'buffered'")
+        .map_err(db)?
+        .query_row([run_id], |r| r.get(0))
+        .map_err(db)?;
+    Ok(SignalPage {
+        signals,
+        buffered: buffered as u64,
+    })
+}
+
+/// Deletes at most `batch` settled signal records (consumed, dropped or expired) settled before
+/// `before` (ms), with their large payloads. The newest signal of each run is kept so arrival numbers
+/// (`seq`) are never reused. Returns how many were deleted.
+pub(crate) fn sweep_signals(c: &Connection, before: i64, batch: u32) -> StoreResult<u64> {
+    let doomed: Vec<(String, i64, Option<String>)> = c
+        .prepare_cached(
+            "SELECT run_id, seq, json_extract(envelope, '$.payloadRef') FROM signals s \
+             WHERE state <> 'buffered' AND settled_at IS NOT NULL AND settled_at < ?1 \
+             AND seq < (SELECT MAX(seq) FROM signals m WHERE m.run_id = s.run_id) LIMIT ?2",
+        )
+        .map_err(db)?
+        .query_map(params![before, batch], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .map_err(db)?
+        .collect::<Result<_, _>>()
+        .map_err(db)?;
+    for (run, seq, payload) in &doomed {
+        if let Some(p) = payload {
+            c.prepare_cached("DELETE FROM signal_payloads WHERE ref = ?1 AND run_id = ?2")
+                .map_err(db)?
+                .execute(params![p, run])
+                .map_err(db)?;
+        }
+        c.prepare_cached("DELETE FROM signals WHERE run_id = ?1 AND seq = ?2")
+            .map_err(db)?
+            .execute(params![run, seq])
+            .map_err(db)?;
+    }
+    Ok(doomed.len() as u64)
 }
 
 pub(crate) fn signal_payload(c: &Connection, run_id: &str, r: &str) -> StoreResult<Vec<u8>> {

@@ -1,0 +1,129 @@
+//! The route table: every route is added with its [`Access`] (public, or the OpenWOP §12 scope it
+//! needs) and, for a guarded mutating route, the idempotency layer, both as per-route layers, so the
+//! guard is decided by the route that matched, never by matching strings on the path (issue #9,
+//! defect 2). Adding a route is one line:
+//!
+//! ```ignore
+//! routes.scoped(Method::POST, "/v1/dead-letters:replay", "webhooks:manage", handler)
+//! routes.public(Method::GET, "/ready", handler)
+//! ```
+//!
+//! [`Routes::table`] lists every (method, path template, access) so a test can check that no route
+//! forgot its scope.
+
+use axum::handler::Handler;
+use axum::http::Method;
+use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::Router;
+
+use crate::auth::{self, Access};
+use crate::{idempotency, AppState};
+
+/// One entry of the route table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteInfo {
+    /// The HTTP method.
+    pub method: Method,
+    /// The axum path template, e.g. `/v1/runs/{id}/signals`.
+    pub path: &'static str,
+    /// Who may call it.
+    pub access: Access,
+}
+
+/// A router under construction together with its table.
+pub struct Routes {
+    state: AppState,
+    router: Router<AppState>,
+    table: Vec<RouteInfo>,
+}
+
+fn filter(m: &Method) -> MethodFilter {
+    MethodFilter::try_from(m.clone()).expect("a standard HTTP method")
+}
+
+fn mutating(m: &Method) -> bool {
+    matches!(
+        *m,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    )
+}
+
+impl Routes {
+    /// An empty table over `state`.
+    pub fn new(state: AppState) -> Routes {
+        Routes {
+            state,
+            router: Router::new(),
+            table: Vec::new(),
+        }
+    }
+
+    /// Adds a public route (no credential, no Layer-1 idempotency: ingest and capability URLs dedup by
+    /// their own keys).
+    pub fn public<H, T>(self, method: Method, path: &'static str, handler: H) -> Routes
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        let mr: MethodRouter<AppState> = on(filter(&method), handler);
+        self.add(method, path, Access::Public, mr)
+    }
+
+    /// Adds a route that needs an API key with `scope` (one of [`auth::SCOPES`]); a mutating one also
+    /// honours `Idempotency-Key`, scoped by (principal, method, `path` template + path params).
+    /// Panics (at start-up) on a scope that is not in [`auth::SCOPES`].
+    pub fn scoped<H, T>(
+        self,
+        method: Method,
+        path: &'static str,
+        scope: &'static str,
+        handler: H,
+    ) -> Routes
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        assert!(
+            auth::SCOPES.contains(&scope),
+            "{method} {path}: unknown scope {scope}"
+        );
+        let mut mr: MethodRouter<AppState> = on(filter(&method), handler);
+        if mutating(&method) {
+            mr = mr.route_layer(axum::middleware::from_fn_with_state(
+                (self.state.clone(), path),
+                idempotency::layer,
+            ));
+        }
+        mr = mr.route_layer(axum::middleware::from_fn_with_state(
+            (self.state.clone(), scope),
+            auth::require,
+        ));
+        self.add(method, path, Access::Scope(scope), mr)
+    }
+
+    fn add(
+        mut self,
+        method: Method,
+        path: &'static str,
+        access: Access,
+        mr: MethodRouter<AppState>,
+    ) -> Routes {
+        self.router = self.router.route(path, mr);
+        self.table.push(RouteInfo {
+            method,
+            path,
+            access,
+        });
+        self
+    }
+
+    /// Every route added so far.
+    pub fn table(&self) -> &[RouteInfo] {
+        &self.table
+    }
+
+    /// The router (still to be given the global layers and the state).
+    pub fn into_router(self) -> Router<AppState> {
+        self.router
+    }
+}
