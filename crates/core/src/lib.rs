@@ -13,6 +13,7 @@ pub mod events;
 pub mod ids;
 pub mod normalized;
 pub mod receipt;
+pub mod retention;
 pub mod retry;
 pub mod run;
 pub mod signal;

@@ -182,17 +182,20 @@ pub trait Store: Send + Sync + 'static {
         reply: Option<StoredReply>,
         now: i64,
     ) -> StoredResult;
-    /// Deletes, in batches of at most `batch` rows per kind: raw bodies of settled receipts received
-    /// before `bodies_before` (ms), dead-lettered deliveries (with their attempts) dead-lettered before
-    /// `dead_letters_before`, and expired idempotency records (DESIGN §7 retention; RFC 0232 purge).
-    /// Receipts, runs and events are kept.
+    /// One batch of a retention pass (DESIGN §7 retention; RFC 0232 purge), resuming at `cursor`: examines
+    /// at most `batch` rows per kind in key order and deletes the raw bodies of settled receipts received
+    /// before `bodies_before` (ms) and the dead-lettered deliveries (with their attempts) dead-lettered
+    /// before `dead_letters_before` (ms) among them (rules: `tb_core::retention`), plus at most `batch`
+    /// idempotency records expired at `now` (ms). Receipts, runs and events are kept. Call again with
+    /// the page's `next` until it is `None`; a row is examined once per pass, deleted or not.
     async fn sweep(
         &self,
         now: i64,
         bodies_before: i64,
         dead_letters_before: i64,
         batch: u32,
-    ) -> StoreResult<SweepCounts>;
+        cursor: SweepCursor,
+    ) -> StoreResult<SweepPage>;
     /// Registers an outbound webhook and its trigger-subscription row (one transaction).
     async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()>;
     /// Deletes (tombstones) a webhook of `tenant`; no further deliveries are created for it.

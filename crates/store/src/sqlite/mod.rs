@@ -420,9 +420,10 @@ impl Store for SqliteStore {
         bodies_before: i64,
         dead_letters_before: i64,
         batch: u32,
-    ) -> StoreResult<SweepCounts> {
+        cursor: SweepCursor,
+    ) -> StoreResult<SweepPage> {
         self.writer
-            .write(move |c| write::sweep(c, now, bodies_before, dead_letters_before, batch))
+            .write(move |c| write::sweep(c, now, bodies_before, dead_letters_before, batch, cursor))
             .await
     }
     async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()> {
