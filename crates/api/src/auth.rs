@@ -1,6 +1,6 @@
 //! Bearer API keys (OpenWOP §12 auth): `Authorization: Bearer <key>` on every management and read
 //! endpoint, with scopes. Keys are held as SHA-256 digests and compared in constant time. Discovery,
-//! `/health`, `/metrics` and the ingest endpoints take no credential (on ingest the signature is the
+//! `/health`, `/ready`, `/metrics` and the ingest endpoints take no credential (on ingest the signature is the
 //! credential).
 //!
 //! With no key configured the API is open (development on loopback only; `serve` refuses a non-loopback
@@ -83,6 +83,7 @@ pub struct ApiKeys(pub Arc<Vec<ApiKey>>);
 /// The scope a request needs, or `None` for public endpoints.
 pub fn required_scope(method: &Method, path: &str) -> Option<&'static str> {
     if path == "/health"
+        || path == "/ready"
         || path == "/metrics"
         || path == "/.well-known/openwop"
         || path == "/v1/openapi.json"

@@ -1,5 +1,5 @@
 //! HTTP surface (DESIGN §8): ingest endpoints, runs and their events, receipts, deliveries,
-//! subscriptions, `/health` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
+//! subscriptions, `/health`, `/ready` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
 //! No response ever echoes inbound content.
 
 pub mod auth;
@@ -49,6 +49,7 @@ pub const MAX_API_BODY: usize = 1 << 20;
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(ops::health))
+        .route("/ready", get(ops::ready))
         .route("/.well-known/openwop", get(discovery::discovery))
         .route("/v1/openapi.json", get(openapi::openapi))
         .route("/v1/workflows/{id}", get(runs::get_workflow))
