@@ -1,6 +1,8 @@
 //! Retention (DESIGN §7): a background task that, every `interval`, deletes raw bodies of settled
 //! receipts older than `body_retention`, dead letters older than `dead_letter_retention` (RFC 0232
-//! purge) and expired idempotency records, in batches through the store's writer.
+//! purge) and expired idempotency records, in batches through the store's writer. Each pass walks the
+//! rows by the store's key cursor ([`SweepCursor`]) to the end, so rows that stay (unsettled receipts,
+//! bodies already deleted) never stop it early (issue #9, defect 10).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +20,7 @@ pub struct SweeperConfig {
     pub body_retention: Duration,
     /// How long dead letters stay readable.
     pub dead_letter_retention: Duration,
-    /// Rows per kind per transaction.
+    /// Rows examined per kind per transaction (the server uses 1 000).
     pub batch: u32,
 }
 
