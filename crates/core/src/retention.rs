@@ -12,6 +12,14 @@ pub fn body_expired(state: ReceiptState, received_at_ms: i64, before_ms: i64) ->
     state.is_final() && received_at_ms < before_ms
 }
 
+/// Whether a body walk in receipt-id order may end at a body received at `received_at_ms`: it is not
+/// yet past the retention (`received_at_ms >= before_ms`). Receipt ids are UUIDv7 minted at ingest, so id
+/// order is arrival order and every later body is younger too; a pass thus costs the old bodies, not the
+/// whole table. A body out of that order (clock step) is only swept by a later pass, never kept forever.
+pub fn body_walk_ends(received_at_ms: i64, before_ms: i64) -> bool {
+    received_at_ms >= before_ms
+}
+
 /// Whether a delivery is a dead letter past its retention: `dead-lettered`, and last updated (ms; the
 /// time it was dead-lettered) before `before` (ms; now minus the dead-letter retention).
 pub fn dead_letter_expired(state: DeliveryState, updated_at_ms: i64, before_ms: i64) -> bool {
@@ -32,6 +40,12 @@ mod tests {
         );
         assert!(!body_expired(ReceiptState::Routed, 0, 11));
         assert!(!body_expired(ReceiptState::Queued, 0, 11));
+    }
+
+    #[test]
+    fn a_body_walk_ends_at_the_first_young_body() {
+        assert!(body_walk_ends(11, 11));
+        assert!(!body_walk_ends(10, 11));
     }
 
     #[test]

@@ -346,6 +346,7 @@ pub struct SweepCounts {
 /// passes each [`SweepPage::next`] back to [`crate::Store::sweep`] until it is `None`. Bodies and dead
 /// letters are walked in key order (receipt id, delivery id), so every row is examined once per pass
 /// whether or not it is deleted: rows that stay (unsettled receipts, bodies already gone) never stall it.
+/// The body walk ends at the first body not yet past the retention (`tb_core::retention::body_walk_ends`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct SweepCursor {
     /// Receipt id of the last body examined; `None` = from the first.

@@ -798,19 +798,23 @@ pub(crate) fn sweep(
             .map_err(db)?
             .collect::<Result<_, _>>()
             .map_err(db)?;
+        next.bodies_done = page.len() < batch as usize;
         for (id, state, received_at) in &page {
-            let settled = ReceiptState::parse(state)
+            if retention::body_walk_ends(*received_at, bodies_before) {
+                next.bodies_done = true;
+                break;
+            }
+            let due = ReceiptState::parse(state)
                 .is_some_and(|s| retention::body_expired(s, *received_at, bodies_before));
-            if settled {
+            if due {
                 counts.bodies += c
                     .prepare_cached("DELETE FROM bodies WHERE receipt_id = ?1")
                     .map_err(db)?
                     .execute([id])
                     .map_err(db)? as u64;
             }
+            next.bodies_after = Some(id.clone());
         }
-        next.bodies_done = page.len() < batch as usize;
-        next.bodies_after = page.last().map(|(id, _, _)| id.clone());
     }
     if !next.dead_letters_done {
         let page: Vec<(String, String, i64)> = c
