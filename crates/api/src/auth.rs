@@ -1,6 +1,6 @@
 //! Bearer API keys (OpenWOP §12 auth): `Authorization: Bearer <key>` on every management and read
 //! endpoint, with scopes. Keys are held as SHA-256 digests and compared in constant time. Discovery,
-//! `/health`, `/metrics` and the ingest endpoints take no credential (on ingest the signature is the
+//! `/health`, `/ready`, `/metrics` and the ingest endpoints take no credential (on ingest the signature is the
 //! credential). Each route declares its [`Access`] where it is added to the router
 //! ([`crate::routes::Routes`]); nothing here looks at the request path.
 //!

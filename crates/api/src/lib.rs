@@ -1,5 +1,5 @@
 //! HTTP surface (DESIGN §8): ingest endpoints, runs and their events, receipts, deliveries,
-//! subscriptions, `/health` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
+//! subscriptions, `/health`, `/ready` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
 //! No response ever echoes inbound content.
 
 pub mod auth;
@@ -64,6 +64,7 @@ pub fn routes(state: AppState) -> routes::Routes {
         // Public: discovery, health, metrics; ingest (the signature is the credential) and capability
         // URLs (the token is).
         .public(GET, "/health", ops::health)
+        .public(GET, "/ready", ops::ready)
         .public(GET, "/metrics", ops::metrics)
         .public(GET, "/.well-known/openwop", discovery::discovery)
         .public(GET, "/v1/openapi.json", openapi::openapi)

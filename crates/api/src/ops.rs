@@ -1,17 +1,105 @@
-//! `/health` (liveness) and `/metrics` (Prometheus text).
+//! `/health` (liveness), `/ready` (readiness) and `/metrics` (Prometheus text).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::AppState;
 
-/// `GET /health` -> `{"status":"ok"}`.
+/// How long `GET /ready` waits for the store's writer to commit a no-op job, in ms.
+pub const READY_WRITER_TIMEOUT_MS: u64 = 1_000;
+
+/// How long `GET /ready` waits for the subscription read, in ms.
+pub const READY_READ_TIMEOUT_MS: u64 = 1_000;
+
+/// `GET /health` -> `{"status":"ok"}`: pure liveness (the process answers HTTP); it never touches the
+/// store. Use `/ready` to know whether writes are being accepted.
 #[utoipa::path(get, path = "/health", tag = "operations", responses((status = 200, description = "{status: ok}")))]
 pub async fn health() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
+}
+
+/// `GET /ready` (public): whether this process can take work now.
+///
+/// 200 `{"status":"ready","checks":{"writer":"ok","reads":"ok","shutdown":"no"},"warnings":{"subscriptions":
+/// {"dead-lettered":[ids],"failed":[ids]}}}` when the store's writer committed a no-op job within
+/// [`READY_WRITER_TIMEOUT_MS`] and the subscriptions could be read within [`READY_READ_TIMEOUT_MS`].
+/// Otherwise 503 with `Retry-After: 1` and `"status":"unavailable"`; each failed check holds its reason
+/// (writer queue full, writer stopped or dead, timeout, shutting down). Subscriptions that wait for an
+/// operator (`dead-lettered`, `failed`) are `warnings` only and never make it 503: the process still
+/// ingests (their receipts are committed), and a load balancer must not take it out of rotation for
+/// what only an operator can fix.
+#[utoipa::path(get, path = "/ready", tag = "operations", responses(
+    (status = 200, description = "{status: ready, checks, warnings}"),
+    (status = 503, description = "{status: unavailable, checks, warnings}")))]
+pub async fn ready(State(st): State<AppState>) -> Response {
+    let store = &st.engine.store;
+    let writer = match tokio::time::timeout(
+        Duration::from_millis(READY_WRITER_TIMEOUT_MS),
+        store.ping_writer(),
+    )
+    .await
+    {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "the writer did not commit a no-op within {READY_WRITER_TIMEOUT_MS} ms"
+        )),
+    };
+    let subs = match tokio::time::timeout(
+        Duration::from_millis(READY_READ_TIMEOUT_MS),
+        store.list_subscriptions(),
+    )
+    .await
+    {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!(
+            "reading subscriptions took over {READY_READ_TIMEOUT_MS} ms"
+        )),
+    };
+    let closing = st.engine.is_closing();
+    let mut waiting: BTreeMap<&'static str, Vec<String>> =
+        [("dead-lettered", vec![]), ("failed", vec![])].into();
+    if let Ok(subs) = &subs {
+        for s in subs.iter().filter(|s| s.state.needs_operator()) {
+            waiting
+                .entry(s.state.as_str())
+                .or_default()
+                .push(s.id.clone());
+        }
+    }
+    let ok = writer.is_ok() && subs.is_ok() && !closing;
+    let body = json!({
+        "status": if ok { "ready" } else { "unavailable" },
+        "checks": {
+            "writer": check(writer.as_ref().err()),
+            "reads": check(subs.as_ref().err()),
+            "shutdown": if closing { "shutting down" } else { "no" },
+        },
+        "warnings": {"subscriptions": waiting},
+    });
+    if ok {
+        (StatusCode::OK, Json(body)).into_response()
+    } else {
+        tracing::warn!(checks = %body["checks"], "not ready");
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "1")],
+            Json(body),
+        )
+            .into_response()
+    }
+}
+
+/// A check's value in `/ready`: `"ok"`, or the reason it failed.
+fn check(failure: Option<&String>) -> Value {
+    failure.map_or_else(|| Value::from("ok"), |e| Value::from(e.as_str()))
 }
 
 /// `GET /metrics`: Prometheus exposition. Refreshes the queue-depth gauges from the store first.

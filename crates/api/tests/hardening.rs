@@ -4,7 +4,6 @@
 mod support;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::*;
@@ -103,6 +102,7 @@ async fn every_guarded_route_needs_a_key_and_a_path_ending_in_ingest_is_not_publ
             "GET /.well-known/openwop",
             "GET /health",
             "GET /metrics",
+            "GET /ready",
             "GET /v1/openapi.json",
             "POST /v1/hooks/{token}",
             "POST /v1/trigger-subscriptions/{id}/ingest",

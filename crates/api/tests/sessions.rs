@@ -1182,7 +1182,13 @@ async fn the_signal_list_pages_clamps_and_settled_signals_expire() {
         .await;
     assert_eq!(st, StatusCode::OK, "{w}");
     let now = tb_engine::clock::now_ms();
-    let counts = s.engine.store.sweep(now, now + 1, 0, 1000).await.unwrap();
+    let counts = s
+        .engine
+        .store
+        .sweep(now, now + 1, 0, 1000, tb_store::SweepCursor::default())
+        .await
+        .unwrap()
+        .counts;
     assert_eq!(counts.signals, 500, "499 dropped + 1 consumed");
     let page = s.get(&url).await;
     let left: Vec<(u64, String)> = page["signals"]
@@ -1200,9 +1206,10 @@ async fn the_signal_list_pages_clamps_and_settled_signals_expire() {
     assert_eq!(
         s.engine
             .store
-            .sweep(now, now + 1, 0, 1000)
+            .sweep(now, now + 1, 0, 1000, tb_store::SweepCursor::default())
             .await
             .unwrap()
+            .counts
             .signals,
         0
     );

@@ -45,6 +45,17 @@ pub struct ServerSection {
     /// Let outbound webhooks reach private / loopback addresses over http (local testing only; also
     /// `OPENWOP_WEBHOOK_ALLOW_PRIVATE=true`).
     pub webhook_allow_private: Option<bool>,
+    /// Writes that may wait for the store's writer thread, in jobs (default 10 000, 1 to 1 000 000).
+    /// A write beyond it is refused at once: 503 `unavailable` with `Retry-After: 1`.
+    pub writer_queue_capacity: Option<usize>,
+}
+
+impl ServerSection {
+    /// The store's writer queue bound in jobs: `writer_queue_capacity` or its default.
+    pub fn writer_queue_capacity(&self) -> usize {
+        self.writer_queue_capacity
+            .unwrap_or(tb_store::sqlite::writer::DEFAULT_QUEUE_CAPACITY)
+    }
 }
 
 /// `[subscriptions.hmac]`: settings of the generic `hmac` connector.
@@ -527,6 +538,15 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         if l.parse::<std::net::SocketAddr>().is_err() {
             errs.push(format!(
                 "[server].listen {l:?} is not a socket address; use e.g. \"127.0.0.1:8080\""
+            ));
+        }
+    }
+    if let Some(n) = cfg.server.writer_queue_capacity {
+        let max = tb_store::sqlite::writer::MAX_QUEUE_CAPACITY;
+        if n == 0 || n > max {
+            errs.push(format!(
+                "[server].writer_queue_capacity {n} is out of range; use 1 to {max} jobs (default {})",
+                tb_store::sqlite::writer::DEFAULT_QUEUE_CAPACITY
             ));
         }
     }

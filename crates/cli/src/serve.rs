@@ -60,11 +60,18 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         }
         tracing::warn!("no API keys configured: the management API is open to anyone on this machine (set TRIGGER_BRIDGE_API_KEY)");
     }
+    let writer_queue_capacity = server.writer_queue_capacity();
     let data_dir = args
         .data_dir
         .or(server.data_dir)
         .unwrap_or_else(|| PathBuf::from("./data"));
-    let store = SqliteStore::open_dir(&data_dir)
+    let store_opts = tb_store::sqlite::StoreOptions {
+        writer: tb_store::sqlite::writer::WriterOptions {
+            queue_capacity: writer_queue_capacity,
+        },
+        ..Default::default()
+    };
+    let store = SqliteStore::open_dir_with(&data_dir, store_opts)
         .with_context(|| format!("opening the store in {}", data_dir.display()))?;
     let db_path = store.path().to_path_buf();
     let secrets = tb_engine::registration::SecretStore::open(&data_dir.join("secrets"))

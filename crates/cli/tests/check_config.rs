@@ -404,3 +404,27 @@ fn a_subscription_id_that_names_a_route_is_refused() {
         assert!(out.contains(&format!("id \"{id}\" is reserved")), "{out}");
     }
 }
+
+#[test]
+fn writer_queue_capacity_is_checked() {
+    for (value, ok) in [
+        ("1", true),
+        ("10000", true),
+        ("0", false),
+        ("1000001", false),
+    ] {
+        let toml = format!("[server]\nwriter_queue_capacity = {value}\n{GOOD}");
+        let (code, out) = check(&toml, &[("TB_TEST_SECRET", "s3cret")]);
+        if ok {
+            assert_eq!(code, 0, "{value}: {out}");
+        } else {
+            assert_eq!(code, 1, "{value}: {out}");
+            assert!(
+                out.contains(&format!(
+                    "[server].writer_queue_capacity {value} is out of range; use 1 to 1000000 jobs (default 10000)"
+                )),
+                "{out}"
+            );
+        }
+    }
+}

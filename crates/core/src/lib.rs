@@ -14,6 +14,7 @@ pub mod ids;
 pub mod normalized;
 pub mod receipt;
 pub mod replay;
+pub mod retention;
 pub mod retry;
 pub mod run;
 pub mod signal;

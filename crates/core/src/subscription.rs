@@ -48,6 +48,16 @@ impl SubscriptionState {
         }
     }
 
+    /// Whether the subscription waits for an operator (`failed`: its breaker tripped; `dead-lettered`:
+    /// a delivery exhausted its retries). `GET /ready` lists these as warnings, never as a readiness
+    /// failure: the process is serving, and resuming them is an operator decision (OpenWOP states).
+    pub fn needs_operator(self) -> bool {
+        matches!(
+            self,
+            SubscriptionState::Failed | SubscriptionState::DeadLettered
+        )
+    }
+
     /// Parses the wire string.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {

@@ -64,9 +64,16 @@ pub struct Engine {
 /// it; it is not a trigger subscription and has no state.
 pub const API_SOURCE: &str = "api";
 
-/// Maps a store error onto the API's typed error, keeping the message.
+/// Maps a store error onto the API's typed error, keeping the message. A busy or unavailable store
+/// (writer queue full, database locked, writer gone: 503 `unavailable`) carries `Retry-After: 1`.
 pub fn store_err(e: StoreError) -> TbError {
-    TbError::new(e.code(), e.to_string())
+    let transient = matches!(e, StoreError::Busy(_) | StoreError::Unavailable(_));
+    let err = TbError::new(e.code(), e.to_string());
+    if transient {
+        err.retry_after(1)
+    } else {
+        err
+    }
 }
 
 impl Engine {

@@ -1,10 +1,13 @@
 //! Retention (DESIGN §7): a background task that, every `interval`, deletes raw bodies of settled
 //! receipts older than `body_retention`, dead letters older than `dead_letter_retention` (RFC 0232
-//! purge), expired idempotency records and settled signal records (with the body retention), in batches through the store's writer.
+//! purge), expired idempotency records and settled signal records (with the body retention), in batches through the store's writer. Each pass walks the
+//! rows by the store's key cursor ([`SweepCursor`]) to the end, so rows that stay (unsettled receipts,
+//! bodies already deleted) never stop it early (issue #9, defect 10).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tb_store::{Store, StoreResult, SweepCounts, SweepCursor};
 use tokio::sync::watch;
 
 use crate::{clock, Engine};
@@ -17,26 +20,48 @@ pub struct SweeperConfig {
     pub body_retention: Duration,
     /// How long dead letters stay readable.
     pub dead_letter_retention: Duration,
-    /// Rows per kind per transaction.
+    /// Rows examined per kind per transaction (the server uses 1 000).
     pub batch: u32,
+}
+
+/// One full retention pass at `now` (ms): batch after batch (at most `cfg.batch` rows per kind each, one
+/// transaction each), following the store's cursor until every body, dead letter, expired idempotency
+/// record and settled signal record was examined, and returns the totals. The walk ends because the cursor only moves forward.
+/// Errors: the store's (the pass stops; the next one starts over from the beginning).
+pub async fn sweep_once(
+    store: &dyn Store,
+    now: i64,
+    cfg: &SweeperConfig,
+) -> StoreResult<SweepCounts> {
+    let mut total = SweepCounts::default();
+    let mut cursor = SweepCursor::default();
+    loop {
+        let page = store
+            .sweep(
+                now,
+                now - cfg.body_retention.as_millis() as i64,
+                now - cfg.dead_letter_retention.as_millis() as i64,
+                cfg.batch,
+                cursor,
+            )
+            .await?;
+        total.bodies += page.counts.bodies;
+        total.dead_letters += page.counts.dead_letters;
+        total.idempotency += page.counts.idempotency;
+        total.signals += page.counts.signals;
+        match page.next {
+            Some(next) => cursor = next,
+            None => return Ok(total),
+        }
+    }
 }
 
 /// Runs until `shutdown` becomes true.
 pub async fn run(engine: Arc<Engine>, cfg: SweeperConfig, mut shutdown: watch::Receiver<bool>) {
     loop {
-        let now = clock::now_ms();
-        loop {
-            let r = engine
-                .store
-                .sweep(
-                    now,
-                    now - cfg.body_retention.as_millis() as i64,
-                    now - cfg.dead_letter_retention.as_millis() as i64,
-                    cfg.batch,
-                )
-                .await;
-            match r {
-                Ok(c) if c.bodies + c.dead_letters + c.idempotency + c.signals > 0 => {
+        match sweep_once(&*engine.store, clock::now_ms(), &cfg).await {
+            Ok(c) => {
+                if c.bodies + c.dead_letters + c.idempotency + c.signals > 0 {
                     tracing::info!(
                         bodies = c.bodies,
                         dead_letters = c.dead_letters,
@@ -44,25 +69,13 @@ pub async fn run(engine: Arc<Engine>, cfg: SweeperConfig, mut shutdown: watch::R
                         signals = c.signals,
                         "retention sweep"
                     );
-                    metrics::counter!("tb_swept_total", "kind" => "bodies").increment(c.bodies);
-                    metrics::counter!("tb_swept_total", "kind" => "dead_letters")
-                        .increment(c.dead_letters);
-                    metrics::counter!("tb_swept_total", "kind" => "signals").increment(c.signals);
-                    // A full batch means more may be due: sweep again at once.
-                    if c.bodies < cfg.batch as u64
-                        && c.dead_letters < cfg.batch as u64
-                        && c.idempotency < cfg.batch as u64
-                        && c.signals < cfg.batch as u64
-                    {
-                        break;
-                    }
                 }
-                Ok(_) => break,
-                Err(e) => {
-                    tracing::warn!(error = %e, "retention sweep failed");
-                    break;
-                }
+                metrics::counter!("tb_swept_total", "kind" => "bodies").increment(c.bodies);
+                metrics::counter!("tb_swept_total", "kind" => "dead_letters")
+                    .increment(c.dead_letters);
+                metrics::counter!("tb_swept_total", "kind" => "signals").increment(c.signals);
             }
+            Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
         }
         tokio::select! {
             _ = tokio::time::sleep(cfg.interval) => {}

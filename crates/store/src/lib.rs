@@ -20,7 +20,7 @@ pub use model::*;
 pub use session::*;
 
 /// Store errors. `code()` maps them onto the API's stable error codes.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// No such record; the text names the kind of record (never an id taken from the request).
     #[error("{0} not found")]
@@ -31,9 +31,13 @@ pub enum StoreError {
     /// The delivery's lease expired and moved on; the attempt's result is discarded.
     #[error("lease lost for delivery {0}")]
     LeaseLost(String),
-    /// The store is shutting down or its writer is gone.
+    /// The store is shutting down, its writer is gone, or the disk is full.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// Transient overload: the writer queue is full or the database is locked by another process; nothing
+    /// was written. The API answers 503 `unavailable` with `Retry-After: 1`.
+    #[error("store busy: {0}")]
+    Busy(String),
     #[error("database error: {0}")]
     Database(String),
     /// A rule refused the operation (e.g. `target_terminal`, `signal_buffer_full`); nothing was written.
@@ -51,7 +55,7 @@ impl StoreError {
         match self {
             StoreError::NotFound(_) => C::NotFound,
             StoreError::Conflict(_) | StoreError::LeaseLost(_) => C::Conflict,
-            StoreError::Unavailable(_) => C::Unavailable,
+            StoreError::Unavailable(_) | StoreError::Busy(_) => C::Unavailable,
             StoreError::Database(_) => C::Internal,
             StoreError::Rejected { code, .. } => *code,
         }
@@ -181,19 +185,22 @@ pub trait Store: Send + Sync + 'static {
         reply: Option<StoredReply>,
         now: i64,
     ) -> StoredResult;
-    /// Deletes, in batches of at most `batch` rows per kind: raw bodies of settled receipts received
-    /// before `bodies_before` (ms), dead-lettered deliveries (with their attempts) dead-lettered before
-    /// `dead_letters_before`, expired idempotency records (DESIGN §7 retention; RFC 0232 purge), and
-    /// settled signal records (consumed, dropped, expired) settled before `bodies_before`, with their
-    /// payloads (a signal holds event content like a raw body; issue #9 defect 9). Receipts, runs and
-    /// events are kept.
+    /// One batch of a retention pass (DESIGN §7 retention; RFC 0232 purge), resuming at `cursor`: examines
+    /// at most `batch` rows per kind in key order and deletes the raw bodies of settled receipts received
+    /// before `bodies_before` (ms) and the dead-lettered deliveries (with their attempts) dead-lettered
+    /// before `dead_letters_before` (ms) among them (rules: `tb_core::retention`), plus at most `batch`
+    /// idempotency records expired at `now` (ms) and at most `batch` settled signal records (consumed,
+    /// dropped, expired) settled before `bodies_before`, with their payloads (a signal holds event content
+    /// like a raw body; each run's newest signal stays so its arrival numbers are never reused). Receipts, runs and events are kept. Call again with
+    /// the page's `next` until it is `None`; a row is examined once per pass, deleted or not.
     async fn sweep(
         &self,
         now: i64,
         bodies_before: i64,
         dead_letters_before: i64,
         batch: u32,
-    ) -> StoreResult<SweepCounts>;
+        cursor: SweepCursor,
+    ) -> StoreResult<SweepPage>;
     /// Registers an outbound webhook and its trigger-subscription row (one transaction).
     async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()>;
     /// Deletes (tombstones) a webhook of `tenant`; no further deliveries are created for it.
@@ -292,6 +299,11 @@ pub trait Store: Send + Sync + 'static {
     async fn revoked_bindings(&self) -> StoreResult<Vec<(String, i64)>>;
     /// Adds `(receipt id, duplicate count, last duplicate time ms)` to receipts' duplicate counters.
     async fn add_duplicates(&self, counts: Vec<(String, u64, i64)>) -> StoredResult;
+
+    /// Readiness probe: runs a no-op job through the writer and waits for it (a read-only backend
+    /// answers at once). `Ok` means writes are being accepted and committed now. Errors: `Busy` (queue
+    /// full), `Unavailable` (writer stopped or dead). Callers bound the wait (`GET /ready`: 1 s).
+    async fn ping_writer(&self) -> StoredResult;
 
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);

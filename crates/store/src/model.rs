@@ -371,6 +371,34 @@ pub struct SweepCounts {
     pub signals: u64,
 }
 
+/// Where a retention pass resumes (issue #9, defect 10). A pass starts from `SweepCursor::default()` and
+/// passes each [`SweepPage::next`] back to [`crate::Store::sweep`] until it is `None`. Bodies and dead
+/// letters are walked in key order (receipt id, delivery id), so every row is examined once per pass
+/// whether or not it is deleted: rows that stay (unsettled receipts, bodies already gone) never stall it.
+/// The body walk ends at the first body not yet past the retention (`tb_core::retention::body_walk_ends`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SweepCursor {
+    /// Receipt id of the last body examined; `None` = from the first.
+    pub bodies_after: Option<String>,
+    /// Every body was examined.
+    pub bodies_done: bool,
+    /// Id of the last dead-lettered delivery examined; `None` = from the first.
+    pub dead_letters_after: Option<String>,
+    /// Every dead-lettered delivery was examined.
+    pub dead_letters_done: bool,
+    /// No expired idempotency record is left.
+    pub idempotency_done: bool,
+    /// No settled signal record past the body retention is left.
+    pub signals_done: bool,
+}
+
+/// One batch of a retention pass: what it removed and where the pass goes on (`None` = pass complete).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SweepPage {
+    pub counts: SweepCounts,
+    pub next: Option<SweepCursor>,
+}
+
 /// An outbound webhook registration. Each run event whose type is in `events` becomes one `webhook`
 /// delivery (in the same transaction as the event), retried and dead-lettered like any delivery.
 #[derive(Debug, Clone, PartialEq, Serialize)]

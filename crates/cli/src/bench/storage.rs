@@ -21,7 +21,7 @@ pub async fn run(duration: Duration, writers: usize, row_bytes: usize, dir: &Pat
     conn.execute_batch(
         "CREATE TABLE rows (id INTEGER PRIMARY KEY, k TEXT NOT NULL, v BLOB NOT NULL)",
     )?;
-    let writer = Arc::new(Writer::start(conn));
+    let writer = Arc::new(Writer::start(conn, Default::default()));
     let row = Arc::new(vec![b'x'; row_bytes]);
     let count = Arc::new(AtomicU64::new(0));
     let start = Instant::now();

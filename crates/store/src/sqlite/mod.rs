@@ -22,7 +22,7 @@ use crate::model::*;
 use crate::session::*;
 use crate::{Store, StoreError, StoreResult, StoredResult};
 use read::db;
-use writer::Writer;
+use writer::{Writer, WriterOptions};
 
 /// Versioned migrations, applied in order; `PRAGMA user_version` records the last applied.
 const MIGRATIONS: &[(i64, &str)] = &[
@@ -53,8 +53,31 @@ pub struct SqliteStore {
     readers: Arc<Mutex<Vec<Connection>>>,
 }
 
+/// How long a statement waits for a lock held by another connection before failing with
+/// [`StoreError::Busy`] (SQLite `busy_timeout`).
+pub const DEFAULT_BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Settings of a [`SqliteStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The writer thread's settings (queue bound).
+    pub writer: WriterOptions,
+    /// How long the writer waits for a database locked by another process before the batch fails with
+    /// [`StoreError::Busy`]. Default [`DEFAULT_BUSY_TIMEOUT`] (10 s).
+    pub busy_timeout: std::time::Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            writer: WriterOptions::default(),
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+        }
+    }
+}
+
 fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.busy_timeout(DEFAULT_BUSY_TIMEOUT)?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = OFF; \
          PRAGMA temp_store = MEMORY;",
@@ -98,6 +121,11 @@ impl SqliteStore {
     /// Opens (creating if needed) `dir/trigger-bridge.db`, migrates it, and starts the writer.
     /// Errors: the directory cannot be created, the file cannot be opened, or a migration failed.
     pub fn open_dir(dir: &Path) -> StoreResult<SqliteStore> {
+        Self::open_dir_with(dir, StoreOptions::default())
+    }
+
+    /// [`Self::open_dir`] with explicit [`StoreOptions`].
+    pub fn open_dir_with(dir: &Path, opts: StoreOptions) -> StoreResult<SqliteStore> {
         let fresh = !dir.exists();
         std::fs::create_dir_all(dir).map_err(|e| {
             StoreError::Database(format!("cannot create data dir {}: {e}", dir.display()))
@@ -108,20 +136,49 @@ impl SqliteStore {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         }
-        Self::open(&dir.join("trigger-bridge.db"))
+        Self::open_with(&dir.join("trigger-bridge.db"), opts)
     }
 
     /// Opens (creating if needed) the database file at `path`, migrates it, and starts the writer.
     pub fn open(path: &Path) -> StoreResult<SqliteStore> {
+        Self::open_with(path, StoreOptions::default())
+    }
+
+    /// [`Self::open`] with explicit [`StoreOptions`].
+    pub fn open_with(path: &Path, opts: StoreOptions) -> StoreResult<SqliteStore> {
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Database(format!("cannot open {}: {e}", path.display())))?;
         configure(&conn, false).map_err(db)?;
         migrate(&conn)?;
+        conn.busy_timeout(opts.busy_timeout).map_err(db)?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
-            writer: Writer::start(conn),
+            writer: Writer::start(conn, opts.writer),
             readers: Arc::new(Mutex::new(Vec::new())),
         })
+    }
+
+    /// Whether the writer thread is running (false once it died or the store was closed).
+    pub fn writer_alive(&self) -> bool {
+        self.writer.is_alive()
+    }
+
+    /// Test hook: runs `f` as one job of the writer's next group commit, exactly like a store write
+    /// (its own savepoint; its error or panic rolls it back). Lets tests inject a panicking, blocking or
+    /// failing job. Not for production use.
+    #[doc(hidden)]
+    pub async fn write_for_test<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        self.writer.write(f).await
+    }
+
+    /// Test hook: makes the writer thread die (a panic outside the per-job guard). Not for production use.
+    #[doc(hidden)]
+    pub fn crash_writer_for_test(&self) -> StoreResult<()> {
+        self.writer.crash_for_test()
     }
 
     /// The database file.
@@ -366,9 +423,10 @@ impl Store for SqliteStore {
         bodies_before: i64,
         dead_letters_before: i64,
         batch: u32,
-    ) -> StoreResult<SweepCounts> {
+        cursor: SweepCursor,
+    ) -> StoreResult<SweepPage> {
         self.writer
-            .write(move |c| write::sweep(c, now, bodies_before, dead_letters_before, batch))
+            .write(move |c| write::sweep(c, now, bodies_before, dead_letters_before, batch, cursor))
             .await
     }
     async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()> {
@@ -528,6 +586,14 @@ impl Store for SqliteStore {
         self.writer
             .write(move |c| write::add_duplicates(c, &counts))
             .await
+    }
+    async fn ping_writer(&self) -> StoredResult {
+        if !self.writer.is_alive() {
+            return Err(StoreError::Unavailable(
+                "the writer thread is not running".into(),
+            ));
+        }
+        self.writer.write(|_| Ok(())).await
     }
     async fn close(&self) {
         self.writer.close().await;

@@ -10,8 +10,9 @@ use tb_core::subscription::{Source, SubscriptionState};
 use crate::model::*;
 use crate::{StoreError, StoreResult};
 
+/// A SQLite error as a typed store error (busy/locked -> `Busy`, disk full -> `Unavailable`).
 pub(crate) fn db(e: rusqlite::Error) -> StoreError {
-    StoreError::Database(e.to_string())
+    super::writer::classify(&e)
 }
 
 pub(crate) fn json(s: String) -> Value {

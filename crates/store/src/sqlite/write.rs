@@ -6,7 +6,8 @@ use serde_json::Value;
 use tb_core::delivery::{AttemptOutcome, DeliveryState};
 use tb_core::events::{self, DeliveryAttempted, RunStarted, SubscriptionStateChanged};
 use tb_core::ids::{new_id, IdKind};
-use tb_core::receipt;
+use tb_core::receipt::{self, ReceiptState};
+use tb_core::retention;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{transition, SubscriptionInput, SubscriptionState, Transition};
 
@@ -777,45 +778,97 @@ pub(crate) fn sweep(
     bodies_before: i64,
     dead_letters_before: i64,
     batch: u32,
-) -> StoreResult<SweepCounts> {
-    let bodies = c
-        .prepare_cached(
-            "DELETE FROM bodies WHERE receipt_id IN (SELECT id FROM receipts WHERE received_at < ?1 \
-             AND state NOT IN ('received','authenticated','normalized','matched','routed','queued') LIMIT ?2)",
-        )
-        .map_err(db)?
-        .execute(params![bodies_before, batch])
-        .map_err(db)? as u64;
-    let doomed: Vec<String> = c
-        .prepare_cached(
-            "SELECT id FROM deliveries WHERE state = 'dead-lettered' AND updated_at < ?1 LIMIT ?2",
-        )
-        .map_err(db)?
-        .query_map(params![dead_letters_before, batch], |r| r.get(0))
-        .map_err(db)?
-        .collect::<Result<_, _>>()
-        .map_err(db)?;
-    for id in &doomed {
-        c.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
+    cursor: SweepCursor,
+) -> StoreResult<SweepPage> {
+    let batch = batch.max(1);
+    let mut next = cursor;
+    let mut counts = SweepCounts::default();
+    if !next.bodies_done {
+        // Walk the bodies that still exist (never the receipts whose body is already gone).
+        let page: Vec<(String, String, i64)> = c
+            .prepare_cached(
+                "SELECT b.receipt_id, r.state, r.received_at FROM bodies b JOIN receipts r ON r.id = b.receipt_id \
+                 WHERE b.receipt_id > ?1 ORDER BY b.receipt_id LIMIT ?2",
+            )
             .map_err(db)?
-            .execute([id])
-            .map_err(db)?;
-        c.prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+            .query_map(
+                params![next.bodies_after.as_deref().unwrap_or(""), batch],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
             .map_err(db)?
-            .execute([id])
+            .collect::<Result<_, _>>()
             .map_err(db)?;
+        next.bodies_done = page.len() < batch as usize;
+        for (id, state, received_at) in &page {
+            if retention::body_walk_ends(*received_at, bodies_before) {
+                next.bodies_done = true;
+                break;
+            }
+            let due = ReceiptState::parse(state)
+                .is_some_and(|s| retention::body_expired(s, *received_at, bodies_before));
+            if due {
+                counts.bodies += c
+                    .prepare_cached("DELETE FROM bodies WHERE receipt_id = ?1")
+                    .map_err(db)?
+                    .execute([id])
+                    .map_err(db)? as u64;
+            }
+            next.bodies_after = Some(id.clone());
+        }
     }
-    let idempotency = c
-        .prepare_cached("DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)")
-        .map_err(db)?
-        .execute(params![now, batch])
-        .map_err(db)? as u64;
-    let signals = super::session::sweep_signals(c, bodies_before, batch)?;
-    Ok(SweepCounts {
-        bodies,
-        dead_letters: doomed.len() as u64,
-        idempotency,
-        signals,
+    if !next.dead_letters_done {
+        let page: Vec<(String, String, i64)> = c
+            .prepare_cached(
+                "SELECT id, state, updated_at FROM deliveries WHERE state = 'dead-lettered' AND id > ?1 \
+                 ORDER BY id LIMIT ?2",
+            )
+            .map_err(db)?
+            .query_map(
+                params![next.dead_letters_after.as_deref().unwrap_or(""), batch],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(db)?
+            .collect::<Result<_, _>>()
+            .map_err(db)?;
+        for (id, state, updated_at) in &page {
+            let due = DeliveryState::parse(state).is_some_and(|s| {
+                retention::dead_letter_expired(s, *updated_at, dead_letters_before)
+            });
+            if !due {
+                continue;
+            }
+            c.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
+                .map_err(db)?
+                .execute([id])
+                .map_err(db)?;
+            counts.dead_letters += c
+                .prepare_cached("DELETE FROM deliveries WHERE id = ?1")
+                .map_err(db)?
+                .execute([id])
+                .map_err(db)? as u64;
+        }
+        next.dead_letters_done = page.len() < batch as usize;
+        next.dead_letters_after = page.last().map(|(id, _, _)| id.clone());
+    }
+    if !next.idempotency_done {
+        // Deleted rows leave the candidate set, so "fewer than a batch" means none is left.
+        counts.idempotency = c
+            .prepare_cached("DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)")
+            .map_err(db)?
+            .execute(params![now, batch])
+            .map_err(db)? as u64;
+        next.idempotency_done = counts.idempotency < batch as u64;
+    }
+    if !next.signals_done {
+        // Deleted rows leave the candidate set, so "fewer than a batch" means none is left.
+        counts.signals = super::session::sweep_signals(c, bodies_before, batch)?;
+        next.signals_done = counts.signals < batch as u64;
+    }
+    let complete =
+        next.bodies_done && next.dead_letters_done && next.idempotency_done && next.signals_done;
+    Ok(SweepPage {
+        counts,
+        next: (!complete).then_some(next),
     })
 }
 
