@@ -59,8 +59,15 @@ pub fn delivery_id_for_run(run_id: &str) -> Option<String> {
 
 /// Path segments that name routes under `/v1/trigger-subscriptions/` and so can never be a subscription
 /// id (a subscription named `ingest` would collide with `/{id}/ingest` readers and links).
-pub const RESERVED_SUBSCRIPTION_IDS: &[&str] =
-    &["ingest", "pause", "resume", "dead-letters", ".", ".."];
+pub const RESERVED_SUBSCRIPTION_IDS: &[&str] = &[
+    "ingest",
+    "pause",
+    "resume",
+    "dead-letters",
+    "dead-letters:replay",
+    ".",
+    "..",
+];
 
 /// Checks a subscription id: 1 to 128 of letters, digits, `-`, `_`, `.`, and not one of
 /// [`RESERVED_SUBSCRIPTION_IDS`]. Errors: the fix, as a sentence (config check and registration).
