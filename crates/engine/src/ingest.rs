@@ -309,45 +309,51 @@ pub async fn ingest(
         deliveries,
         capability: None,
     };
-    match engine
-        .store
-        .commit_receipt(receipt)
-        .await
-        .map_err(store_err)?
-    {
-        IngestOutcome::Accepted {
-            receipt_id,
-            deliveries,
-        } => {
-            let answer = match receipt_state {
-                ReceiptState::Unmatched => {
-                    count(connector, "unmatched");
-                    IngestAnswer::Unmatched { receipt_id }
-                }
+    // Everything that must follow the commit (counters, the worker's wake-up) runs in a spawned task
+    // with the commit itself: a caller that goes away (client closed the socket, request future
+    // dropped) cannot skip it (issue #9 defect 15). This function only awaits its outcome.
+    let store = engine.store.clone();
+    let ready = engine.work_ready.clone();
+    let committed = tokio::spawn(async move {
+        let out = store.commit_receipt(receipt).await?;
+        match &out {
+            IngestOutcome::Accepted { deliveries, .. } => match receipt_state {
+                ReceiptState::Unmatched => count(connector, "unmatched"),
                 ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
                     count(connector, "dead_lettered");
                     metrics::counter!("tb_deliveries_total", "outcome" => "dead-lettered")
                         .increment(deliveries.len() as u64);
-                    IngestAnswer::DeadLettered {
-                        receipt_id,
-                        deliveries,
-                    }
                 }
                 _ => {
                     count(connector, "accepted");
-                    engine.work_ready.notify_one();
-                    IngestAnswer::Accepted {
-                        run_id: single_run(&deliveries),
-                        receipt_id,
-                        deliveries,
-                    }
+                    ready.notify_one();
                 }
-            };
-            Ok(answer)
+            },
+            IngestOutcome::Duplicate { .. } => count(connector, "duplicate"),
         }
-        dup @ IngestOutcome::Duplicate { .. } => {
-            count(connector, "duplicate");
-            Ok(answer_dup(dup))
-        }
+        Ok::<_, tb_store::StoreError>(out)
+    })
+    .await
+    .map_err(|e| TbError::new(ErrorCode::Internal, format!("commit task failed: {e}")))?
+    .map_err(store_err)?;
+    match committed {
+        IngestOutcome::Accepted {
+            receipt_id,
+            deliveries,
+        } => Ok(match receipt_state {
+            ReceiptState::Unmatched => IngestAnswer::Unmatched { receipt_id },
+            ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
+                IngestAnswer::DeadLettered {
+                    receipt_id,
+                    deliveries,
+                }
+            }
+            _ => IngestAnswer::Accepted {
+                run_id: single_run(&deliveries),
+                receipt_id,
+                deliveries,
+            },
+        }),
+        dup @ IngestOutcome::Duplicate { .. } => Ok(answer_dup(dup)),
     }
 }
