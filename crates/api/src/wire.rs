@@ -42,7 +42,11 @@ pub fn subscription_state_detail(s: &SubscriptionRecord) -> Value {
     });
     let o = m.as_object_mut().expect("object");
     put(o, "lastError", s.last_error.clone().map(Value::String));
-    put(o, "lastSuccessAt", s.last_success_at.map(|t| Value::String(time(t))));
+    put(
+        o,
+        "lastSuccessAt",
+        s.last_success_at.map(|t| Value::String(time(t))),
+    );
     m
 }
 

@@ -191,12 +191,13 @@ const RECEIPTS: &str = "RECEIPT=receiptId SUBSCRIPTION=subscriptionId EVENT=even
 const DELIVERIES: &str = "DELIVERY=deliveryId SUBSCRIPTION=subscriptionId BINDING=bindingId \
     STATE=state ATTEMPTS=attempts RUN=runId NEXT_ATTEMPT=nextAttemptAt";
 const ATTEMPTS: &str = "ATTEMPT=attempt OUTCOME=outcome ERROR=errorClass STARTED=startedAt \
-    DURATION_MS=durationMs NEXT_ATTEMPT=nextAttemptAt";
+    DURATION_MS=durationMs NEXT_ATTEMPT=nextAttemptAt MESSAGE=message";
 const RUNS: &str =
     "RUN=runId WORKFLOW=workflowId STATUS=status CAUSATION=causationId CREATED=createdAt";
 const EVENTS: &str = "SEQ=sequence TYPE=type EVENT=eventId TIMESTAMP=timestamp";
 const SUBSCRIPTIONS: &str = "SUBSCRIPTION=subscriptionId SOURCE=source STATE=state \
-    MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff";
+    SINCE=stateDetail/stateSince FAILURES=stateDetail/failuresSinceSuccess \
+    MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff LAST_ERROR=stateDetail/lastError";
 const TIMELINE: &str = "STATE=state AT=at DELIVERY=deliveryId ATTEMPT=attempt OUTCOME=outcome \
     ERROR=errorClass";
 const RECEIPT_KV: &str =
@@ -598,12 +599,29 @@ pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
     Ok(())
 }
 
+/// Folds the list's `stateDetails` (by id) into each subscription as `stateDetail`, for the table.
+fn with_state_details(v: &mut Value) {
+    let details = v["stateDetails"].take();
+    if let Some(items) = v["subscriptions"].as_array_mut() {
+        for it in items {
+            let id = it["subscriptionId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if let Some(d) = details.get(&id) {
+                it["stateDetail"] = d.clone();
+            }
+        }
+    }
+}
+
 /// `subscriptions list|pause|resume`.
 pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
     let api = Api::new(o)?;
     let (id, verb) = match c {
         SubscriptionsCmd::List => {
-            if let Some(v) = api.get("/v1/trigger-subscriptions", &[]).await? {
+            if let Some(mut v) = api.get("/v1/trigger-subscriptions", &[]).await? {
+                with_state_details(&mut v);
                 print_list(
                     &v,
                     "subscriptions",

@@ -540,7 +540,10 @@ pub const GITHUB_ACTIONS: &[(&str, &[&str])] = &[
     ),
     ("issue_comment", &["created", "deleted", "edited"]),
     ("pull_request_review", &["dismissed", "edited", "submitted"]),
-    ("pull_request_review_comment", &["created", "deleted", "edited"]),
+    (
+        "pull_request_review_comment",
+        &["created", "deleted", "edited"],
+    ),
     ("pull_request_review_thread", &["resolved", "unresolved"]),
     (
         "check_run",

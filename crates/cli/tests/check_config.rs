@@ -404,13 +404,21 @@ fn an_unknown_github_action_is_refused_with_a_did_you_mean() {
         ),
         "{out}"
     );
-    assert!(out.contains("synchronize"), "the known actions are listed: {out}");
+    assert!(
+        out.contains("synchronize"),
+        "the known actions are listed: {out}"
+    );
     let event_typo = GOOD.replace("pull_request.opened", "pull_reqest.opened");
     let (code, out) = check(&event_typo, &[("TB_TEST_SECRET", "s3cret")]);
     assert_ne!(code, 0, "{out}");
     assert!(out.contains("did you mean \"pull_request\"?"), "{out}");
     // Events whose actions are not fixed, and known actions, still pass.
-    for ok in ["pull_request.synchronize", "issues.opened", "push", "repository_dispatch.deploy"] {
+    for ok in [
+        "pull_request.synchronize",
+        "issues.opened",
+        "push",
+        "repository_dispatch.deploy",
+    ] {
         let (code, out) = check(
             &GOOD.replace("pull_request.opened", ok),
             &[("TB_TEST_SECRET", "s3cret")],

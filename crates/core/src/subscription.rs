@@ -341,17 +341,21 @@ mod tests {
     fn breaker_needs_consecutive_failures_and_a_window_without_success() {
         // (state, failures in the streak, streak span ms, threshold) -> new state
         let table: &[(S, u32, i64, u32, Option<S>)] = &[
-            (S::Active, 2, 10 * MIN, 3, None),          // too few
+            (S::Active, 2, 10 * MIN, 3, None),            // too few
             (S::Active, 3, 10 * MIN, 3, Some(S::Failed)), // enough, long enough
-            (S::Active, 3, MIN, 3, Some(S::Failed)),    // exactly the window
-            (S::Active, 30, 999, 3, None),              // a burst within a second: no flap
-            (S::Active, 99, 10 * MIN, 0, None),         // 0 disables
-            (S::Failed, 4, 10 * MIN, 3, None),          // already failed
-            (S::Paused, 9, 10 * MIN, 3, None),          // paused ignores outcomes
+            (S::Active, 3, MIN, 3, Some(S::Failed)),      // exactly the window
+            (S::Active, 30, 999, 3, None),                // a burst within a second: no flap
+            (S::Active, 99, 10 * MIN, 0, None),           // 0 disables
+            (S::Failed, 4, 10 * MIN, 3, None),            // already failed
+            (S::Paused, 9, 10 * MIN, 3, None),            // paused ignores outcomes
             (S::DeadLettered, 9, 10 * MIN, 3, None),
         ];
         for &(s, n, span, th, want) in table {
-            assert_eq!(to(s, failed(n, span, th)), want, "{s:?} n={n} span={span} th={th}");
+            assert_eq!(
+                to(s, failed(n, span, th)),
+                want,
+                "{s:?} n={n} span={span} th={th}"
+            );
         }
         assert_eq!(to(S::Failed, I::AttemptDelivered), Some(S::Active));
         assert_eq!(to(S::Active, I::AttemptDelivered), None);
@@ -362,9 +366,9 @@ mod tests {
         let table: &[(S, u32, i64, Option<S>)] = &[
             (S::Active, 5, 3_600_000, Some(S::DeadLettered)),
             (S::Failed, 50, 7_200_000, Some(S::DeadLettered)),
-            (S::Active, 4, 7_200_000, None),   // long but too few failures
+            (S::Active, 4, 7_200_000, None), // long but too few failures
             (S::Active, 500, 3_599_999, None), // many but not long enough
-            (S::Active, 3, 1, None),           // the old rule's case: one exhausted delivery
+            (S::Active, 3, 1, None),         // the old rule's case: one exhausted delivery
             (S::Paused, 50, 7_200_000, None),
             (S::DeadLettered, 50, 7_200_000, None),
         ];
@@ -389,11 +393,21 @@ mod tests {
     #[test]
     fn streak_restarts_after_a_success_and_keeps_its_start_otherwise() {
         let s = FailureStreak::next(Some(5), 0, Some(1), 100);
-        assert_eq!((s.failures_since, s.first_failure_at, s.span_ms()), (1, 100, 0));
+        assert_eq!(
+            (s.failures_since, s.first_failure_at, s.span_ms()),
+            (1, 100, 0)
+        );
         let s = FailureStreak::next(Some(5), 3, Some(40), 100);
-        assert_eq!((s.failures_since, s.first_failure_at, s.span_ms()), (4, 40, 60));
+        assert_eq!(
+            (s.failures_since, s.first_failure_at, s.span_ms()),
+            (4, 40, 60)
+        );
         let back = FailureStreak::next(None, 3, Some(400), 100);
-        assert_eq!(back.span_ms(), 0, "a clock step back never counts as time failing");
+        assert_eq!(
+            back.span_ms(),
+            0,
+            "a clock step back never counts as time failing"
+        );
     }
 
     /// Every other attempt fails (a deterministic 50 % pattern): the streak never exceeds one failure,

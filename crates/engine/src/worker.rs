@@ -162,55 +162,56 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let bound = catalog.subscription(&d.subscription_id).is_some();
     let mut message: Option<String> = None;
     let work = async {
-    let result: Result<RunStatus, ActionResult> = if bound && !catalog.binding_live(&d.binding_id) {
-        Err(ActionResult::Failed {
-            error_class: "binding_revoked".into(),
-            retry_after_ms: None,
-            permanent: true,
-        })
-    } else if d.action == "webhook" {
-        crate::webhooks::deliver(engine, d)
-            .await
-            .map(|_| RunStatus::Completed)
-    } else if let Some(e) = &effect {
-        e.as_ref().map(|_| RunStatus::Running).map_err(Clone::clone)
-    } else {
-        match workflow {
-            None => Err(ActionResult::Failed {
-                error_class: "workflow_missing".into(),
-                retry_after_ms: None,
-                permanent: true,
-            }),
-            Some(w) => {
-                // Only the http executor sends the event type; noop runs skip the read.
-                let event_type = match w.executor {
-                    tb_core::workflow::Executor::Http { .. } => engine
-                        .store
-                        .get_receipt(&d.receipt_id)
-                        .await
-                        .map(|r| r.event_type)
-                        .unwrap_or_default(),
-                    _ => String::new(),
-                };
-                let req = StartRequest {
-                    run_id: &run_id,
-                    delivery_id: &d.id,
-                    causation_id: &event_id,
-                    inputs: &d.inputs,
-                    subscription_id: &d.subscription_id,
-                    event_type: &event_type,
-                    receipt_id: &d.receipt_id,
-                };
-                executor::start_run(&engine.http, &w, &req)
+        let result: Result<RunStatus, ActionResult> =
+            if bound && !catalog.binding_live(&d.binding_id) {
+                Err(ActionResult::Failed {
+                    error_class: "binding_revoked".into(),
+                    retry_after_ms: None,
+                    permanent: true,
+                })
+            } else if d.action == "webhook" {
+                crate::webhooks::deliver(engine, d)
                     .await
-                    .map_err(|f| {
-                        message = Some(f.message);
-                        f.result
-                    })
-            }
-        }
-    };
-    result
+                    .map(|_| RunStatus::Completed)
+            } else if let Some(e) = &effect {
+                e.as_ref().map(|_| RunStatus::Running).map_err(Clone::clone)
+            } else {
+                match workflow {
+                    None => Err(ActionResult::Failed {
+                        error_class: "workflow_missing".into(),
+                        retry_after_ms: None,
+                        permanent: true,
+                    }),
+                    Some(w) => {
+                        // Only the http executor sends the event type; noop runs skip the read.
+                        let event_type = match w.executor {
+                            tb_core::workflow::Executor::Http { .. } => engine
+                                .store
+                                .get_receipt(&d.receipt_id)
+                                .await
+                                .map(|r| r.event_type)
+                                .unwrap_or_default(),
+                            _ => String::new(),
+                        };
+                        let req = StartRequest {
+                            run_id: &run_id,
+                            delivery_id: &d.id,
+                            causation_id: &event_id,
+                            inputs: &d.inputs,
+                            subscription_id: &d.subscription_id,
+                            event_type: &event_type,
+                            receipt_id: &d.receipt_id,
+                        };
+                        executor::start_run(&engine.http, &w, &req)
+                            .await
+                            .map_err(|f| {
+                                message = Some(f.message);
+                                f.result
+                            })
+                    }
+                }
+            };
+        result
     };
     // The lease is renewed while the action is in flight, so work longer than the lease is never
     // leased (and performed) a second time.
@@ -277,7 +278,11 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 event_id: event_id.clone(),
                 outcome,
                 error_class: error_class.clone(),
-                message: if result.is_err() { message.clone() } else { None },
+                message: if result.is_err() {
+                    message.clone()
+                } else {
+                    None
+                },
                 started_at: started,
                 duration_ms: elapsed.as_millis() as u64,
                 next_due_at,
@@ -316,7 +321,11 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         committed = engine.store.commit_attempt(failed).await;
     }
     // A refused local effect replaced the result: its message no longer applies.
-    let message_logged = if changed_session == had_effect { message.clone() } else { None };
+    let message_logged = if changed_session == had_effect {
+        message.clone()
+    } else {
+        None
+    };
     let elapsed = t0.elapsed();
     metrics::histogram!("tb_attempt_duration_seconds").record(elapsed.as_secs_f64());
     match committed {
@@ -359,7 +368,11 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
 /// Drives `work` while renewing `lease` every `lease_ms / 3` (extending it by `lease_ms`, fenced by the
 /// grant: see [`tb_store::Store::renew_lease`]). When the lease cannot be renewed (it lapsed and moved
 /// on) renewing stops; the attempt's commit is then refused as `LeaseLost`.
-async fn with_heartbeat<F: std::future::Future>(engine: &Engine, lease: &Lease, work: F) -> F::Output {
+async fn with_heartbeat<F: std::future::Future>(
+    engine: &Engine,
+    lease: &Lease,
+    work: F,
+) -> F::Output {
     let every = Duration::from_millis((lease.lease_ms / 3).max(1));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

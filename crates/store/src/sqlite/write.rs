@@ -318,9 +318,9 @@ fn apply_transition(
     c.prepare_cached(
         "UPDATE subscriptions SET state = ?2, updated_at = ?3, state_changed_at = ?3 WHERE id = ?1",
     )
-        .map_err(db)?
-        .execute(params![sub.id, t.to.as_str(), now])
-        .map_err(db)?;
+    .map_err(db)?
+    .execute(params![sub.id, t.to.as_str(), now])
+    .map_err(db)?;
     let payload = serde_json::to_value(SubscriptionStateChanged {
         subscription_id: sub.id.clone(),
         source: sub.source.as_str().to_string(),
