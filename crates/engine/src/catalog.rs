@@ -244,3 +244,20 @@ pub fn api_runs_config() -> SubscriptionConfig {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #9 (14): `webhook` promises the config defaults; the breaker threshold was 0 (never trips).
+    #[test]
+    fn webhook_gets_the_config_defaults() {
+        let s = SubscriptionConfig::webhook("gh", ConnectorSpec::Github, b"k");
+        assert_eq!(s.failure_threshold, DEFAULT_FAILURE_THRESHOLD);
+        assert_eq!(s.failure_threshold, 5);
+        assert_eq!(s.failure, tb_core::subscription::FailurePolicy::default());
+        assert_eq!(s.store_def().failure_threshold, 5);
+        assert_eq!(s.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        assert_eq!(s.dedup_window_s, 86_400);
+    }
+}

@@ -71,7 +71,9 @@ pub struct NewReceipt {
     pub provider_event_id: String,
     pub event_type: String,
     pub normalized: Value,
-    /// `queued` (deliveries routed), `unmatched` (none) or `dead_lettered`.
+    /// What ingest writes: `routed` (deliveries created), `unmatched` (no binding matched),
+    /// `dead_lettered` (its subscription is dead-lettered), `routing_failed` (every matching binding
+    /// failed to render), or a content-free refusal record (`rejected`, `rate_limited`).
     pub state: ReceiptState,
     pub content_type: Option<String>,
     /// The exact request bytes; stored unchanged.
