@@ -648,6 +648,50 @@ pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Issue #9 defect 5: `subscriptions list` shows state, since when, failures and the last error.
+    #[test]
+    fn subscriptions_list_shows_since_failures_and_last_error() {
+        let mut v = serde_json::json!({
+            "subscriptions": [
+                {"subscriptionId": "gh", "source": "webhook", "state": "dead-lettered",
+                 "retryPolicy": {"maxAttempts": 8, "backoff": "schedule"}},
+                {"subscriptionId": "ok", "source": "webhook", "state": "active",
+                 "retryPolicy": {"maxAttempts": 8, "backoff": "schedule"}}
+            ],
+            "stateDetails": {
+                "gh": {"stateSince": "2026-12-01T09:00:00.000Z", "failuresSinceSuccess": 12,
+                       "lastError": "http_500: HTTP 500: db down"},
+                "ok": {"stateSince": "2026-11-30T09:00:00.000Z", "failuresSinceSuccess": 0}
+            }
+        });
+        with_state_details(&mut v);
+        let out = render(v["subscriptions"].as_array().unwrap(), SUBSCRIPTIONS);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("SUBSCRIPTION  SOURCE   STATE          SINCE"),
+            "{out}"
+        );
+        assert!(lines[0].ends_with("LAST ERROR"), "{out}");
+        assert!(
+            lines[1].contains("dead-lettered  2026-12-01T09:00:00.000Z  12"),
+            "{out}"
+        );
+        assert!(lines[1].ends_with("http_500: HTTP 500: db down"), "{out}");
+        assert!(
+            lines[2].contains("active         2026-11-30T09:00:00.000Z  0"),
+            "{out}"
+        );
+        let attempts = [
+            serde_json::json!({"attempt": 1, "outcome": "retrying", "errorClass": "connect",
+            "message": "could not connect to the worker"}),
+        ];
+        assert!(render(&attempts, ATTEMPTS)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .ends_with("could not connect to the worker"));
+    }
+
     #[test]
     fn table_aligns_columns() {
         let rows = vec![
