@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tb_core::delivery::{decide, ActionResult, AttemptDecision};
+use tb_core::delivery::{decide, ActionResult, AttemptDecision, AttemptOutcome};
 use tb_core::ids::{new_id, IdKind};
 use tb_core::run::RunStatus;
 use tb_store::{AttemptCommit, AttemptRecord, Lease, NewRun, StoreError};
@@ -331,19 +331,30 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     match committed {
         Ok(done) => {
             metrics::counter!("tb_deliveries_total", "outcome" => outcome.as_str()).increment(1);
+            // Failures are visible at the default level: ids, attempt, class and the sanitized
+            // message (never a body, header or secret).
+            let msg = message_logged.as_deref().unwrap_or("");
             match (outcome, &error_class) {
-                (tb_core::delivery::AttemptOutcome::Delivered, _) | (_, None) => {
+                (AttemptOutcome::Delivered, _) | (_, None) => {
                     tracing::debug!(delivery = %d.id, attempt = number, outcome = outcome.as_str(), "attempt recorded")
                 }
-                (_, Some(class)) => tracing::warn!(
+                (AttemptOutcome::DeadLettered, Some(class)) => tracing::warn!(
                     delivery = %d.id,
                     receipt = %d.receipt_id,
                     subscription = %d.subscription_id,
                     attempt = number,
-                    outcome = outcome.as_str(),
                     error_class = %class,
-                    message = message_logged.as_deref().unwrap_or(""),
-                    "delivery attempt failed"
+                    message = msg,
+                    "delivery dead-lettered"
+                ),
+                (AttemptOutcome::Retrying, Some(class)) => tracing::warn!(
+                    delivery = %d.id,
+                    receipt = %d.receipt_id,
+                    subscription = %d.subscription_id,
+                    attempt = number,
+                    error_class = %class,
+                    message = msg,
+                    "delivery attempt failed; retrying"
                 ),
             }
             if let Some(t) = done.subscription_transition {
