@@ -26,7 +26,9 @@ pub struct StartRequest<'a> {
 /// connect / timeout / request errors. Never a header value, a URL or a secret.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StartFailure {
+    /// The failed result (`error_class`, `Retry-After`, permanence) the retry decision reads.
     pub result: ActionResult,
+    /// Stored as the attempt's `message`, shown as `attempts[].message`, logged at `warn`.
     pub message: String,
 }
 
