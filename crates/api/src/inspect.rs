@@ -73,23 +73,31 @@ pub(crate) fn page(key: &str, items: Vec<Value>, limit: u32, id_key: &str) -> Va
     body
 }
 
-/// `GET /v1/trigger-subscriptions` -> `{subscriptions: [TriggerSubscription]}`.
-#[utoipa::path(get, path = "/v1/trigger-subscriptions", tag = "trigger-subscriptions", responses((status = 200, description = "{subscriptions: [TriggerSubscription]}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
+/// `GET /v1/trigger-subscriptions` -> `{subscriptions: [TriggerSubscription], stateDetails: {id:
+/// {stateSince, failuresSinceSuccess, lastError?, lastSuccessAt?}}}`.
+#[utoipa::path(get, path = "/v1/trigger-subscriptions", tag = "trigger-subscriptions", responses((status = 200, description = "{subscriptions: [TriggerSubscription], stateDetails: {id: {stateSince, failuresSinceSuccess, lastError?, lastSuccessAt?}}}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn list_subscriptions(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let subs = st.engine.store.list_subscriptions().await?;
+    let details: serde_json::Map<String, Value> = subs
+        .iter()
+        .map(|s| (s.id.clone(), wire::subscription_state_detail(s)))
+        .collect();
     Ok(Json(
-        json!({"subscriptions": subs.iter().map(wire::subscription).collect::<Vec<_>>()}),
+        json!({"subscriptions": subs.iter().map(wire::subscription).collect::<Vec<_>>(), "stateDetails": details}),
     ))
 }
 
-/// `GET /v1/trigger-subscriptions/{id}` -> `{subscription}`.
-#[utoipa::path(get, path = "/v1/trigger-subscriptions/{id}", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{subscription}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
+/// `GET /v1/trigger-subscriptions/{id}` -> `{subscription, stateDetail: {stateSince,
+/// failuresSinceSuccess, lastError?, lastSuccessAt?}}`.
+#[utoipa::path(get, path = "/v1/trigger-subscriptions/{id}", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{subscription, stateDetail}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_subscription(
     State(st): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let s = st.engine.store.get_subscription(&id).await?;
-    Ok(Json(json!({"subscription": wire::subscription(&s)})))
+    Ok(Json(
+        json!({"subscription": wire::subscription(&s), "stateDetail": wire::subscription_state_detail(&s)}),
+    ))
 }
 
 async fn operate(

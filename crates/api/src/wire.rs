@@ -32,6 +32,24 @@ pub fn subscription(s: &SubscriptionRecord) -> Value {
     v
 }
 
+/// Since when a subscription is in its state and how it is failing (issue #9 defect 5), kept beside the
+/// OpenWOP `TriggerSubscription` object (whose schema is closed): `{stateSince, failuresSinceSuccess,
+/// lastError?, lastSuccessAt?}`.
+pub fn subscription_state_detail(s: &SubscriptionRecord) -> Value {
+    let mut m = json!({
+        "stateSince": time(s.state_since),
+        "failuresSinceSuccess": s.consecutive_failures,
+    });
+    let o = m.as_object_mut().expect("object");
+    put(o, "lastError", s.last_error.clone().map(Value::String));
+    put(
+        o,
+        "lastSuccessAt",
+        s.last_success_at.map(|t| Value::String(time(t))),
+    );
+    m
+}
+
 /// A receipt (no body, no headers).
 pub fn receipt(r: &ReceiptRecord) -> Value {
     let mut m = json!({
@@ -110,6 +128,7 @@ pub fn attempt(a: &AttemptRecord) -> Value {
     });
     let o = m.as_object_mut().expect("object");
     put(o, "errorClass", a.error_class.clone().map(Value::String));
+    put(o, "message", a.message.clone().map(Value::String));
     put(
         o,
         "nextAttemptAt",

@@ -546,3 +546,251 @@ async fn a_dead_letter_is_replayed_once_and_a_duplicate_never_names_a_run_that_d
         .unwrap();
     assert_eq!(again.status().as_u16(), 409);
 }
+
+/// Posts a new `pull_request.opened` and waits until its delivery settled (one webhook at a time);
+/// returns the ingest answer and the delivery view.
+async fn post_and_settle(s: &Server, id: &str) -> (StatusCode, Value, Value) {
+    let (st, a) = s.post_github("pull_request", id, opened(), GH_SECRET).await;
+    let d_id = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let d = s
+        .wait_for(&format!("/v1/deliveries/{d_id}"), |v| {
+            v["delivery"]["state"] == "delivered" || v["delivery"]["state"] == "dead-lettered"
+        })
+        .await;
+    (st, a, d)
+}
+
+async fn state_changes(s: &Server) -> Vec<(String, String)> {
+    s.engine
+        .store
+        .subscription_events("github", 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.event_type == "trigger.subscription.state.changed")
+        .map(|e| {
+            (
+                e.payload["fromState"].as_str().unwrap().to_string(),
+                e.payload["toState"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue #9 defect 4: a worker failing half the time (deterministically: fail, fail, succeed, ...,
+/// so runs of two consecutive failures occur) with one attempt per delivery. Before the fix the first
+/// exhausted delivery dead-lettered the subscription and the breaker (threshold 2) flapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sporadically_failing_worker_never_dead_letters_or_flaps_the_subscription() {
+    let codes: Vec<u16> = (0..100)
+        .map(|i| if i % 3 == 2 { 200 } else { 500 })
+        .collect();
+    let (url, hits) = worker(codes).await;
+    let policy = FailurePolicy {
+        failure_window_ms: 10_000,
+        dead_letter_after_ms: 10_000,
+        dead_letter_min_failures: 3,
+    };
+    let s = start_with(Some(url), fast_retry(1), 2, policy, Default::default()).await;
+    let mut outcomes = Vec::new();
+    for i in 0..12 {
+        let (st, a, d) = post_and_settle(&s, &format!("half-{i}")).await;
+        assert_eq!(
+            (st, a["outcome"].as_str()),
+            (StatusCode::ACCEPTED, Some("accepted")),
+            "webhook {i}: {a}"
+        );
+        outcomes.push(d["delivery"]["state"].as_str().unwrap().to_string());
+        let sub = s.get("/v1/trigger-subscriptions/github").await;
+        assert_eq!(sub["subscription"]["state"], "active", "after webhook {i}");
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        12,
+        "every webhook reached the worker"
+    );
+    assert_eq!(outcomes.iter().filter(|o| *o == "delivered").count(), 4);
+    assert_eq!(outcomes.iter().filter(|o| *o == "dead-lettered").count(), 8);
+    assert_eq!(
+        state_changes(&s).await,
+        vec![],
+        "no transition at all: no flapping"
+    );
+}
+
+/// Issue #9 defect 4: 100 % failure dead-letters the subscription only once failure was continuous
+/// for `dead_letter_after_ms` with at least `dead_letter_min_failures` failures; an operator resume
+/// and a success recover it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continuous_failure_dead_letters_after_the_window_and_a_resume_recovers() {
+    let (url, hits) = worker(vec![500; 4]).await;
+    let policy = FailurePolicy {
+        failure_window_ms: 0,
+        dead_letter_after_ms: 1_500,
+        dead_letter_min_failures: 3,
+    };
+    let s = start_with(Some(url), fast_retry(1), 2, policy, Default::default()).await;
+    let mut first_failure = None;
+    for i in 0..3 {
+        let (_, _, d) = post_and_settle(&s, &format!("all-{i}")).await;
+        assert_eq!(d["delivery"]["state"], "dead-lettered");
+        first_failure.get_or_insert(
+            chrono::DateTime::parse_from_rfc3339(d["attempts"][0]["startedAt"].as_str().unwrap())
+                .unwrap(),
+        );
+    }
+    let sub = s.get("/v1/trigger-subscriptions/github").await;
+    assert_eq!(
+        sub["subscription"]["state"], "failed",
+        "the breaker tripped, no dead-lettering yet"
+    );
+    assert_eq!(sub["stateDetail"]["failuresSinceSuccess"], 3);
+    assert_eq!(sub["stateDetail"]["lastError"], "http_500: HTTP 500");
+    // Let the continuous-failure window pass (the rule is about elapsed time), then fail once more.
+    let first = first_failure.unwrap();
+    let elapsed = chrono::Utc::now()
+        .signed_duration_since(first)
+        .num_milliseconds();
+    tokio::time::sleep(std::time::Duration::from_millis(
+        (1_600 - elapsed).max(0) as u64
+    ))
+    .await;
+    let (_, _, d4) = post_and_settle(&s, "all-3").await;
+    assert_eq!(d4["delivery"]["state"], "dead-lettered");
+    let sub = s.get("/v1/trigger-subscriptions/github").await;
+    assert_eq!(sub["subscription"]["state"], "dead-lettered");
+    assert_eq!(
+        state_changes(&s).await,
+        vec![
+            ("active".to_string(), "failed".to_string()),
+            ("failed".to_string(), "dead-lettered".to_string())
+        ]
+    );
+    let listed = s
+        .engine
+        .subscriptions_in_state(tb_core::subscription::SubscriptionState::DeadLettered)
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
+        vec!["github"]
+    );
+    // Dead-lettered: answered 202 dead_lettered, never sent.
+    let (st, v) = s
+        .post_github("pull_request", "all-4", opened(), GH_SECRET)
+        .await;
+    assert_eq!(
+        (st, v["outcome"].as_str()),
+        (StatusCode::ACCEPTED, Some("dead_lettered"))
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 4);
+    // Recovery: resume, and the (now healthy) worker delivers; the streak starts over.
+    let (st, _) = s
+        .post("/v1/trigger-subscriptions/github/resume", json!({}))
+        .await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, a, d) = post_and_settle(&s, "all-5").await;
+    assert_eq!(
+        (st, a["outcome"].as_str()),
+        (StatusCode::ACCEPTED, Some("accepted"))
+    );
+    assert_eq!(d["delivery"]["state"], "delivered");
+    let sub = s.get("/v1/trigger-subscriptions/github").await;
+    assert_eq!(sub["subscription"]["state"], "active");
+    assert_eq!(sub["stateDetail"]["failuresSinceSuccess"], 0);
+}
+
+/// Issue #9 defect 8: a worker slower than the lease (lease 300 ms, work 1 s) gets exactly one POST:
+/// the lease is renewed while the attempt is in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_shorter_than_the_work_is_renewed_and_the_worker_gets_one_post() {
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let h = hits.clone();
+    let app = axum::Router::new().route(
+        "/run",
+        axum::routing::post(move || {
+            let h = h.clone();
+            async move {
+                h.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(1_000)).await;
+                StatusCode::OK
+            }
+        }),
+    );
+    let (url, hits) = serve_worker(app, hits).await;
+    let worker = tb_engine::worker::WorkerConfig {
+        lease_ms: 300,
+        ..Default::default()
+    };
+    let s = start_with(Some(url), fast_retry(3), 0, IMMEDIATE, worker).await;
+    let (_, _, d) = post_and_settle(&s, "slow-1").await;
+    assert_eq!(d["delivery"]["state"], "delivered");
+    assert_eq!(
+        d["attempts"].as_array().unwrap().len(),
+        1,
+        "one attempt recorded"
+    );
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        1,
+        "exactly one POST reached the worker"
+    );
+}
+
+/// Issue #9 defect 6: a failed attempt keeps a short sanitized message (status and the first bytes of
+/// the body, printable only, capped), shown as `attempts[].message`; connect errors read as a sentence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_keep_a_short_sanitized_message() {
+    let mut body = b"{\"error\":\"database is down\"}\n\x1b[2J".to_vec();
+    body.extend(std::iter::repeat_n(b'x', 5_000));
+    let app = axum::Router::new().route(
+        "/run",
+        axum::routing::post(move || {
+            let body = body.clone();
+            async move {
+                (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    [("x-secret-header", "hunter2")],
+                    body,
+                )
+            }
+        }),
+    );
+    let (url, _) = serve_worker(app, Default::default()).await;
+    let s = start(Some(url), fast_retry(1), 0).await;
+    let (_, _, d) = post_and_settle(&s, "msg-1").await;
+    let m = d["attempts"][0]["message"].as_str().unwrap();
+    assert!(
+        m.starts_with("HTTP 500: {\"error\":\"database is down\"} [2Jxxx"),
+        "{m}"
+    );
+    assert_eq!(
+        m.len(),
+        "HTTP 500: ".len() + 256 - 1,
+        "256 body bytes, one space collapsed: {m}"
+    );
+    assert!(!m.contains("hunter2"));
+    assert_eq!(d["attempts"][0]["errorClass"], "http_500");
+
+    // Nothing listens on the port: a plain sentence.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let s = start(
+        Some(format!("http://127.0.0.1:{port}/run")),
+        fast_retry(1),
+        0,
+    )
+    .await;
+    let (_, _, d) = post_and_settle(&s, "msg-2").await;
+    assert_eq!(d["attempts"][0]["errorClass"], "connect");
+    assert_eq!(
+        d["attempts"][0]["message"],
+        "could not connect to the worker"
+    );
+}

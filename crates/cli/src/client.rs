@@ -205,12 +205,13 @@ const DELIVERIES: &str = "DELIVERY=deliveryId SUBSCRIPTION=subscriptionId BINDIN
     STATE=state ATTEMPTS=attempts RUN=runId NEXT_ATTEMPT=nextAttemptAt LEASE_OWNER=leaseOwner \
     LEASE_EXPIRES=leaseExpiresAt";
 const ATTEMPTS: &str = "ATTEMPT=attempt OUTCOME=outcome ERROR=errorClass STARTED=startedAt \
-    DURATION_MS=durationMs NEXT_ATTEMPT=nextAttemptAt";
+    DURATION_MS=durationMs NEXT_ATTEMPT=nextAttemptAt MESSAGE=message";
 const RUNS: &str =
     "RUN=runId WORKFLOW=workflowId STATUS=status CAUSATION=causationId CREATED=createdAt";
 const EVENTS: &str = "SEQ=sequence TYPE=type EVENT=eventId TIMESTAMP=timestamp";
 const SUBSCRIPTIONS: &str = "SUBSCRIPTION=subscriptionId SOURCE=source STATE=state \
-    MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff";
+    SINCE=stateDetail/stateSince FAILURES=stateDetail/failuresSinceSuccess \
+    MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff LAST_ERROR=stateDetail/lastError";
 const TIMELINE: &str = "STATE=state AT=at DELIVERY=deliveryId ATTEMPT=attempt OUTCOME=outcome \
     ERROR=errorClass";
 const RECEIPT_KV: &str =
@@ -614,12 +615,29 @@ pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
     Ok(())
 }
 
+/// Folds the list's `stateDetails` (by id) into each subscription as `stateDetail`, for the table.
+fn with_state_details(v: &mut Value) {
+    let details = v["stateDetails"].take();
+    if let Some(items) = v["subscriptions"].as_array_mut() {
+        for it in items {
+            let id = it["subscriptionId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if let Some(d) = details.get(&id) {
+                it["stateDetail"] = d.clone();
+            }
+        }
+    }
+}
+
 /// `subscriptions list|pause|resume`.
 pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
     let api = Api::new(o)?;
     let (id, verb) = match c {
         SubscriptionsCmd::List => {
-            if let Some(v) = api.get("/v1/trigger-subscriptions", &[]).await? {
+            if let Some(mut v) = api.get("/v1/trigger-subscriptions", &[]).await? {
+                with_state_details(&mut v);
                 print_list(
                     &v,
                     "subscriptions",
@@ -645,6 +663,50 @@ pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #9 defect 5: `subscriptions list` shows state, since when, failures and the last error.
+    #[test]
+    fn subscriptions_list_shows_since_failures_and_last_error() {
+        let mut v = serde_json::json!({
+            "subscriptions": [
+                {"subscriptionId": "gh", "source": "webhook", "state": "dead-lettered",
+                 "retryPolicy": {"maxAttempts": 8, "backoff": "schedule"}},
+                {"subscriptionId": "ok", "source": "webhook", "state": "active",
+                 "retryPolicy": {"maxAttempts": 8, "backoff": "schedule"}}
+            ],
+            "stateDetails": {
+                "gh": {"stateSince": "2026-12-01T09:00:00.000Z", "failuresSinceSuccess": 12,
+                       "lastError": "http_500: HTTP 500: db down"},
+                "ok": {"stateSince": "2026-11-30T09:00:00.000Z", "failuresSinceSuccess": 0}
+            }
+        });
+        with_state_details(&mut v);
+        let out = render(v["subscriptions"].as_array().unwrap(), SUBSCRIPTIONS);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(
+            lines[0].starts_with("SUBSCRIPTION  SOURCE   STATE          SINCE"),
+            "{out}"
+        );
+        assert!(lines[0].ends_with("LAST ERROR"), "{out}");
+        assert!(
+            lines[1].contains("dead-lettered  2026-12-01T09:00:00.000Z  12"),
+            "{out}"
+        );
+        assert!(lines[1].ends_with("http_500: HTTP 500: db down"), "{out}");
+        assert!(
+            lines[2].contains("active         2026-11-30T09:00:00.000Z  0"),
+            "{out}"
+        );
+        let attempts = [
+            serde_json::json!({"attempt": 1, "outcome": "retrying", "errorClass": "connect",
+            "message": "could not connect to the worker"}),
+        ];
+        assert!(render(&attempts, ATTEMPTS)
+            .lines()
+            .nth(1)
+            .unwrap()
+            .ends_with("could not connect to the worker"));
+    }
 
     #[test]
     fn table_aligns_columns() {

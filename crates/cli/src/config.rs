@@ -21,7 +21,13 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = tb_engine::catalog::DEFAULT_MAX_BODY_B
 /// Default dedup window: 24 h (the OpenWOP Layer-1 floor), in seconds.
 pub const DEFAULT_DEDUP_WINDOW_S: u64 = 86_400;
 /// Default breaker threshold: consecutive failed attempts before `active -> failed`.
-pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
+pub const DEFAULT_FAILURE_THRESHOLD: u32 = tb_engine::catalog::DEFAULT_FAILURE_THRESHOLD;
+/// Default delivery lease, in ms.
+pub const DEFAULT_LEASE_MS: u64 = 60_000;
+/// Least headroom of the lease over the longest executor timeout, in ms (`check-config` refuses less).
+pub const LEASE_MARGIN_MS: u64 = 1_000;
+/// Default http executor timeout, in ms.
+pub const DEFAULT_EXECUTOR_TIMEOUT_MS: u64 = 15_000;
 
 /// `[server]`.
 #[derive(Debug, Deserialize, Default)]
@@ -31,8 +37,18 @@ pub struct ServerSection {
     pub listen: Option<String>,
     /// Directory of the SQLite store.
     pub data_dir: Option<PathBuf>,
-    /// Delivery lease in ms (default 60 000): a crashed attempt is retried after this.
+    /// Delivery lease in ms (default 60 000): a crashed attempt is retried after this. Renewed every
+    /// lease/3 while an attempt is in flight; must be at least the longest http executor
+    /// `timeout_ms` plus [`LEASE_MARGIN_MS`].
     pub lease_ms: Option<u64>,
+    /// Default of every subscription's `failure_window_ms` (default 60 000 = 1 min): the breaker
+    /// (`active -> failed`) needs `failure_threshold` consecutive failures AND no success for this long.
+    pub failure_window_ms: Option<u64>,
+    /// Default of every subscription's `dead_letter_after_ms` (default 432 000 000 = 5 days): a
+    /// subscription is dead-lettered only after failing continuously (no success) for this long ...
+    pub dead_letter_after_ms: Option<u64>,
+    /// ... with at least this many failed attempts (default 10, at least 1).
+    pub dead_letter_min_failures: Option<u32>,
     /// This host's id in discovery and run ancestry (default `trigger-bridge`).
     pub host_id: Option<String>,
     /// Days a dead-lettered delivery stays readable (default 14; RFC 0232 `retentionDays`).
@@ -132,6 +148,12 @@ pub struct SubscriptionSection {
     pub dedup_window_s: Option<u64>,
     pub max_body_bytes: Option<usize>,
     pub failure_threshold: Option<u32>,
+    /// Overrides `[server].failure_window_ms` for this subscription (ms).
+    pub failure_window_ms: Option<u64>,
+    /// Overrides `[server].dead_letter_after_ms` for this subscription (ms).
+    pub dead_letter_after_ms: Option<u64>,
+    /// Overrides `[server].dead_letter_min_failures` for this subscription.
+    pub dead_letter_min_failures: Option<u32>,
     /// Standard Webhooks / hmac timestamp tolerance in seconds (default 300).
     pub tolerance_s: Option<u64>,
     /// Authenticated requests per minute before 429 `rate_limited` (default: unlimited).
@@ -474,6 +496,118 @@ pub const GITHUB_EVENTS: &[&str] = &[
     "workflow_run",
 ];
 
+/// Actions of the GitHub webhook events whose action vocabulary is fixed (docs.github.com "Webhook
+/// events and payloads"). A binding naming `event.action` for one of these events must use one of its
+/// actions; other events are not checked.
+pub const GITHUB_ACTIONS: &[(&str, &[&str])] = &[
+    (
+        "pull_request",
+        &[
+            "assigned",
+            "auto_merge_disabled",
+            "auto_merge_enabled",
+            "closed",
+            "converted_to_draft",
+            "demilestoned",
+            "dequeued",
+            "edited",
+            "enqueued",
+            "labeled",
+            "locked",
+            "milestoned",
+            "opened",
+            "ready_for_review",
+            "reopened",
+            "review_request_removed",
+            "review_requested",
+            "synchronize",
+            "unassigned",
+            "unlabeled",
+            "unlocked",
+        ],
+    ),
+    (
+        "issues",
+        &[
+            "assigned",
+            "closed",
+            "deleted",
+            "demilestoned",
+            "edited",
+            "labeled",
+            "locked",
+            "milestoned",
+            "opened",
+            "pinned",
+            "reopened",
+            "transferred",
+            "typed",
+            "unassigned",
+            "unlabeled",
+            "unlocked",
+            "unpinned",
+            "untyped",
+        ],
+    ),
+    ("issue_comment", &["created", "deleted", "edited"]),
+    ("pull_request_review", &["dismissed", "edited", "submitted"]),
+    (
+        "pull_request_review_comment",
+        &["created", "deleted", "edited"],
+    ),
+    ("pull_request_review_thread", &["resolved", "unresolved"]),
+    (
+        "check_run",
+        &["completed", "created", "requested_action", "rerequested"],
+    ),
+    ("check_suite", &["completed", "requested", "rerequested"]),
+    ("workflow_run", &["completed", "in_progress", "requested"]),
+    (
+        "workflow_job",
+        &["completed", "in_progress", "queued", "waiting"],
+    ),
+    (
+        "release",
+        &[
+            "created",
+            "deleted",
+            "edited",
+            "prereleased",
+            "published",
+            "released",
+            "unpublished",
+        ],
+    ),
+    ("star", &["created", "deleted"]),
+    ("watch", &["started"]),
+];
+
+/// Edit distance of two short words (Levenshtein), for "did you mean" hints.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// The closest of `known` to `word` when it is close (at most 3 edits), for a "did you mean" hint.
+fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(word, k), *k))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, k)| k)
+}
+
 /// Azure DevOps service-hook event types the bridge normalizes first (signals-and-connectors §2.3); shown
 /// in check-config messages. Other well-formed ADO event types (e.g. `workitem.updated`) are accepted too.
 pub const AZURE_DEVOPS_EVENTS: &[&str] = &[
@@ -523,10 +657,27 @@ pub fn check_event_type(t: &str, connector: Option<&ConnectorSpec>) -> Result<()
         return Err(format!("{t:?} is not an event type; use \"*\", \"event\" or \"event.action\" (e.g. \"pull_request.opened\")"));
     }
     if matches!(connector, Some(ConnectorSpec::Github)) && !GITHUB_EVENTS.contains(&event) {
+        let hint = closest(event, GITHUB_EVENTS)
+            .map(|k| format!("did you mean {k:?}? "))
+            .unwrap_or_default();
         return Err(format!(
-            "{event:?} is not a GitHub webhook event; known: {}",
+            "{event:?} is not a GitHub webhook event; {hint}known: {}",
             GITHUB_EVENTS.join(", ")
         ));
+    }
+    if let (Some(ConnectorSpec::Github), Some(action)) = (connector, t.split_once('.').map(|x| x.1))
+    {
+        if let Some((_, actions)) = GITHUB_ACTIONS.iter().find(|(e, _)| *e == event) {
+            if !actions.contains(&action) {
+                let hint = closest(action, actions)
+                    .map(|k| format!("did you mean \"{event}.{k}\"? "))
+                    .unwrap_or_default();
+                return Err(format!(
+                    "{action:?} is not an action of the GitHub {event:?} event; {hint}known: {}",
+                    actions.join(", ")
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -549,6 +700,9 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 tb_store::sqlite::writer::DEFAULT_QUEUE_CAPACITY
             ));
         }
+    }
+    if cfg.server.dead_letter_min_failures == Some(0) {
+        errs.push("[server].dead_letter_min_failures must be at least 1 (default 10)".into());
     }
     let mut subs = Vec::new();
     let mut seen = HashSet::new();
@@ -637,6 +791,24 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         if let Err(e) = retry.validate() {
             errs.push(format!("{at}: retry: {e}"));
         }
+        let d = tb_core::subscription::FailurePolicy::default();
+        let failure = tb_core::subscription::FailurePolicy {
+            failure_window_ms: s
+                .failure_window_ms
+                .or(cfg.server.failure_window_ms)
+                .unwrap_or(d.failure_window_ms),
+            dead_letter_after_ms: s
+                .dead_letter_after_ms
+                .or(cfg.server.dead_letter_after_ms)
+                .unwrap_or(d.dead_letter_after_ms),
+            dead_letter_min_failures: s
+                .dead_letter_min_failures
+                .or(cfg.server.dead_letter_min_failures)
+                .unwrap_or(d.dead_letter_min_failures),
+        };
+        if let Err(e) = failure.validate() {
+            errs.push(format!("{at}: {e}"));
+        }
         let max_body_bytes = s.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES);
         if max_body_bytes == 0 {
             errs.push(format!("{at}: max_body_bytes must be at least 1"));
@@ -650,6 +822,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             dedup_window_s: s.dedup_window_s.unwrap_or(DEFAULT_DEDUP_WINDOW_S),
             max_body_bytes,
             failure_threshold: s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD),
+            failure,
             verification: Default::default(),
             dedup_enabled: true,
             fingerprint: None,
@@ -720,10 +893,18 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                         continue;
                     }
                 };
+                let timeout_ms = w.timeout_ms.unwrap_or(DEFAULT_EXECUTOR_TIMEOUT_MS);
+                let lease_ms = cfg.server.lease_ms.unwrap_or(DEFAULT_LEASE_MS);
+                if lease_ms < timeout_ms.saturating_add(LEASE_MARGIN_MS) {
+                    errs.push(format!(
+                        "{at}: timeout_ms = {timeout_ms} needs [server].lease_ms of at least {} (the timeout plus a {LEASE_MARGIN_MS} ms margin), but lease_ms is {lease_ms}: a lease shorter than the work lets another worker perform the same delivery again; raise lease_ms or lower timeout_ms",
+                        timeout_ms.saturating_add(LEASE_MARGIN_MS)
+                    ));
+                }
                 Executor::Http {
                     url,
                     secret,
-                    timeout_ms: w.timeout_ms.unwrap_or(15_000),
+                    timeout_ms,
                 }
             }
             other => {

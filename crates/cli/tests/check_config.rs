@@ -428,3 +428,101 @@ fn writer_queue_capacity_is_checked() {
         }
     }
 }
+
+#[test]
+fn an_unknown_github_action_is_refused_with_a_did_you_mean() {
+    let typo = GOOD.replace("pull_request.opened", "pull_request.opend");
+    let (code, out) = check(&typo, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "bindings[0] (b): event_types: \"opend\" is not an action of the GitHub \"pull_request\" event; did you mean \"pull_request.opened\"?"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("synchronize"),
+        "the known actions are listed: {out}"
+    );
+    let event_typo = GOOD.replace("pull_request.opened", "pull_reqest.opened");
+    let (code, out) = check(&event_typo, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("did you mean \"pull_request\"?"), "{out}");
+    // Events whose actions are not fixed, and known actions, still pass.
+    for ok in [
+        "pull_request.synchronize",
+        "issues.opened",
+        "push",
+        "repository_dispatch.deploy",
+    ] {
+        let (code, out) = check(
+            &GOOD.replace("pull_request.opened", ok),
+            &[("TB_TEST_SECRET", "s3cret")],
+        );
+        assert_eq!(code, 0, "{ok}: {out}");
+    }
+}
+
+const HTTP_WORKFLOW: &str = r#"
+[[workflows]]
+id = "worker"
+executor = "http"
+url = "http://127.0.0.1:9/run"
+secret = "env:TB_TEST_WHSEC"
+timeout_ms = 4000
+"#;
+
+#[test]
+fn a_lease_shorter_than_the_executor_timeout_plus_a_margin_is_refused() {
+    let envs = [
+        ("TB_TEST_SECRET", "s3cret"),
+        ("TB_TEST_WHSEC", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    ];
+    let short = format!("[server]\nlease_ms = 1000\n{GOOD}{HTTP_WORKFLOW}");
+    let (code, out) = check(&short, &envs);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("workflows[1] (worker): timeout_ms = 4000 needs [server].lease_ms of at least 5000 (the timeout plus a 1000 ms margin), but lease_ms is 1000"),
+        "{out}"
+    );
+    let enough = format!("[server]\nlease_ms = 5000\n{GOOD}{HTTP_WORKFLOW}");
+    let (code, out) = check(&enough, &envs);
+    assert_eq!(code, 0, "{out}");
+    // The default lease (60 s) covers the default timeout (15 s).
+    let default = format!("{GOOD}{HTTP_WORKFLOW}").replace("timeout_ms = 4000\n", "");
+    let (code, out) = check(&default, &envs);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn failure_policy_keys_are_read_and_checked() {
+    let envs = [("TB_TEST_SECRET", "s3cret")];
+    let good = GOOD.replace(
+        "secret = \"env:TB_TEST_SECRET\"\n",
+        "secret = \"env:TB_TEST_SECRET\"\ndead_letter_after_ms = 3600000\ndead_letter_min_failures = 3\nfailure_window_ms = 1000\n",
+    );
+    let (code, out) = check(
+        &format!("[server]\ndead_letter_after_ms = 86400000\n{good}"),
+        &envs,
+    );
+    assert_eq!(code, 0, "{out}");
+    let zero = GOOD.replace(
+        "secret = \"env:TB_TEST_SECRET\"\n",
+        "secret = \"env:TB_TEST_SECRET\"\ndead_letter_min_failures = 0\n",
+    );
+    let (code, out) = check(&zero, &envs);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("subscriptions[0] (gh): dead_letter_min_failures must be at least 1"),
+        "{out}"
+    );
+    let (code, out) = check(
+        &format!("[server]\ndead_letter_min_failures = 0\n{GOOD}"),
+        &envs,
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("[server].dead_letter_min_failures must be at least 1"),
+        "{out}"
+    );
+}

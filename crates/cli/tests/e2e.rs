@@ -220,7 +220,7 @@ id = "worker"
 executor = "http"
 url = "http://127.0.0.1:{worker_port}/run"
 secret = "env:STANDARD_WEBHOOK_SECRET"
-timeout_ms = 30000
+timeout_ms = 500
 
 [[bindings]]
 id = "pr-opened"

@@ -207,3 +207,51 @@ mod tests {
         );
     }
 }
+
+/// Largest response-body excerpt kept in an attempt's message, in bytes (issue #9 defect 6).
+pub const MESSAGE_BODY_BYTES: usize = 256;
+
+/// The short, sanitized message of an attempt that got an HTTP answer: `HTTP <status>` and, when the
+/// body has printable text, `: <excerpt>` from at most the first [`MESSAGE_BODY_BYTES`] bytes of the
+/// body. Only printable ASCII survives (control characters, escapes and non-ASCII become one space,
+/// runs of spaces collapse), so the message can be logged and shown as is. Headers are never read.
+pub fn http_failure_message(status: u16, body_head: &[u8]) -> String {
+    let head = &body_head[..body_head.len().min(MESSAGE_BODY_BYTES)];
+    let mut text = String::with_capacity(head.len());
+    for &b in head {
+        let c = if (0x21..=0x7e).contains(&b) {
+            b as char
+        } else {
+            ' '
+        };
+        if c == ' ' && (text.is_empty() || text.ends_with(' ')) {
+            continue;
+        }
+        text.push(c);
+    }
+    let text = text.trim_end();
+    if text.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {text}")
+    }
+}
+
+#[cfg(test)]
+mod message_tests {
+    use super::*;
+
+    #[test]
+    fn http_messages_are_capped_printable_and_single_line() {
+        assert_eq!(http_failure_message(500, b""), "HTTP 500");
+        assert_eq!(http_failure_message(503, b" \r\n\t "), "HTTP 503");
+        assert_eq!(
+            http_failure_message(500, b"{\"error\":\n  \"db down\"}\x1b[31m\xc3\xa9"),
+            "HTTP 500: {\"error\": \"db down\"} [31m"
+        );
+        let long = vec![b'a'; 10_000];
+        let m = http_failure_message(502, &long);
+        assert_eq!(m.len(), "HTTP 502: ".len() + MESSAGE_BODY_BYTES);
+        assert!(m.bytes().all(|b| (0x20..=0x7e).contains(&b)));
+    }
+}

@@ -263,19 +263,23 @@ pub async fn ingest(
         }],
         capability: Some(c.id.clone()),
     };
-    match engine.store.commit_receipt(receipt).await {
+    let committed = crate::ingest::commit_detached(engine, receipt, |out, ready| {
+        if let Ok(IngestOutcome::Accepted { .. }) = out {
+            metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => "accepted")
+                .increment(1);
+            ready.notify_one();
+        }
+    })
+    .await?;
+    match committed {
         Ok(IngestOutcome::Accepted {
             receipt_id,
             deliveries,
-        }) => {
-            count("accepted");
-            engine.work_ready.notify_one();
-            Ok(IngestAnswer::Accepted {
-                run_id: Some(c.run_id.clone()),
-                receipt_id,
-                deliveries,
-            })
-        }
+        }) => Ok(IngestAnswer::Accepted {
+            run_id: Some(c.run_id.clone()),
+            receipt_id,
+            deliveries,
+        }),
         Ok(dup @ IngestOutcome::Duplicate { .. }) => duplicate(engine, dup, &body).await,
         Err(StoreError::Rejected {
             code: ErrorCode::NotFound,

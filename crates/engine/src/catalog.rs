@@ -47,8 +47,11 @@ pub struct SubscriptionConfig {
     pub dedup_window_s: u64,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
-    /// Consecutive failed attempts that trip `active -> failed`; 0 never trips.
+    /// Consecutive failed attempts that trip `active -> failed` (with no success for
+    /// `failure.failure_window_ms`); 0 never trips. Config default [`DEFAULT_FAILURE_THRESHOLD`].
     pub failure_threshold: u32,
+    /// Breaker window and continuous-failure rule of dead-lettering (issue #9 defect 4).
+    pub failure: tb_core::subscription::FailurePolicy,
     pub verification: Verification,
     /// When false every request is a new receipt (no dedup key is held).
     pub dedup_enabled: bool,
@@ -63,7 +66,8 @@ pub struct SubscriptionConfig {
 
 impl SubscriptionConfig {
     /// A webhook subscription with the defaults a config file gets: the default retry policy (Svix
-    /// schedule), a 24 h dedup window, [`DEFAULT_MAX_BODY_BYTES`], no breaker threshold, verification
+    /// schedule), a 24 h dedup window, [`DEFAULT_MAX_BODY_BYTES`], breaker threshold
+    /// [`DEFAULT_FAILURE_THRESHOLD`], the default [`tb_core::subscription::FailurePolicy`], verification
     /// `required`, dedup on, no rate limit. `secret` is the resolved key bytes.
     pub fn webhook(id: &str, connector: ConnectorSpec, secret: &[u8]) -> SubscriptionConfig {
         SubscriptionConfig {
@@ -74,7 +78,8 @@ impl SubscriptionConfig {
             retry: RetryPolicy::default(),
             dedup_window_s: 86_400,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            failure_threshold: 0,
+            failure_threshold: DEFAULT_FAILURE_THRESHOLD,
+            failure: Default::default(),
             verification: Verification::Required,
             dedup_enabled: true,
             fingerprint: None,
@@ -104,6 +109,9 @@ impl SubscriptionConfig {
         }
     }
 }
+
+/// Default breaker threshold: consecutive failed attempts before `active -> failed`.
+pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
 
 /// Default body limit: 25 MiB (GitHub's own cap; signals-and-connectors §1.4), in bytes.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
@@ -234,5 +242,22 @@ pub fn api_runs_config() -> SubscriptionConfig {
             ConnectorSpec::StandardWebhooks { tolerance_s: 300 },
             &[],
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #9 (14): `webhook` promises the config defaults; the breaker threshold was 0 (never trips).
+    #[test]
+    fn webhook_gets_the_config_defaults() {
+        let s = SubscriptionConfig::webhook("gh", ConnectorSpec::Github, b"k");
+        assert_eq!(s.failure_threshold, DEFAULT_FAILURE_THRESHOLD);
+        assert_eq!(s.failure_threshold, 5);
+        assert_eq!(s.failure, tb_core::subscription::FailurePolicy::default());
+        assert_eq!(s.store_def().failure_threshold, 5);
+        assert_eq!(s.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        assert_eq!(s.dedup_window_s, 86_400);
     }
 }

@@ -21,12 +21,36 @@ pub struct StartRequest<'a> {
     pub receipt_id: &'a str,
 }
 
+/// A failed start: the attempt's result and its short, sanitized message (issue #9 defect 6): `HTTP
+/// <status>[: <first bytes of the body, printable only, <= 256 bytes>]`, or a plain sentence for
+/// connect / timeout / request errors. Never a header value, a URL or a secret.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartFailure {
+    /// The failed result (`error_class`, `Retry-After`, permanence) the retry decision reads.
+    pub result: ActionResult,
+    /// Stored as the attempt's `message`, shown as `attempts[].message`, logged at `warn`.
+    pub message: String,
+}
+
+fn failure(error_class: &str, message: String) -> StartFailure {
+    StartFailure {
+        result: ActionResult::Failed {
+            error_class: error_class.into(),
+            retry_after_ms: None,
+            permanent: false,
+        },
+        message,
+    }
+}
+
 /// Largest `Retry-After` honoured before clamping by the retry policy: 1 day, in seconds.
 const MAX_RETRY_AFTER_S: u64 = 86_400;
 
 /// Starts a run of `workflow`. `Ok` gives the run's status after the start (`completed` or `running`);
 /// `Err` is a failed attempt with a content-free `error_class` (`http_<status>`, `timeout`, `connect`,
-/// `request`) and the worker's `Retry-After` (seconds or HTTP date are both read; only seconds are honoured).
+/// `request`), the worker's `Retry-After` (seconds or HTTP date are both read; only seconds are
+/// honoured) and a [`StartFailure::message`]. Of a failed answer's body at most the first 256 bytes are
+/// read (bounded memory).
 ///
 /// The `http` executor POSTs `{runId, workflowId, inputs, causationId, trigger: {subscriptionId,
 /// eventType, receiptId}}` with `webhook-id` = the delivery id (stable across attempts, also sent as
@@ -37,14 +61,17 @@ pub async fn start_run(
     http: &reqwest::Client,
     workflow: &Workflow,
     req: &StartRequest<'_>,
-) -> Result<RunStatus, ActionResult> {
+) -> Result<RunStatus, StartFailure> {
     match &workflow.executor {
         Executor::Noop => Ok(RunStatus::Completed),
         // Sessions start inside the store (crate::effects); reaching here is a routing bug.
-        Executor::Session { .. } => Err(ActionResult::Failed {
-            error_class: "session_not_local".into(),
-            retry_after_ms: None,
-            permanent: true,
+        Executor::Session { .. } => Err(StartFailure {
+            result: ActionResult::Failed {
+                error_class: "session_not_local".into(),
+                retry_after_ms: None,
+                permanent: true,
+            },
+            message: "session workflows start inside the store, not through an executor".into(),
         }),
         Executor::Http {
             url,
@@ -76,17 +103,18 @@ pub async fn start_run(
             let resp = match resp {
                 Ok(r) => r,
                 Err(e) => {
-                    let class = if e.is_timeout() {
-                        "timeout"
+                    return Err(if e.is_timeout() {
+                        failure(
+                            "timeout",
+                            format!("the worker did not answer within {timeout_ms} ms"),
+                        )
                     } else if e.is_connect() {
-                        "connect"
+                        failure("connect", "could not connect to the worker".into())
                     } else {
-                        "request"
-                    };
-                    return Err(ActionResult::Failed {
-                        error_class: class.into(),
-                        retry_after_ms: None,
-                        permanent: false,
+                        failure(
+                            "request",
+                            "the request to the worker failed before an answer".into(),
+                        )
                     });
                 }
             };
@@ -101,13 +129,31 @@ pub async fn start_run(
                         .and_then(|v| v.to_str().ok())
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(|s| s.min(MAX_RETRY_AFTER_S) * 1000);
-                    Err(ActionResult::Failed {
-                        error_class: format!("http_{status}"),
-                        retry_after_ms,
-                        permanent: false,
+                    let head = body_head(resp).await;
+                    Err(StartFailure {
+                        result: ActionResult::Failed {
+                            error_class: format!("http_{status}"),
+                            retry_after_ms,
+                            permanent: false,
+                        },
+                        message: tb_core::delivery::http_failure_message(status, &head),
                     })
                 }
             }
         }
     }
+}
+
+/// The first [`tb_core::delivery::MESSAGE_BODY_BYTES`] bytes of a response body (fewer when it is
+/// shorter or reading fails); the rest is never read.
+async fn body_head(mut resp: reqwest::Response) -> Vec<u8> {
+    let cap = tb_core::delivery::MESSAGE_BODY_BYTES;
+    let mut head = Vec::with_capacity(cap);
+    while head.len() < cap {
+        match resp.chunk().await {
+            Ok(Some(c)) => head.extend_from_slice(&c[..c.len().min(cap - head.len())]),
+            _ => break,
+        }
+    }
+    head
 }

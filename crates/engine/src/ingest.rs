@@ -150,6 +150,26 @@ fn media_type(headers: &HeaderMap) -> Option<String> {
     ok.then_some(essence)
 }
 
+/// Commits `receipt` and runs `after` on the outcome inside a spawned task, so neither the commit's
+/// follow-up (counters, the worker's wake-up) nor the commit itself can be skipped by a caller that
+/// goes away (a dropped request future; issue #9 defect 15). The caller only awaits the outcome.
+/// Errors: the store's, or `internal` if the task panicked.
+pub(crate) async fn commit_detached(
+    engine: &Engine,
+    receipt: NewReceipt,
+    after: impl FnOnce(&tb_store::StoreResult<IngestOutcome>, &tokio::sync::Notify) + Send + 'static,
+) -> Result<tb_store::StoreResult<IngestOutcome>, TbError> {
+    let store = engine.store.clone();
+    let ready = engine.work_ready.clone();
+    tokio::spawn(async move {
+        let out = store.commit_receipt(receipt).await;
+        after(&out, &ready);
+        out
+    })
+    .await
+    .map_err(|e| TbError::new(ErrorCode::Internal, format!("commit task failed: {e}")))
+}
+
 fn count(connector: &'static str, outcome: &'static str) {
     metrics::counter!("tb_receipts_total", "connector" => connector, "outcome" => outcome)
         .increment(1);
@@ -309,45 +329,44 @@ pub async fn ingest(
         deliveries,
         capability: None,
     };
-    match engine
-        .store
-        .commit_receipt(receipt)
-        .await
-        .map_err(store_err)?
-    {
+    // Everything that must follow the commit (counters, the worker's wake-up) runs in a spawned task
+    // with the commit itself: a caller that goes away cannot skip it (issue #9 defect 15).
+    let committed = commit_detached(engine, receipt, move |out, ready| match out {
+        Ok(IngestOutcome::Accepted { deliveries, .. }) => match receipt_state {
+            ReceiptState::Unmatched => count(connector, "unmatched"),
+            ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
+                count(connector, "dead_lettered");
+                metrics::counter!("tb_deliveries_total", "outcome" => "dead-lettered")
+                    .increment(deliveries.len() as u64);
+            }
+            _ => {
+                count(connector, "accepted");
+                ready.notify_one();
+            }
+        },
+        Ok(IngestOutcome::Duplicate { .. }) => count(connector, "duplicate"),
+        Err(_) => {}
+    })
+    .await?
+    .map_err(store_err)?;
+    match committed {
         IngestOutcome::Accepted {
             receipt_id,
             deliveries,
-        } => {
-            let answer = match receipt_state {
-                ReceiptState::Unmatched => {
-                    count(connector, "unmatched");
-                    IngestAnswer::Unmatched { receipt_id }
+        } => Ok(match receipt_state {
+            ReceiptState::Unmatched => IngestAnswer::Unmatched { receipt_id },
+            ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
+                IngestAnswer::DeadLettered {
+                    receipt_id,
+                    deliveries,
                 }
-                ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
-                    count(connector, "dead_lettered");
-                    metrics::counter!("tb_deliveries_total", "outcome" => "dead-lettered")
-                        .increment(deliveries.len() as u64);
-                    IngestAnswer::DeadLettered {
-                        receipt_id,
-                        deliveries,
-                    }
-                }
-                _ => {
-                    count(connector, "accepted");
-                    engine.work_ready.notify_one();
-                    IngestAnswer::Accepted {
-                        run_id: single_run(&deliveries),
-                        receipt_id,
-                        deliveries,
-                    }
-                }
-            };
-            Ok(answer)
-        }
-        dup @ IngestOutcome::Duplicate { .. } => {
-            count(connector, "duplicate");
-            Ok(answer_dup(dup))
-        }
+            }
+            _ => IngestAnswer::Accepted {
+                run_id: single_run(&deliveries),
+                receipt_id,
+                deliveries,
+            },
+        }),
+        dup @ IngestOutcome::Duplicate { .. } => Ok(answer_dup(dup)),
     }
 }

@@ -39,7 +39,8 @@ pub struct Engine {
     catalog: RwLock<Arc<Catalog>>,
     states: RwLock<HashMap<String, SubscriptionState>>,
     /// Signalled after every commit that creates due work.
-    pub work_ready: Notify,
+    /// Shared so a spawned commit task ([`ingest`]) can wake the worker after its caller went away.
+    pub work_ready: Arc<Notify>,
     pub(crate) http: reqwest::Client,
     /// Live outbound webhooks.
     pub webhooks: webhooks::Registry,
@@ -89,6 +90,19 @@ impl Engine {
                 .map_err(store_err)?;
             states.insert(rec.id.clone(), rec.state);
         }
+        // A dead-lettered subscription answers 202 and dead-letters every new event: say so at start.
+        for s in store
+            .subscriptions_in_state(SubscriptionState::DeadLettered)
+            .await
+            .map_err(store_err)?
+        {
+            tracing::warn!(
+                subscription = %s.id,
+                since = %tb_store::rfc3339(s.state_since),
+                last_error = s.last_error.as_deref().unwrap_or(""),
+                "subscription is dead-lettered: new events are kept as dead letters, none is delivered, until an operator resumes it"
+            );
+        }
         let revoked = store.revoked_bindings().await.map_err(store_err)?;
         let catalog = catalog.with_revoked(revoked.into_iter().map(|(id, _)| id).collect());
         let http = reqwest::Client::builder()
@@ -96,11 +110,11 @@ impl Engine {
             .pool_max_idle_per_host(64)
             .build()
             .map_err(|e| TbError::new(ErrorCode::Internal, format!("http client: {e}")))?;
-        Ok(Arc::new(Engine {
+        let engine = Arc::new(Engine {
             store,
             catalog: RwLock::new(Arc::new(catalog)),
             states: RwLock::new(states),
-            work_ready: Notify::new(),
+            work_ready: Arc::new(Notify::new()),
             webhooks: Default::default(),
             sessions: tokio::sync::watch::channel(0).0,
             closing: std::sync::atomic::AtomicBool::new(false),
@@ -112,7 +126,31 @@ impl Engine {
                 std::env::var("OPENWOP_WEBHOOK_ALLOW_PRIVATE").is_ok_and(|v| v == "true"),
             ),
             http,
-        }))
+        });
+        engine.publish_state_gauges();
+        Ok(engine)
+    }
+
+    /// Subscriptions in `state` as stored (e.g. the dead-lettered ones for `GET /ready`), ordered by id,
+    /// each with `state_since` (ms) and `last_error`. Errors: `unavailable` / `internal` from the store.
+    pub async fn subscriptions_in_state(
+        &self,
+        state: SubscriptionState,
+    ) -> Result<Vec<tb_store::SubscriptionRecord>, TbError> {
+        self.store
+            .subscriptions_in_state(state)
+            .await
+            .map_err(store_err)
+    }
+
+    /// Sets the gauge `tb_subscriptions{state}` to the number of known subscriptions in each state.
+    fn publish_state_gauges(&self) {
+        use SubscriptionState as S;
+        let states = self.states.read().expect("states lock");
+        for st in [S::Active, S::Paused, S::Failed, S::DeadLettered] {
+            let n = states.values().filter(|s| **s == st).count();
+            metrics::gauge!("tb_subscriptions", "state" => st.as_str()).set(n as f64);
+        }
     }
 
     /// The current catalog (a cheap snapshot; registrations replace it).
@@ -133,6 +171,8 @@ impl Engine {
             .expect("states lock")
             .insert(sub.id.clone(), state);
         *c = Arc::new(c.with(sub, binding));
+        drop(c);
+        self.publish_state_gauges();
     }
 
     /// Wakes long-polls and the timer loop after a session change was committed.
@@ -162,13 +202,23 @@ impl Engine {
             .write()
             .expect("states lock")
             .insert(id.to_string(), t.to);
-        tracing::info!(
-            subscription = id,
-            from = t.from.as_str(),
-            to = t.to.as_str(),
-            "subscription state changed"
-        );
+        if t.to == SubscriptionState::DeadLettered {
+            tracing::warn!(
+                subscription = id,
+                from = t.from.as_str(),
+                to = t.to.as_str(),
+                "subscription dead-lettered after continuous failure: new events are kept as dead letters, none is delivered, until an operator resumes it"
+            );
+        } else {
+            tracing::info!(
+                subscription = id,
+                from = t.from.as_str(),
+                to = t.to.as_str(),
+                "subscription state changed"
+            );
+        }
         metrics::counter!("tb_subscription_transitions_total", "to" => t.to.as_str()).increment(1);
+        self.publish_state_gauges();
     }
 
     /// Revokes (`revoke = true`) or restores a configured binding, durably and at once: a revoked

@@ -54,12 +54,13 @@ pub async fn start(
         }],
         capability: None,
     };
-    engine
-        .store
-        .commit_receipt(receipt)
-        .await
-        .map_err(store_err)?;
-    engine.work_ready.notify_one();
+    crate::ingest::commit_detached(engine, receipt, |out, ready| {
+        if out.is_ok() {
+            ready.notify_one();
+        }
+    })
+    .await?
+    .map_err(store_err)?;
     Ok(run_id)
 }
 

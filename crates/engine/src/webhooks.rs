@@ -340,9 +340,19 @@ pub async fn deliver(engine: &Engine, d: &DeliveryRecord) -> Result<(), ActionRe
             .or_default()
             .record(r.is_ok(), now);
         if limit {
+            // The webhook breaker already judged (4 failures): trip the subscription at once.
             let input = tb_core::subscription::SubscriptionInput::AttemptFailed {
-                consecutive_failures: u32::MAX,
+                streak: tb_core::subscription::FailureStreak {
+                    last_success_at: None,
+                    failures_since: u32::MAX,
+                    first_failure_at: now,
+                    now,
+                },
                 threshold: 1,
+                policy: tb_core::subscription::FailurePolicy {
+                    failure_window_ms: 0,
+                    ..Default::default()
+                },
             };
             if let Err(e) = engine
                 .store

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tb_core::delivery::{decide, ActionResult, AttemptDecision};
+use tb_core::delivery::{decide, ActionResult, AttemptDecision, AttemptOutcome};
 use tb_core::ids::{new_id, IdKind};
 use tb_core::run::RunStatus;
 use tb_store::{AttemptCommit, AttemptRecord, Lease, NewRun, StoreError};
@@ -160,49 +160,62 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let effect = crate::effects::plan(d, &run_id, workflow.as_ref());
     // The binding is re-checked on every delivery: a revoked (or removed) binding acts no more.
     let bound = catalog.subscription(&d.subscription_id).is_some();
-    let result: Result<RunStatus, ActionResult> = if bound && !catalog.binding_live(&d.binding_id) {
-        Err(ActionResult::Failed {
-            error_class: "binding_revoked".into(),
-            retry_after_ms: None,
-            permanent: true,
-        })
-    } else if d.action == "webhook" {
-        crate::webhooks::deliver(engine, d)
-            .await
-            .map(|_| RunStatus::Completed)
-    } else if let Some(e) = &effect {
-        e.as_ref().map(|_| RunStatus::Running).map_err(Clone::clone)
-    } else {
-        match workflow {
-            None => Err(ActionResult::Failed {
-                error_class: "workflow_missing".into(),
-                retry_after_ms: None,
-                permanent: true,
-            }),
-            Some(w) => {
-                // Only the http executor sends the event type; noop runs skip the read.
-                let event_type = match w.executor {
-                    tb_core::workflow::Executor::Http { .. } => engine
-                        .store
-                        .get_receipt(&d.receipt_id)
-                        .await
-                        .map(|r| r.event_type)
-                        .unwrap_or_default(),
-                    _ => String::new(),
-                };
-                let req = StartRequest {
-                    run_id: &run_id,
-                    delivery_id: &d.id,
-                    causation_id: &event_id,
-                    inputs: &d.inputs,
-                    subscription_id: &d.subscription_id,
-                    event_type: &event_type,
-                    receipt_id: &d.receipt_id,
-                };
-                executor::start_run(&engine.http, &w, &req).await
-            }
-        }
+    let mut message: Option<String> = None;
+    let work = async {
+        let result: Result<RunStatus, ActionResult> =
+            if bound && !catalog.binding_live(&d.binding_id) {
+                Err(ActionResult::Failed {
+                    error_class: "binding_revoked".into(),
+                    retry_after_ms: None,
+                    permanent: true,
+                })
+            } else if d.action == "webhook" {
+                crate::webhooks::deliver(engine, d)
+                    .await
+                    .map(|_| RunStatus::Completed)
+            } else if let Some(e) = &effect {
+                e.as_ref().map(|_| RunStatus::Running).map_err(Clone::clone)
+            } else {
+                match workflow {
+                    None => Err(ActionResult::Failed {
+                        error_class: "workflow_missing".into(),
+                        retry_after_ms: None,
+                        permanent: true,
+                    }),
+                    Some(w) => {
+                        // Only the http executor sends the event type; noop runs skip the read.
+                        let event_type = match w.executor {
+                            tb_core::workflow::Executor::Http { .. } => engine
+                                .store
+                                .get_receipt(&d.receipt_id)
+                                .await
+                                .map(|r| r.event_type)
+                                .unwrap_or_default(),
+                            _ => String::new(),
+                        };
+                        let req = StartRequest {
+                            run_id: &run_id,
+                            delivery_id: &d.id,
+                            causation_id: &event_id,
+                            inputs: &d.inputs,
+                            subscription_id: &d.subscription_id,
+                            event_type: &event_type,
+                            receipt_id: &d.receipt_id,
+                        };
+                        executor::start_run(&engine.http, &w, &req)
+                            .await
+                            .map_err(|f| {
+                                message = Some(f.message);
+                                f.result
+                            })
+                    }
+                }
+            };
+        result
     };
+    // The lease is renewed while the action is in flight, so work longer than the lease is never
+    // leased (and performed) a second time.
+    let result = with_heartbeat(engine, &lease, work).await;
     let effect = effect.and_then(Result::ok).filter(|_| result.is_ok());
     let build = |result: &Result<RunStatus, ActionResult>, effect: Option<tb_store::Effect>| {
         let action = match result {
@@ -265,6 +278,11 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 event_id: event_id.clone(),
                 outcome,
                 error_class: error_class.clone(),
+                message: if result.is_err() {
+                    message.clone()
+                } else {
+                    None
+                },
                 started_at: started,
                 duration_ms: elapsed.as_millis() as u64,
                 next_due_at,
@@ -279,6 +297,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 }
             }),
             effect,
+            failure_policy: sub.failure,
             now,
         }
     };
@@ -301,12 +320,43 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         (outcome, error_class, next_due_at, changed_session) = summary(&failed);
         committed = engine.store.commit_attempt(failed).await;
     }
+    // A refused local effect replaced the result: its message no longer applies.
+    let message_logged = if changed_session == had_effect {
+        message.clone()
+    } else {
+        None
+    };
     let elapsed = t0.elapsed();
     metrics::histogram!("tb_attempt_duration_seconds").record(elapsed.as_secs_f64());
     match committed {
         Ok(done) => {
             metrics::counter!("tb_deliveries_total", "outcome" => outcome.as_str()).increment(1);
-            tracing::debug!(delivery = %d.id, attempt = number, outcome = outcome.as_str(), error = ?error_class, "attempt recorded");
+            // Failures are visible at the default level: ids, attempt, class and the sanitized
+            // message (never a body, header or secret).
+            let msg = message_logged.as_deref().unwrap_or("");
+            match (outcome, &error_class) {
+                (AttemptOutcome::Delivered, _) | (_, None) => {
+                    tracing::debug!(delivery = %d.id, attempt = number, outcome = outcome.as_str(), "attempt recorded")
+                }
+                (AttemptOutcome::DeadLettered, Some(class)) => tracing::warn!(
+                    delivery = %d.id,
+                    receipt = %d.receipt_id,
+                    subscription = %d.subscription_id,
+                    attempt = number,
+                    error_class = %class,
+                    message = msg,
+                    "delivery dead-lettered"
+                ),
+                (AttemptOutcome::Retrying, Some(class)) => tracing::warn!(
+                    delivery = %d.id,
+                    receipt = %d.receipt_id,
+                    subscription = %d.subscription_id,
+                    attempt = number,
+                    error_class = %class,
+                    message = msg,
+                    "delivery attempt failed; retrying"
+                ),
+            }
             if let Some(t) = done.subscription_transition {
                 engine.note_transition(&d.subscription_id, &t);
             }
@@ -322,6 +372,37 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         }
         Err(e) => {
             tracing::error!(delivery = %d.id, error = %e, "recording the attempt failed; the lease will lapse")
+        }
+    }
+}
+
+/// Drives `work` while renewing `lease` every `lease_ms / 3` (extending it by `lease_ms`, fenced by the
+/// grant: see [`tb_store::Store::renew_lease`]). When the lease cannot be renewed (it lapsed and moved
+/// on) renewing stops; the attempt's commit is then refused as `LeaseLost`.
+async fn with_heartbeat<F: std::future::Future>(
+    engine: &Engine,
+    lease: &Lease,
+    work: F,
+) -> F::Output {
+    let every = Duration::from_millis((lease.lease_ms / 3).max(1));
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut until = lease.lease_until;
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tick.tick() => {
+                let d = &lease.delivery.id;
+                match engine.store.renew_lease(d, &lease.owner, until, clock::now_ms(), lease.lease_ms).await {
+                    Ok(Some(u)) => until = u,
+                    Ok(None) => {
+                        tracing::warn!(delivery = %d, "lease lapsed during the attempt; no longer renewed");
+                        return work.await;
+                    }
+                    Err(e) => tracing::warn!(delivery = %d, error = %e, "renewing the lease failed"),
+                }
+            }
         }
     }
 }

@@ -79,6 +79,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<SubscriptionRecord>;
     /// Lists subscriptions ordered by id.
     async fn list_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>>;
+    /// Subscriptions in `state` (e.g. `dead-lettered`, for `/ready` and the start-up warning), ordered
+    /// by id, each with `state_since` (ms) and `last_error`.
+    async fn subscriptions_in_state(
+        &self,
+        state: tb_core::subscription::SubscriptionState,
+    ) -> StoreResult<Vec<SubscriptionRecord>>;
     /// One subscription; `NotFound` if absent.
     async fn get_subscription(&self, id: &str) -> StoreResult<SubscriptionRecord>;
     /// Applies an operator input (pause / resume) through the core state machine and records the
@@ -120,6 +126,18 @@ pub trait Store: Send + Sync + 'static {
     /// Attempt numbers continue (a replay after 3 attempts is attempt 4) and each replay grants one
     /// attempt beyond the retry policy. Errors: `NotFound`; `Conflict` unless the delivery is dead-lettered.
     async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord>;
+    /// Heartbeat of an attempt in flight: extends the lease granted until `lease_until` (ms) to
+    /// `now + lease_ms` and returns the new end. Fenced by the grant: `None` (nothing written) when the
+    /// lease is no longer `owner`'s grant ending at `lease_until` (it lapsed, or was re-leased, or the
+    /// delivery was settled), so a lapsed holder never extends another holder's lease.
+    async fn renew_lease(
+        &self,
+        delivery_id: &str,
+        owner: &str,
+        lease_until: i64,
+        now: i64,
+        lease_ms: u64,
+    ) -> StoreResult<Option<i64>>;
     /// Releases a lease without recording an attempt; the delivery is due again at `now`.
     async fn release_lease(&self, delivery_id: &str, owner: &str, now: i64) -> StoreResult<()>;
     /// The earliest `due_at` of open deliveries, for the worker's sleep.

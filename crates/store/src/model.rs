@@ -20,8 +20,15 @@ pub struct SubscriptionRecord {
     pub state: SubscriptionState,
     /// Consecutive failed attempts that trip `active -> failed`; 0 never trips.
     pub failure_threshold: u32,
+    /// Failed attempts since the last success (the failure streak).
     pub consecutive_failures: u32,
     pub last_success_at: Option<i64>,
+    /// Start of the first failed attempt of the current streak (Unix ms); `None` without a streak.
+    pub first_failure_at: Option<i64>,
+    /// When the current state was entered (Unix ms); the creation time when it never changed.
+    pub state_since: i64,
+    /// The last failed attempt's `"<error class>: <message>"` (sanitized, content-free), if any.
+    pub last_error: Option<String>,
     pub created_at: i64,
     pub updated_at: i64,
 }
@@ -64,7 +71,9 @@ pub struct NewReceipt {
     pub provider_event_id: String,
     pub event_type: String,
     pub normalized: Value,
-    /// `queued` (deliveries routed), `unmatched` (none) or `dead_lettered`.
+    /// What ingest writes: `routed` (deliveries created), `unmatched` (no binding matched),
+    /// `dead_lettered` (its subscription is dead-lettered), `routing_failed` (every matching binding
+    /// failed to render), or a content-free refusal record (`rejected`, `rate_limited`).
     pub state: ReceiptState,
     pub content_type: Option<String>,
     /// The exact request bytes; stored unchanged.
@@ -160,6 +169,8 @@ pub struct Lease {
     pub delivery: DeliveryRecord,
     pub owner: String,
     pub lease_until: i64,
+    /// The lease length granted, in ms (what a heartbeat extends by).
+    pub lease_ms: u64,
 }
 
 /// One recorded attempt.
@@ -171,6 +182,10 @@ pub struct AttemptRecord {
     pub event_id: String,
     pub outcome: AttemptOutcome,
     pub error_class: Option<String>,
+    /// Short sanitized message of a failed attempt: `HTTP 500: <first bytes of the body, printable
+    /// only, at most 256 bytes>`, or a plain sentence for connect / timeout errors. Never a header
+    /// value or a secret.
+    pub message: Option<String>,
     pub started_at: i64,
     pub duration_ms: u64,
     pub next_due_at: Option<i64>,
@@ -209,6 +224,9 @@ pub struct AttemptCommit {
     /// If it cannot be done the whole commit is refused with [`crate::StoreError::Rejected`] and nothing
     /// is written; the worker then records a failed attempt.
     pub effect: Option<crate::session::Effect>,
+    /// The subscription's failure policy (from its config): with the stored streak it decides the
+    /// breaker and dead-lettering (`tb_core::subscription::transition`).
+    pub failure_policy: tb_core::subscription::FailurePolicy,
     pub now: i64,
 }
 

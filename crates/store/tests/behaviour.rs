@@ -9,7 +9,7 @@ use tb_core::delivery::{AttemptOutcome, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
-use tb_core::subscription::{Source, SubscriptionInput, SubscriptionState};
+use tb_core::subscription::{FailurePolicy, Source, SubscriptionInput, SubscriptionState};
 use trigger_bridge_store::sqlite::SqliteStore;
 use trigger_bridge_store::*;
 
@@ -87,6 +87,8 @@ fn commit_for(
             event_id: new_id(IdKind::Event),
             outcome,
             error_class: (outcome != AttemptOutcome::Delivered).then(|| "http_500".to_string()),
+            message: (outcome != AttemptOutcome::Delivered)
+                .then(|| "HTTP 500: db down".to_string()),
             started_at: now,
             duration_ms: 3,
             next_due_at: (next == DeliveryState::Retrying).then_some(now),
@@ -96,9 +98,17 @@ fn commit_for(
         dead_letter_reason: (next == DeliveryState::DeadLettered)
             .then(|| "retries_exhausted".to_string()),
         effect: None,
+        failure_policy: IMMEDIATE,
         now,
     }
 }
+
+/// A failure policy without windows: the breaker and dead-lettering judge counts only.
+const IMMEDIATE: FailurePolicy = FailurePolicy {
+    failure_window_ms: 0,
+    dead_letter_after_ms: 0,
+    dead_letter_min_failures: 1,
+};
 
 #[tokio::test]
 async fn receipt_commit_dedup_and_exact_bytes() {
@@ -1031,5 +1041,158 @@ async fn a_signal_for_a_session_still_starting_waits_instead_of_failing() {
                 ..
             })
         ));
+    }
+}
+
+#[tokio::test]
+async fn a_lease_renews_only_for_its_own_grant() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        store
+            .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
+            .await
+            .unwrap();
+        let lease = store
+            .lease_due("w1", 2_000, 300, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!((lease.lease_until, lease.lease_ms), (2_300, 300));
+        let id = lease.delivery.id.clone();
+        // The holder renews before expiry: extended by lease_ms from now, and not due meanwhile.
+        let until = store
+            .renew_lease(&id, "w1", 2_300, 2_100, 300)
+            .await
+            .unwrap();
+        assert_eq!(until, Some(2_400));
+        assert!(store
+            .lease_due("w2", 2_350, 300, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        // A stale grant (the old lease_until), another owner, or a lapsed lease never extends.
+        assert_eq!(
+            store
+                .renew_lease(&id, "w1", 2_300, 2_200, 300)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .renew_lease(&id, "w2", 2_400, 2_200, 300)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .renew_lease(&id, "w1", 2_400, 2_400, 300)
+                .await
+                .unwrap(),
+            None
+        );
+        // Once lapsed another worker takes it; the first holder cannot extend the new grant.
+        let taken = store
+            .lease_due("w2", 2_401, 300, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(taken.lease_until, 2_701);
+        assert_eq!(
+            store
+                .renew_lease(&id, "w1", 2_400, 2_450, 300)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            store
+                .renew_lease(&id, "w2", 2_701, 2_450, 300)
+                .await
+                .unwrap(),
+            Some(2_750)
+        );
+    }
+}
+
+#[tokio::test]
+async fn failure_streak_message_and_state_listing_are_kept() {
+    for (store, _dir) in backends() {
+        sub(&*store, "s", 0).await;
+        for k in ["dk_1", "dk_2"] {
+            store
+                .commit_receipt(receipt("s", k, b"{}", &["b1"]))
+                .await
+                .unwrap();
+        }
+        let leases = store.lease_due("w", 2_000, 60_000, 10).await.unwrap();
+        let (a, b) = (&leases[0], &leases[1]);
+        store
+            .commit_attempt(commit_for(
+                a,
+                AttemptOutcome::Retrying,
+                DeliveryState::Retrying,
+                None,
+                3_000,
+            ))
+            .await
+            .unwrap();
+        let s = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (s.consecutive_failures, s.first_failure_at),
+            (1, Some(3_000))
+        );
+        assert_eq!(s.last_error.as_deref(), Some("http_500: HTTP 500: db down"));
+        let att = store.attempts(&a.delivery.id).await.unwrap();
+        assert_eq!(att[0].message.as_deref(), Some("HTTP 500: db down"));
+        // The dead-lettering attempt 4 s into the streak: the streak keeps its start.
+        store
+            .commit_attempt(commit_for(
+                b,
+                AttemptOutcome::DeadLettered,
+                DeliveryState::DeadLettered,
+                None,
+                7_000,
+            ))
+            .await
+            .unwrap();
+        let s = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (s.consecutive_failures, s.first_failure_at),
+            (2, Some(3_000))
+        );
+        assert_eq!(
+            (s.state, s.state_since),
+            (SubscriptionState::DeadLettered, 7_000)
+        );
+        let dead = store
+            .subscriptions_in_state(SubscriptionState::DeadLettered)
+            .await
+            .unwrap();
+        assert_eq!(
+            dead.iter().map(|s| s.id.as_str()).collect::<Vec<_>>(),
+            vec!["s"]
+        );
+        assert!(store
+            .subscriptions_in_state(SubscriptionState::Active)
+            .await
+            .unwrap()
+            .is_empty());
+        // Resume clears the streak.
+        store
+            .apply_subscription_input("s", SubscriptionInput::OperatorResume, 8_000)
+            .await
+            .unwrap();
+        let s = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (
+                s.state,
+                s.state_since,
+                s.consecutive_failures,
+                s.first_failure_at
+            ),
+            (SubscriptionState::Active, 8_000, 0, None)
+        );
     }
 }

@@ -11,6 +11,7 @@ use serde_json::Value;
 use tb_core::binding::{Binding, BindingAction};
 use tb_core::connector::ConnectorSpec;
 use tb_core::retry::{Backoff, RetryPolicy};
+pub use tb_core::subscription::FailurePolicy;
 use tb_core::workflow::{Executor, Workflow};
 use tb_engine::worker::WorkerConfig;
 use tb_engine::{Catalog, Engine, SubscriptionConfig};
@@ -48,9 +49,39 @@ pub struct Server {
     pub _dir: tempfile::TempDir,
 }
 
+/// A failure policy without time windows (the breaker and dead-lettering judge counts only): what
+/// [`start`] gives, so a test that is not about the windows sees its transitions at once.
+pub const IMMEDIATE: FailurePolicy = FailurePolicy {
+    failure_window_ms: 0,
+    dead_letter_after_ms: 0,
+    dead_letter_min_failures: 1,
+};
+
 /// Starts engine + worker + API. `worker_url`: when set, the `pr-opened` binding's workflow is `http`.
+/// The subscription's failure policy is [`IMMEDIATE`].
 pub async fn start(worker_url: Option<String>, retry: RetryPolicy, threshold: u32) -> Server {
     start_with_keys(worker_url, retry, threshold, Vec::new()).await
+}
+
+/// [`start`] with the subscription's failure policy and the worker's lease (ms) and idle poll.
+pub async fn start_with(
+    worker_url: Option<String>,
+    retry: RetryPolicy,
+    threshold: u32,
+    failure: FailurePolicy,
+    worker: WorkerConfig,
+) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let (sub, binding, wf) = github_catalog(worker_url, retry, threshold, failure);
+    serve_with(
+        dir,
+        store,
+        Catalog::new(vec![sub], vec![binding], vec![wf]),
+        Vec::new(),
+        worker,
+    )
+    .await
 }
 
 /// [`start`] with API keys configured.
@@ -62,10 +93,29 @@ pub async fn start_with_keys(
 ) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let (sub, binding, wf) = github_catalog(worker_url, retry, threshold, IMMEDIATE);
+    serve(
+        dir,
+        store,
+        Catalog::new(vec![sub], vec![binding], vec![wf]),
+        keys,
+    )
+    .await
+}
+
+/// The `github` subscription, its `pr-opened` binding and the `wf` workflow (`http` to `worker_url`
+/// with a 2 s timeout, else `noop`).
+pub fn github_catalog(
+    worker_url: Option<String>,
+    retry: RetryPolicy,
+    threshold: u32,
+    failure: FailurePolicy,
+) -> (SubscriptionConfig, Binding, Workflow) {
     let sub = SubscriptionConfig {
         retry,
         max_body_bytes: 1 << 20,
         failure_threshold: threshold,
+        failure,
         ..SubscriptionConfig::webhook("github", ConnectorSpec::Github, GH_SECRET.as_bytes())
     };
     let wf = match worker_url {
@@ -92,13 +142,7 @@ pub async fn start_with_keys(
             .into_iter()
             .collect(),
     };
-    serve(
-        dir,
-        store,
-        Catalog::new(vec![sub], vec![binding], vec![wf]),
-        keys,
-    )
-    .await
+    (sub, binding, wf)
 }
 
 /// A fresh SQLite store in a new temp dir.
@@ -108,26 +152,34 @@ pub fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
     (dir, store)
 }
 
-/// Starts engine + worker + timer loop + API over `catalog` with a store in `dir`.
+/// Starts engine + worker + timer loop + API over `catalog` with a store in `dir` (lease 5 s).
 pub async fn serve(
     dir: tempfile::TempDir,
     store: Arc<dyn Store>,
     catalog: Catalog,
     keys: Vec<trigger_bridge_api::auth::ApiKey>,
 ) -> Server {
+    let worker = WorkerConfig {
+        lease_ms: 5_000,
+        ..Default::default()
+    };
+    serve_with(dir, store, catalog, keys, worker).await
+}
+
+/// [`serve`] with the worker's settings.
+pub async fn serve_with(
+    dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    catalog: Catalog,
+    keys: Vec<trigger_bridge_api::auth::ApiKey>,
+    worker: WorkerConfig,
+) -> Server {
     let engine = Engine::start(store, catalog).await.unwrap();
     let (_tx, rx) = tokio::sync::watch::channel(false);
     std::mem::forget(_tx);
     tokio::spawn(tb_engine::sessions::timers(engine.clone(), rx.clone()));
     tokio::spawn(tb_engine::duplicates::run(engine.clone(), rx.clone()));
-    tokio::spawn(tb_engine::worker::run(
-        engine.clone(),
-        WorkerConfig {
-            lease_ms: 5_000,
-            ..Default::default()
-        },
-        rx,
-    ));
+    tokio::spawn(tb_engine::worker::run(engine.clone(), worker, rx));
     let app = trigger_bridge_api::router(trigger_bridge_api::AppState {
         engine: engine.clone(),
         metrics: None,
@@ -255,6 +307,11 @@ pub async fn worker(codes: Vec<u16>) -> (String, Arc<AtomicUsize>) {
             },
         ),
     );
+    serve_worker(app, hits).await
+}
+
+/// Serves `app` (with a `/run` route) on an ephemeral port; returns its `/run` URL and `hits`.
+pub async fn serve_worker(app: axum::Router, hits: Arc<AtomicUsize>) -> (String, Arc<AtomicUsize>) {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/run", l.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(l, app).await.unwrap() });

@@ -41,10 +41,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         6,
         include_str!("../../migrations/sqlite/0006_revocations_duplicates.sql"),
     ),
+    (
+        7,
+        include_str!("../../migrations/sqlite/0007_attempt_message.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The SQLite store. Cheap to share behind an `Arc<dyn Store>`.
 pub struct SqliteStore {
@@ -249,6 +253,13 @@ impl Store for SqliteStore {
     async fn list_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>> {
         self.read(read::list_subscriptions).await
     }
+    async fn subscriptions_in_state(
+        &self,
+        state: tb_core::subscription::SubscriptionState,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.read(move |c| read::subscriptions_in_state(c, state))
+            .await
+    }
     async fn get_subscription(&self, id: &str) -> StoreResult<SubscriptionRecord> {
         let id = id.to_string();
         self.read(move |c| read::get_subscription(c, &id)).await
@@ -305,6 +316,19 @@ impl Store for SqliteStore {
         let id = id.to_string();
         self.writer
             .write(move |c| write::replay_delivery(c, &id, now))
+            .await
+    }
+    async fn renew_lease(
+        &self,
+        delivery_id: &str,
+        owner: &str,
+        lease_until: i64,
+        now: i64,
+        lease_ms: u64,
+    ) -> StoreResult<Option<i64>> {
+        let (d, o) = (delivery_id.to_string(), owner.to_string());
+        self.writer
+            .write(move |c| write::renew_lease(c, &d, &o, lease_until, now, lease_ms))
             .await
     }
     async fn release_lease(&self, delivery_id: &str, owner: &str, now: i64) -> StoreResult<()> {

@@ -27,7 +27,7 @@ fn bad(what: &str, v: &str) -> rusqlite::Error {
     )
 }
 
-pub(crate) const SUB_COLS: &str = "id, source, connector, config, state, failure_threshold, consecutive_failures, last_success_at, created_at, updated_at";
+pub(crate) const SUB_COLS: &str = "id, source, connector, config, state, failure_threshold, consecutive_failures, last_success_at, created_at, updated_at, first_failure_at, state_changed_at, last_error";
 
 pub(crate) fn sub_row(r: &Row) -> rusqlite::Result<SubscriptionRecord> {
     let source: String = r.get(1)?;
@@ -44,6 +44,9 @@ pub(crate) fn sub_row(r: &Row) -> rusqlite::Result<SubscriptionRecord> {
         last_success_at: r.get(7)?,
         created_at: r.get(8)?,
         updated_at: r.get(9)?,
+        first_failure_at: r.get(10)?,
+        state_since: r.get::<_, Option<i64>>(11)?.map_or_else(|| r.get(8), Ok)?,
+        last_error: r.get(12)?,
     })
 }
 
@@ -147,6 +150,7 @@ fn attempt_row(r: &Row) -> rusqlite::Result<AttemptRecord> {
         started_at: r.get(5)?,
         duration_ms: r.get(6)?,
         next_due_at: r.get(7)?,
+        message: r.get(8)?,
     })
 }
 
@@ -158,6 +162,19 @@ pub(crate) fn get_subscription(c: &Connection, id: &str) -> StoreResult<Subscrip
         sub_row,
         "subscription",
     )
+}
+
+pub(crate) fn subscriptions_in_state(
+    c: &Connection,
+    state: SubscriptionState,
+) -> StoreResult<Vec<SubscriptionRecord>> {
+    let mut st = c
+        .prepare_cached(&format!(
+            "SELECT {SUB_COLS} FROM subscriptions WHERE state = ?1 ORDER BY id"
+        ))
+        .map_err(db)?;
+    let rows = st.query_map([state.as_str()], sub_row).map_err(db)?;
+    rows.collect::<Result<_, _>>().map_err(db)
 }
 
 pub(crate) fn list_subscriptions(c: &Connection) -> StoreResult<Vec<SubscriptionRecord>> {
@@ -326,7 +343,7 @@ pub(crate) fn deliveries_of_receipt(
 pub(crate) fn attempts(c: &Connection, delivery_id: &str) -> StoreResult<Vec<AttemptRecord>> {
     let mut st = c
         .prepare_cached(
-            "SELECT delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at \
+            "SELECT delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at, message \
              FROM attempts WHERE delivery_id = ?1 ORDER BY attempt",
         )
         .map_err(db)?;

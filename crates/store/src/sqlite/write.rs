@@ -9,7 +9,9 @@ use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::{self, ReceiptState};
 use tb_core::retention;
 use tb_core::run::RunStatus;
-use tb_core::subscription::{transition, SubscriptionInput, SubscriptionState, Transition};
+use tb_core::subscription::{
+    transition, FailureStreak, SubscriptionInput, SubscriptionState, Transition,
+};
 
 use super::read::{self, db};
 use crate::model::*;
@@ -192,9 +194,31 @@ pub(crate) fn lease_due(
             delivery: r.map_err(db)?,
             owner: owner.to_string(),
             lease_until: until,
+            lease_ms,
         });
     }
     Ok(out)
+}
+
+pub(crate) fn renew_lease(
+    c: &Connection,
+    id: &str,
+    owner: &str,
+    lease_until: i64,
+    now: i64,
+    lease_ms: u64,
+) -> StoreResult<Option<i64>> {
+    let until = now + lease_ms as i64;
+    let n = c
+        .prepare_cached(
+            "UPDATE deliveries SET lease_until = ?4, due_at = ?4 \
+             WHERE id = ?1 AND lease_owner = ?2 AND lease_until = ?3 AND lease_until > ?5 \
+             AND state IN ('pending','retrying')",
+        )
+        .map_err(db)?
+        .execute(params![id, owner, lease_until, until, now])
+        .map_err(db)?;
+    Ok((n == 1).then_some(until))
 }
 
 pub(crate) fn release_lease(c: &Connection, id: &str, owner: &str, now: i64) -> StoreResult<()> {
@@ -292,10 +316,12 @@ fn apply_transition(
     cause: Option<&str>,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached("UPDATE subscriptions SET state = ?2, updated_at = ?3 WHERE id = ?1")
-        .map_err(db)?
-        .execute(params![sub.id, t.to.as_str(), now])
-        .map_err(db)?;
+    c.prepare_cached(
+        "UPDATE subscriptions SET state = ?2, updated_at = ?3, state_changed_at = ?3 WHERE id = ?1",
+    )
+    .map_err(db)?
+    .execute(params![sub.id, t.to.as_str(), now])
+    .map_err(db)?;
     let payload = serde_json::to_value(SubscriptionStateChanged {
         subscription_id: sub.id.clone(),
         source: sub.source.as_str().to_string(),
@@ -327,7 +353,7 @@ pub(crate) fn apply_subscription_input(
         apply_transition(c, &sub, t, None, now)?;
         if t.to == SubscriptionState::Active {
             c.execute(
-                "UPDATE subscriptions SET consecutive_failures = 0 WHERE id = ?1",
+                "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL WHERE id = ?1",
                 [id],
             )
             .map_err(db)?;
@@ -364,8 +390,8 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         consumed = done.consumed;
     }
     c.prepare_cached(
-        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at, message) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .map_err(db)?
     .execute(params![
@@ -376,7 +402,8 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         at.error_class,
         at.started_at,
         at.duration_ms as i64,
-        at.next_due_at
+        at.next_due_at,
+        at.message
     ])
     .map_err(db)?;
     c.prepare_cached(
@@ -448,31 +475,52 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         }
         Err(e) => return Err(e),
     };
+    // The store supplies the inputs (last success, failures since, first failure time); the rules
+    // that judge them live in tb_core::subscription.
     let mut inputs = Vec::new();
-    let (failures, last_success) = if at.outcome == AttemptOutcome::Delivered {
+    if at.outcome == AttemptOutcome::Delivered {
         inputs.push(SubscriptionInput::AttemptDelivered);
-        (0, Some(a.now))
+        c.prepare_cached(
+            "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL, last_success_at = ?2 WHERE id = ?1",
+        )
+        .map_err(db)?
+        .execute(params![sub.id, a.now])
+        .map_err(db)?;
     } else {
-        let n = sub.consecutive_failures + 1;
+        let streak = FailureStreak::next(
+            sub.last_success_at,
+            sub.consecutive_failures,
+            sub.first_failure_at,
+            at.started_at,
+        );
         inputs.push(SubscriptionInput::AttemptFailed {
-            consecutive_failures: n,
+            streak,
             threshold: sub.failure_threshold,
+            policy: a.failure_policy,
         });
         if at.outcome == AttemptOutcome::DeadLettered {
-            let first = d.first_attempt_at.unwrap_or(at.started_at);
-            let continuous = sub.last_success_at.is_none_or(|t| t < first);
             inputs.push(SubscriptionInput::DeliveryExhausted {
-                continuous_failure: continuous,
+                streak,
+                policy: a.failure_policy,
             });
         }
-        (n, sub.last_success_at)
-    };
-    c.prepare_cached(
-        "UPDATE subscriptions SET consecutive_failures = ?2, last_success_at = ?3 WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute(params![sub.id, failures, last_success])
-    .map_err(db)?;
+        let last_error = match (&at.error_class, &at.message) {
+            (Some(class), Some(m)) => Some(format!("{class}: {m}")),
+            (Some(class), None) => Some(class.clone()),
+            (None, m) => m.clone(),
+        };
+        c.prepare_cached(
+            "UPDATE subscriptions SET consecutive_failures = ?2, first_failure_at = ?3, last_error = ?4 WHERE id = ?1",
+        )
+        .map_err(db)?
+        .execute(params![
+            sub.id,
+            streak.failures_since,
+            streak.first_failure_at,
+            last_error
+        ])
+        .map_err(db)?;
+    }
     let mut state = sub.state;
     let mut last = None;
     for input in inputs {
