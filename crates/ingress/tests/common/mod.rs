@@ -8,10 +8,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 /// The repo's `tests/fixtures` (see its `PROVENANCE.md`), located relative to this crate; panics if it
 /// is missing so no test passes vacuously.
 pub fn fixtures() -> PathBuf {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/fixtures"
-    ));
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures"));
     assert!(
         dir.is_dir(),
         "fixtures directory {} is missing; these tests need the repo's tests/fixtures",
