@@ -277,18 +277,32 @@ pub async fn drain(mut body: Body) {
 
 /// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) under `gate`:
 /// takes a body slot, reserves the declared length (or each chunk as it comes) from the byte budget,
-/// and fails fast with [`ReadError::Busy`] when either is exhausted. A single-frame body is returned
-/// without a copy.
+/// and refuses with [`ReadError::Busy`] when either is exhausted. A single-frame body is returned
+/// without a copy. On `TooLarge` and `Busy` the rest of the body is drained (bounded, see [`drain`],
+/// nothing kept, its slot and bytes already released) so the sender reads the answer instead of a reset.
 pub async fn read_ingest(
     mut body: Body,
     limit: usize,
     declared: Option<usize>,
     gate: &IngestGate,
 ) -> Result<Buffered, ReadError> {
-    if declared.is_some_and(|n| n > limit) {
+    let r = if declared.is_some_and(|n| n > limit) {
+        Err(ReadError::TooLarge)
+    } else {
+        buffer(&mut body, limit, declared, gate).await
+    };
+    if let Err(ReadError::TooLarge | ReadError::Busy) = r {
         drain(body).await;
-        return Err(ReadError::TooLarge);
     }
+    r
+}
+
+async fn buffer(
+    body: &mut Body,
+    limit: usize,
+    declared: Option<usize>,
+    gate: &IngestGate,
+) -> Result<Buffered, ReadError> {
     let busy = |reason: &'static str| {
         metrics::counter!("tb_http_refused_total", "reason" => reason).increment(1);
         ReadError::Busy
@@ -326,9 +340,6 @@ pub async fn read_ingest(
         };
         total += data.len();
         if total > limit {
-            drop(frames);
-            drop(held);
-            drain(body).await;
             return Err(ReadError::TooLarge);
         }
         if total > reserved {

@@ -43,7 +43,9 @@ impl OpenConnections {
 
 /// Connections answered 503 at once (over the cap) that may be in their short write at the same time;
 /// beyond this an over-cap connection is closed without an answer.
-const MAX_REFUSING: usize = 64;
+const MAX_REFUSING: usize = 256;
+/// Longest read of an over-cap request's head, and of what follows the 503.
+const REFUSE_READ: Duration = Duration::from_millis(250);
 /// Longest pause after an accept error that is not about one connection (EMFILE, ENFILE, ENOBUFS...).
 const MAX_ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
@@ -139,10 +141,26 @@ fn per_connection(e: &std::io::Error) -> bool {
     )
 }
 
-/// Answers 503 `unavailable` with `Retry-After: 1` on a connection over the cap and closes it, reading
-/// (and discarding) what the client sent for a moment so it reads the answer instead of a reset.
+/// Answers 503 `unavailable` with `Retry-After: 1` on a connection over the cap and closes it. It
+/// first reads the request head (at most 8 KiB, at most [`REFUSE_READ`]), since HTTP clients refuse
+/// an answer that comes before their request, and after answering reads what else comes for a moment,
+/// so the client reads the answer instead of a reset.
 async fn refuse(mut sock: TcpStream) {
-    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+    let mut buf = [0u8; 8192];
+    let mut seen = 0usize;
+    let _ = tokio::time::timeout(REFUSE_READ, async {
+        while seen < buf.len() {
+            match sock.read(&mut buf[seen..]).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen += n,
+            }
+            if buf[..seen].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    })
+    .await;
+    let _ = tokio::time::timeout(REFUSE_READ, async {
         let head = format!(
             "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: {}\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
             tb_api::body::BUSY_RETRY_AFTER_S,
@@ -151,12 +169,11 @@ async fn refuse(mut sock: TcpStream) {
         sock.write_all(head.as_bytes()).await?;
         sock.write_all(BUSY_BODY.as_bytes()).await?;
         sock.shutdown().await?;
-        let mut buf = [0u8; 4096];
-        let mut seen = 0usize;
-        while seen < 64 * 1024 {
+        let mut more = 0usize;
+        while more < 64 * 1024 {
             match sock.read(&mut buf).await? {
                 0 => break,
-                n => seen += n,
+                n => more += n,
             }
         }
         Ok::<(), std::io::Error>(())
