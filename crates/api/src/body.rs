@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -110,11 +111,17 @@ pub struct TimedBody {
     received: u64,
     sleep: Pin<Box<Sleep>>,
     done: bool,
+    timed_out: Option<Arc<AtomicBool>>,
 }
 
 impl TimedBody {
     /// Wraps `inner`; the clock starts now (when the headers were read).
     pub fn new(inner: Body, rules: BodyRules) -> Self {
+        Self::with_flag(inner, rules, None)
+    }
+
+    /// [`TimedBody::new`] that also sets `timed_out` when the deadline passes (read by [`layer`]).
+    fn with_flag(inner: Body, rules: BodyRules, timed_out: Option<Arc<AtomicBool>>) -> Self {
         let start = Instant::now();
         TimedBody {
             inner,
@@ -125,6 +132,7 @@ impl TimedBody {
                 start + rules.deadline(0, Duration::ZERO),
             )),
             done: false,
+            timed_out,
         }
     }
 }
@@ -154,6 +162,9 @@ impl HttpBody for TimedBody {
             Poll::Pending => match this.sleep.as_mut().poll(cx) {
                 Poll::Ready(()) => {
                     this.done = true;
+                    if let Some(f) = &this.timed_out {
+                        f.store(true, Ordering::Relaxed);
+                    }
                     metrics::counter!("tb_http_refused_total", "reason" => "body_timeout")
                         .increment(1);
                     Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut {
@@ -366,13 +377,25 @@ async fn buffer(
 }
 
 /// Installs the edge limits on `router`: every request body becomes a [`TimedBody`] under `rules`, and
-/// ingest handlers buffer under `gate`.
+/// ingest handlers buffer under `gate`. Whatever layer or extractor read the body (idempotency, JSON),
+/// a request whose body timed out and that was answered with an error is answered 408
+/// `request_timeout` instead.
 pub fn layer(router: axum::Router, rules: BodyRules, gate: Arc<IngestGate>) -> axum::Router {
     router
         .layer(axum::Extension(gate))
-        .layer(axum::middleware::map_request(
-            move |req: axum::extract::Request| async move {
-                req.map(|b| Body::new(TimedBody::new(b, rules)))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                let flag = Arc::new(AtomicBool::new(false));
+                let f = flag.clone();
+                let req = req.map(|b| Body::new(TimedBody::with_flag(b, rules, Some(f))));
+                let resp = next.run(req).await;
+                let failed = resp.status().is_client_error() || resp.status().is_server_error();
+                if failed && flag.load(Ordering::Relaxed) && resp.status().as_u16() != 408 {
+                    return axum::response::IntoResponse::into_response(
+                        ReadError::TimedOut.into_api(0),
+                    );
+                }
+                resp
             },
         ))
 }

@@ -57,10 +57,6 @@ pub fn json_body<T>(
     shape: &str,
 ) -> Result<T, ApiError> {
     b.map(|Json(v)| v).map_err(|e| match e.status().as_u16() {
-        _ if crate::body::is_timed_out(&e) => ApiError::new(
-            ErrorCode::RequestTimeout,
-            "the request body did not arrive in time; send it faster or retry",
-        ),
         413 => ApiError::new(
             ErrorCode::PayloadTooLarge,
             format!("the body is over {} bytes", crate::MAX_API_BODY),
