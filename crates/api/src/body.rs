@@ -242,6 +242,26 @@ pub enum ReadError {
 }
 
 impl ReadError {
+    /// The answer of this refusal. `Busy` is answered without the error log line of other 5xx
+    /// answers (a flood would fill the log; `tb_http_refused_total` counts them).
+    pub fn into_response(self, limit: usize) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match self {
+            ReadError::Busy => {
+                let e = self.into_api(limit).0;
+                let mut r = (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(serde_json::json!({"error": e.code.as_str(), "message": e.message})),
+                )
+                    .into_response();
+                r.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, BUSY_RETRY_AFTER_S.into());
+                r
+            }
+            other => other.into_api(limit).into_response(),
+        }
+    }
+
     /// The flat-envelope answer of this refusal.
     pub fn into_api(self, limit: usize) -> ApiError {
         match self {
@@ -389,8 +409,10 @@ pub fn layer(router: axum::Router, rules: BodyRules, gate: Arc<IngestGate>) -> a
                 let f = flag.clone();
                 let req = req.map(|b| Body::new(TimedBody::with_flag(b, rules, Some(f))));
                 let resp = next.run(req).await;
-                let failed = resp.status().is_client_error() || resp.status().is_server_error();
-                if failed && flag.load(Ordering::Relaxed) && resp.status().as_u16() != 408 {
+                // Only the generic answers to a failed read (400 / 422 / 500); a deliberate 413 or 503
+                // given before a drain timed out stays.
+                let generic = matches!(resp.status().as_u16(), 400 | 422 | 500);
+                if generic && flag.load(Ordering::Relaxed) {
                     return axum::response::IntoResponse::into_response(
                         ReadError::TimedOut.into_api(0),
                     );

@@ -49,7 +49,7 @@ pub async fn ingest(
                 crate::body::ReadError::Broken => "body_broken",
             };
             metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => outcome).increment(1);
-            return Err(e.into_api(limit));
+            return Ok(e.into_response(limit));
         }
     };
     // The body's share of the budget is held until the pipeline has stored (or refused) it.
