@@ -54,7 +54,9 @@ pub struct ServerSection {
     pub body_timeout_ms: Option<u64>,
     /// Least average body rate in bytes/s once `body_timeout_ms` has passed (default 4 096; 0 = off).
     pub body_min_rate_bytes_per_s: Option<u64>,
-    /// ms an idle keep-alive connection stays open (default 60 000).
+    /// ms an idle keep-alive connection (no request in progress) stays open (default 5 000). The header
+    /// timeout also runs while a connection waits for its next request, so the effective idle close is
+    /// the smaller of the two.
     pub idle_timeout_ms: Option<u64>,
     /// Connections open at once (default 512); over it a new connection gets 503 `unavailable` with
     /// `Retry-After: 1` and is closed. Keep it under the process's open-files limit.
@@ -81,7 +83,7 @@ pub struct Edge {
 /// Default of `[server].header_timeout_ms`.
 pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
 /// Default of `[server].idle_timeout_ms`.
-pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 5_000;
 /// Default of `[server].max_connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 

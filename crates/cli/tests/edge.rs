@@ -16,16 +16,26 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// Header timeout 600 ms, body timeout 800 ms (min rate 1 KiB/s), idle 1.5 s, 48 connections, 8
 /// bodies, 6 MiB budget, 2 MiB per body.
 fn config(dir: &Path, max_connections: usize, body_timeout_ms: u64) -> std::path::PathBuf {
+    config_with(dir, max_connections, body_timeout_ms, 600, 1500)
+}
+
+fn config_with(
+    dir: &Path,
+    max_connections: usize,
+    body_timeout_ms: u64,
+    header_timeout_ms: u64,
+    idle_timeout_ms: u64,
+) -> std::path::PathBuf {
     let p = dir.join("edge.toml");
     std::fs::write(
         &p,
         format!(
             r#"
 [server]
-header_timeout_ms = 600
+header_timeout_ms = {header_timeout_ms}
 body_timeout_ms = {body_timeout_ms}
 body_min_rate_bytes_per_s = 1024
-idle_timeout_ms = 1500
+idle_timeout_ms = {idle_timeout_ms}
 max_connections = {max_connections}
 max_inflight_bodies = 8
 body_budget_bytes = 6291456
@@ -486,4 +496,30 @@ async fn a_second_signal_exits_at_once_and_shutdown_says_what_it_waits_for() {
     let status = status.expect("a second SIGTERM did not exit within 2 s");
     assert_eq!(status.code(), Some(130));
     wait_line("second signal: exiting now");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    // Idle 300 ms, well under the 5 s header timeout: the idle rule closes it.
+    let cfg = config_with(dir.path(), 48, 800, 5000, 300);
+    let srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::null());
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).await.unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let t0 = Instant::now();
+    let end = tokio::time::timeout(Duration::from_secs(4), s.read(&mut buf)).await;
+    let took = t0.elapsed();
+    assert!(
+        matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+        "the idle connection was not closed: {end:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(2500),
+        "closed after {took:?}"
+    );
 }
