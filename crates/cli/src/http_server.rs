@@ -254,3 +254,49 @@ async fn connection(
         }
     }
 }
+
+/// Descriptors kept for the store, the listener, outbound calls and logs beyond the connection cap.
+const FD_RESERVE: u64 = 128;
+
+/// Raises the soft open-files limit to the hard one (Unix) and warns when `max_connections` plus a
+/// reserve of [`FD_RESERVE`] does not fit under it: then accept runs into EMFILE (and backs off) before
+/// the cap answers 503. Returns the soft limit in effect.
+pub fn fit_open_files_limit(max_connections: usize) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit/setrlimit on this process with a valid rlimit struct.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+                return None;
+            }
+            if r.rlim_cur < r.rlim_max {
+                let want = libc::rlimit {
+                    rlim_cur: r.rlim_max,
+                    rlim_max: r.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
+                    r.rlim_cur = r.rlim_max;
+                }
+            }
+        }
+        #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every Unix
+        let soft = r.rlim_cur as u64;
+        if max_connections as u64 + FD_RESERVE > soft {
+            tracing::warn!(
+                max_connections,
+                open_files_limit = soft,
+                "[server].max_connections plus a reserve of {FD_RESERVE} is over the open-files limit: accept will pause on EMFILE before the cap answers 503; lower max_connections or raise the limit (ulimit -n)"
+            );
+        }
+        Some(soft)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = max_connections;
+        None
+    }
+}

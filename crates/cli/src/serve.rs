@@ -120,6 +120,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(registered, "registered trigger subscriptions loaded");
     }
 
+    crate::http_server::fit_open_files_limit(edge.max_connections);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
