@@ -267,7 +267,7 @@ impl ReadError {
         match self {
             ReadError::TooLarge => ApiError::new(
                 ErrorCode::PayloadTooLarge,
-                format!("body exceeds this subscription's limit of {limit} bytes"),
+                format!("body exceeds this endpoint's limit of {limit} bytes"),
             ),
             ReadError::TimedOut => ApiError::new(
                 ErrorCode::RequestTimeout,

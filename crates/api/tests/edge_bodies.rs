@@ -13,8 +13,8 @@ use tb_store::Store;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use trigger_bridge_api::body::{BodyRules, IngestGate};
 
-/// The API with a 300 ms body timeout, 2 body slots and a 64 KiB budget; returns its address.
-async fn serve(dir: &tempfile::TempDir) -> (String, Arc<Engine>) {
+/// The API with a `timeout_ms` body timeout, 2 body slots and a 64 KiB budget; returns its address.
+async fn serve(dir: &tempfile::TempDir, timeout_ms: u64) -> (String, Arc<Engine>) {
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
     let sub = SubscriptionConfig {
         max_body_bytes: 48 * 1024,
@@ -33,7 +33,7 @@ async fn serve(dir: &tempfile::TempDir) -> (String, Arc<Engine>) {
     let app = trigger_bridge_api::body::layer(
         app,
         BodyRules {
-            timeout: Duration::from_millis(300),
+            timeout: Duration::from_millis(timeout_ms),
             min_rate_bytes_per_s: 0,
         },
         Arc::new(IngestGate::new(2, 64 * 1024)),
@@ -63,7 +63,7 @@ fn envelope(answer: &str) -> Value {
 #[tokio::test]
 async fn a_stalled_ingest_body_is_408_and_leaves_no_receipt() {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, engine) = serve(&dir).await;
+    let (addr, engine) = serve(&dir, 300).await;
     let t0 = std::time::Instant::now();
     let a = stalled(
         &addr,
@@ -86,7 +86,7 @@ async fn a_stalled_ingest_body_is_408_and_leaves_no_receipt() {
 #[tokio::test]
 async fn a_stalled_json_body_of_a_management_endpoint_is_408() {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, _engine) = serve(&dir).await;
+    let (addr, _engine) = serve(&dir, 300).await;
     let a = stalled(
         &addr,
         "POST /v1/runs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n",
@@ -100,7 +100,7 @@ async fn a_stalled_json_body_of_a_management_endpoint_is_408() {
 #[tokio::test]
 async fn an_ingest_body_over_the_remaining_budget_is_503_with_retry_after() {
     let dir = tempfile::tempdir().unwrap();
-    let (addr, _engine) = serve(&dir).await;
+    let (addr, _engine) = serve(&dir, 1500).await;
     // Holds 40 KiB of the 64 KiB budget while it stalls.
     let holder_addr = addr.clone();
     let holder = tokio::spawn(async move {
@@ -128,6 +128,16 @@ async fn an_ingest_body_over_the_remaining_budget_is_503_with_retry_after() {
     assert_eq!(r.headers()["retry-after"], "1");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"], "unavailable");
+    // Capability hooks buffer under the same budget.
+    let r = http
+        .post(format!("http://{addr}/v1/hooks/tok_unknown"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 40 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
     // The stalled holder times out (408) and frees its share: the same body is now read and verified.
     assert!(holder.await.unwrap().starts_with("HTTP/1.1 408"));
     let r = http
