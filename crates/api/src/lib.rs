@@ -4,6 +4,7 @@
 
 pub mod auth;
 pub mod bindings;
+pub mod body;
 pub mod dead_letters;
 pub mod discovery;
 pub mod error;

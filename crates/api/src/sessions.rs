@@ -472,15 +472,34 @@ pub async fn revoke(
 pub async fn hook(
     State(st): State<AppState>,
     token: Result<Path<String>, axum::extract::rejection::PathRejection>,
+    gate: Option<axum::Extension<std::sync::Arc<crate::body::IngestGate>>>,
     headers: HeaderMap,
-    body: bytes::Bytes,
+    body: axum::body::Body,
 ) -> Result<Response, ApiError> {
     // A token that is not even a valid path segment is as unknown as any other (the same 404).
     let Ok(Path(token)) = token else {
         return Err(ApiError::new(ErrorCode::NotFound, "no such endpoint"));
     };
-    let answer =
-        capability::ingest(&st.engine, st.secrets.as_ref(), &token, &headers, body).await?;
+    // Buffered under the edge's body slots and byte budget, like trigger ingest (issue #9 defect 1).
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let gate = crate::body::gate_of(gate);
+    let buffered = match crate::body::read_ingest(body, crate::MAX_API_BODY, declared, &gate).await
+    {
+        Ok(b) => b,
+        Err(e) => return Ok(e.into_response(crate::MAX_API_BODY)),
+    };
+    let answer = capability::ingest(
+        &st.engine,
+        st.secrets.as_ref(),
+        &token,
+        &headers,
+        buffered.bytes.clone(),
+    )
+    .await?;
+    drop(buffered);
     Ok(match answer {
         IngestAnswer::Duplicate { receipt_id, .. } => (
             StatusCode::OK,

@@ -70,8 +70,15 @@ async fn ready_is_public_200_and_lists_dead_lettered_subscriptions_as_warnings()
         .store
         .apply_subscription_input(
             "github",
+            // A streak of 10 failures over 5 days: continuous failure under the default policy.
             SubscriptionInput::DeliveryExhausted {
-                continuous_failure: true,
+                streak: tb_core::subscription::FailureStreak {
+                    last_success_at: None,
+                    failures_since: 10,
+                    first_failure_at: 0,
+                    now: 5 * 86_400_000,
+                },
+                policy: tb_core::subscription::FailurePolicy::default(),
             },
             5_000,
         )

@@ -64,9 +64,112 @@ pub struct ServerSection {
     /// Writes that may wait for the store's writer thread, in jobs (default 10 000, 1 to 1 000 000).
     /// A write beyond it is refused at once: 503 `unavailable` with `Retry-After: 1`.
     pub writer_queue_capacity: Option<usize>,
+    // The HTTP edge: timeouts and caps of inbound connections and bodies (issue #9 defect 1); see
+    // [`ServerSection::edge`] for the defaults. `check-config` refuses zero values.
+    /// ms a client has to send a request's headers (default 10 000); then the connection is closed.
+    pub header_timeout_ms: Option<u64>,
+    /// ms of the longest gap between two body chunks, and the grace before the minimum rate applies
+    /// (default 15 000); then 408 `request_timeout`. Also how long shutdown waits for open connections.
+    pub body_timeout_ms: Option<u64>,
+    /// Least average body rate in bytes/s once `body_timeout_ms` has passed (default 4 096; 0 = off).
+    pub body_min_rate_bytes_per_s: Option<u64>,
+    /// ms an idle keep-alive connection (no request in progress) stays open (default 5 000). The header
+    /// timeout also runs while a connection waits for its next request, so the effective idle close is
+    /// the smaller of the two.
+    pub idle_timeout_ms: Option<u64>,
+    /// Connections open at once (default 512); over it a new connection gets 503 `unavailable` with
+    /// `Retry-After: 1` and is closed. Keep it under the process's open-files limit.
+    pub max_connections: Option<usize>,
+    /// Ingest bodies buffered (before verification) at once (default 64); over it 503 `unavailable`.
+    pub max_inflight_bodies: Option<usize>,
+    /// Bytes of ingest bodies buffered at once, all subscriptions together (default 268 435 456 =
+    /// 256 MiB); over it 503 `unavailable`. Must be at least every subscription's `max_body_bytes`.
+    pub body_budget_bytes: Option<usize>,
 }
 
+/// The HTTP edge keys of `[server]` with their defaults applied ([`ServerSection::edge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge {
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub body_min_rate_bytes_per_s: u64,
+    pub idle_timeout_ms: u64,
+    pub max_connections: usize,
+    pub max_inflight_bodies: usize,
+    pub body_budget_bytes: usize,
+}
+
+/// Default of `[server].header_timeout_ms`.
+pub const DEFAULT_HEADER_TIMEOUT_MS: u64 = 10_000;
+/// Default of `[server].idle_timeout_ms`.
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 5_000;
+/// Default of `[server].max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+
 impl ServerSection {
+    /// The HTTP edge values with defaults applied.
+    pub fn edge(&self) -> Edge {
+        Edge {
+            header_timeout_ms: self.header_timeout_ms.unwrap_or(DEFAULT_HEADER_TIMEOUT_MS),
+            body_timeout_ms: self
+                .body_timeout_ms
+                .unwrap_or(tb_api::body::DEFAULT_BODY_TIMEOUT_MS),
+            body_min_rate_bytes_per_s: self
+                .body_min_rate_bytes_per_s
+                .unwrap_or(tb_api::body::DEFAULT_BODY_MIN_RATE),
+            idle_timeout_ms: self.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS),
+            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            max_inflight_bodies: self
+                .max_inflight_bodies
+                .unwrap_or(tb_api::body::DEFAULT_MAX_INFLIGHT_BODIES),
+            body_budget_bytes: self
+                .body_budget_bytes
+                .unwrap_or(tb_api::body::DEFAULT_BODY_BUDGET_BYTES),
+        }
+    }
+
+    /// Every invalid value, each naming its key and what to set.
+    fn edge_problems(&self, largest_body: usize) -> Vec<String> {
+        let e = self.edge();
+        let mut errs = Vec::new();
+        for (key, v) in [
+            ("header_timeout_ms", e.header_timeout_ms),
+            ("body_timeout_ms", e.body_timeout_ms),
+            ("idle_timeout_ms", e.idle_timeout_ms),
+            ("max_connections", e.max_connections as u64),
+            ("max_inflight_bodies", e.max_inflight_bodies as u64),
+            ("body_budget_bytes", e.body_budget_bytes as u64),
+        ] {
+            if v == 0 {
+                errs.push(format!("[server].{key} must be at least 1"));
+            }
+        }
+        for (key, v) in [
+            ("header_timeout_ms", e.header_timeout_ms),
+            ("body_timeout_ms", e.body_timeout_ms),
+            ("idle_timeout_ms", e.idle_timeout_ms),
+        ] {
+            if v > 3_600_000 {
+                errs.push(format!(
+                    "[server].{key} = {v} is over one hour (3600000 ms); use a smaller value"
+                ));
+            }
+        }
+        if e.max_inflight_bodies > e.max_connections {
+            errs.push(format!(
+                "[server].max_inflight_bodies ({}) must not exceed max_connections ({})",
+                e.max_inflight_bodies, e.max_connections
+            ));
+        }
+        if e.body_budget_bytes < largest_body || e.body_budget_bytes > u32::MAX as usize {
+            errs.push(format!(
+                "[server].body_budget_bytes ({}) must be between the largest subscription max_body_bytes ({largest_body}) and 4294967295, or that body can never be buffered",
+                e.body_budget_bytes
+            ));
+        }
+        errs
+    }
+
     /// The store's writer queue bound in jobs: `writer_queue_capacity` or its default.
     pub fn writer_queue_capacity(&self) -> usize {
         self.writer_queue_capacity
@@ -438,10 +541,17 @@ impl Loaded {
 /// Reads, parses and validates the config file at `path`. Errors: every problem found, one per line,
 /// each prefixed with the entry it concerns.
 pub fn load(path: &Path) -> Result<Loaded, Vec<String>> {
+    load_with(path, |_| {})
+}
+
+/// [`load`], letting `adjust` change the parsed file before validation (`serve --listen` replaces
+/// `[server].listen`, so an invalid value there does not stop a server started with the flag).
+pub fn load_with(path: &Path, adjust: impl FnOnce(&mut Config)) -> Result<Loaded, Vec<String>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| vec![format!("cannot read config {}: {e}", path.display())])?;
-    let cfg: Config =
+    let mut cfg: Config =
         toml::from_str(&text).map_err(|e| vec![format!("{}: {e}", path.display())])?;
+    adjust(&mut cfg);
     let base = path.parent().unwrap_or(Path::new("."));
     validate(cfg, base)
 }
@@ -686,10 +796,8 @@ pub fn check_event_type(t: &str, connector: Option<&ConnectorSpec>) -> Result<()
 pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
     let mut errs = Vec::new();
     if let Some(l) = &cfg.server.listen {
-        if l.parse::<std::net::SocketAddr>().is_err() {
-            errs.push(format!(
-                "[server].listen {l:?} is not a socket address; use e.g. \"127.0.0.1:8080\""
-            ));
+        if let Err(e) = crate::listen::check(l) {
+            errs.push(format!("[server].listen: {e}"));
         }
     }
     if let Some(n) = cfg.server.writer_queue_capacity {
@@ -704,6 +812,13 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
     if cfg.server.dead_letter_min_failures == Some(0) {
         errs.push("[server].dead_letter_min_failures must be at least 1 (default 10)".into());
     }
+    let largest_body = cfg
+        .subscriptions
+        .iter()
+        .map(|s| s.max_body_bytes.unwrap_or(DEFAULT_MAX_BODY_BYTES))
+        .max()
+        .unwrap_or(0);
+    errs.extend(cfg.server.edge_problems(largest_body));
     let mut subs = Vec::new();
     let mut seen = HashSet::new();
     for (i, s) in cfg.subscriptions.iter().enumerate() {

@@ -5,6 +5,10 @@ mod bench;
 mod client;
 mod completions;
 mod config;
+mod data_lock;
+mod http_server;
+mod listen;
+mod migrate;
 mod replay_client;
 mod send;
 mod serve;
@@ -20,6 +24,10 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "trigger-bridge", version, about, long_about = None)]
 struct Cli {
+    /// Client options (`--server`, `--json`, `--api-key`), global: accepted before or after the
+    /// command group (`trigger-bridge --server URL runs list` = `trigger-bridge runs list --server URL`).
+    #[command(flatten)]
+    client: client::ClientOpts,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -29,11 +37,7 @@ enum Cmd {
     /// Run the server: ingest endpoints, delivery worker and API.
     Serve(serve::ServeArgs),
     /// Create or upgrade the store's schema, then exit.
-    Migrate {
-        /// Directory of the SQLite store.
-        #[arg(long, default_value = "./data", env = "TRIGGER_BRIDGE_DATA_DIR")]
-        data_dir: PathBuf,
-    },
+    Migrate(migrate::MigrateArgs),
     /// Validate a config file (connectors, secrets, workflows, bindings) and say what to fix.
     CheckConfig {
         /// Configuration file (TOML).
@@ -51,43 +55,31 @@ enum Cmd {
     },
     /// Inspect receipts (one per inbound request).
     Receipts {
-        #[command(flatten)]
-        opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: client::ReceiptsCmd,
     },
     /// Inspect deliveries (one per receipt and matching binding) and their attempts.
     Deliveries {
-        #[command(flatten)]
-        opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: client::DeliveriesCmd,
     },
     /// Inspect runs; drive sessions (waits, prompts, turns) and cancel runs.
     Runs {
-        #[command(flatten)]
-        opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: client::RunsCmd,
     },
     /// List, pause and resume trigger subscriptions.
     Subscriptions {
-        #[command(flatten)]
-        opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: client::SubscriptionsCmd,
     },
     /// Raise and inspect signals on runs (sessions).
     Signals {
-        #[command(flatten)]
-        opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: sessions_client::SignalsCmd,
     },
     /// List bindings; revoke or restore one at once.
     Bindings {
-        #[command(flatten)]
-        opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: sessions_client::BindingsCmd,
     },
@@ -101,8 +93,6 @@ enum Cmd {
     },
     /// Mint, list and revoke capability URLs (POST /v1/hooks/{token} raises one signal on one run).
     Capabilities {
-        #[command(flatten)]
-        opts: client::ClientOpts,
         #[command(subcommand)]
         cmd: sessions_client::CapabilitiesCmd,
     },
@@ -145,20 +135,13 @@ async fn main() -> ExitCode {
     ) {
         restore_sigpipe();
     }
+    let opts = cli.client;
     let result: anyhow::Result<i32> = match cli.cmd {
         Cmd::Serve(a) => {
             init_tracing();
             serve::run(a).await.map(|_| 0)
         }
-        Cmd::Migrate { data_dir } => (|| {
-            let s = tb_store::sqlite::SqliteStore::open_dir(&data_dir)?;
-            println!(
-                "store {} is at schema version {}",
-                s.path().display(),
-                tb_store::sqlite::SCHEMA_VERSION
-            );
-            Ok::<i32, anyhow::Error>(0)
-        })(),
+        Cmd::Migrate(a) => migrate::run(a),
         Cmd::CheckConfig { config } => match config::load(&config) {
             Ok(l) => {
                 let (s, b, w) = &l.catalog_parts;
@@ -192,19 +175,17 @@ async fn main() -> ExitCode {
         })(),
         Cmd::Send(a) => send::run(a).await,
         Cmd::Bench { cmd } => bench::run(cmd).await.map(|_| 0),
-        Cmd::Receipts { opts, cmd } => client::receipts(&opts, cmd).await.map(|_| 0),
-        Cmd::Deliveries { opts, cmd } => client::deliveries(&opts, cmd).await.map(|_| 0),
-        Cmd::Runs { opts, cmd } => client::runs(&opts, cmd).await.map(|_| 0),
-        Cmd::Subscriptions { opts, cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
-        Cmd::Signals { opts, cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
-        Cmd::Bindings { opts, cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
+        Cmd::Receipts { cmd } => client::receipts(&opts, cmd).await.map(|_| 0),
+        Cmd::Deliveries { cmd } => client::deliveries(&opts, cmd).await.map(|_| 0),
+        Cmd::Runs { cmd } => client::runs(&opts, cmd).await.map(|_| 0),
+        Cmd::Subscriptions { cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
+        Cmd::Signals { cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
+        Cmd::Bindings { cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
+        Cmd::Capabilities { cmd } => sessions_client::capabilities(&opts, cmd).await.map(|_| 0),
         Cmd::TestWorker(a) => test_worker::run(a).await.map(|_| 0),
         Cmd::Completions { shell } => {
             completions::write::<Cli>(shell, &mut std::io::stdout());
             Ok(0)
-        }
-        Cmd::Capabilities { opts, cmd } => {
-            sessions_client::capabilities(&opts, cmd).await.map(|_| 0)
         }
     };
     match result {

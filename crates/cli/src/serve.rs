@@ -1,10 +1,13 @@
 //! `trigger-bridge serve`: opens (and migrates) the store, starts the engine, the delivery worker and
 //! the HTTP API, and shuts down gracefully on SIGINT / SIGTERM (stop accepting, let attempts in flight
-//! record their outcome, flush the writer).
+//! record their outcome, close open connections after at most `body_timeout_ms`, flush the writer). A
+//! second signal during the shutdown exits at once with code 130.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tb_engine::worker::{self, WorkerConfig};
@@ -20,9 +23,10 @@ pub struct ServeArgs {
     /// Configuration file (TOML): subscriptions, workflows, bindings.
     #[arg(long, short, env = "TRIGGER_BRIDGE_CONFIG")]
     pub config: PathBuf,
-    /// Listen address [default: [server].listen, else 127.0.0.1:8080].
+    /// Listen address, `ip:port` or `host:port` [default: [server].listen, else 127.0.0.1:8080];
+    /// replaces [server].listen, even an invalid one.
     #[arg(long, env = "TRIGGER_BRIDGE_LISTEN")]
-    pub listen: Option<SocketAddr>,
+    pub listen: Option<String>,
     /// Directory of the SQLite store, created on first start [default: [server].data_dir, else ./data].
     #[arg(long, env = "TRIGGER_BRIDGE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -34,7 +38,13 @@ pub struct ServeArgs {
 
 /// Runs the server until a shutdown signal.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let loaded = config::load(&args.config).map_err(|errs| {
+    let override_listen = args.listen.is_some();
+    let loaded = config::load_with(&args.config, |c| {
+        if override_listen {
+            c.server.listen = None;
+        }
+    })
+    .map_err(|errs| {
         anyhow::anyhow!(
             "{} has {} problem(s):\n  - {}",
             args.config.display(),
@@ -43,15 +53,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         )
     })?;
     let (server, catalog, keys) = loaded.into_catalog();
-    let listen: SocketAddr = match args.listen {
-        Some(l) => l,
-        None => server
-            .listen
-            .as_deref()
-            .unwrap_or("127.0.0.1:8080")
-            .parse()
-            .context("[server].listen is not a socket address")?,
-    };
+    let edge = server.edge();
+    let listen_text = args
+        .listen
+        .clone()
+        .or_else(|| server.listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:8080".into());
+    let listen: SocketAddr = crate::listen::resolve(&listen_text).await?;
     if keys.is_empty() {
         if !listen.ip().is_loopback() {
             anyhow::bail!(
@@ -65,6 +73,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .data_dir
         .or(server.data_dir)
         .unwrap_or_else(|| PathBuf::from("./data"));
+    // Held until the process ends: a second server on this directory is refused.
+    let _lock = crate::data_lock::acquire(&data_dir)?;
     let store_opts = tb_store::sqlite::StoreOptions {
         writer: tb_store::sqlite::writer::WriterOptions {
             queue_capacity: writer_queue_capacity,
@@ -117,6 +127,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!(registered, "registered trigger subscriptions loaded");
     }
 
+    crate::http_server::fit_open_files_limit(edge.max_connections);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -160,19 +171,53 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             ..Default::default()
         },
     });
-    let mut http_stop = stop_rx.clone();
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        let _ = http_stop.wait_for(|s| *s).await;
-    });
+    let app = tb_api::body::layer(
+        app,
+        tb_api::body::BodyRules {
+            timeout: Duration::from_millis(edge.body_timeout_ms),
+            min_rate_bytes_per_s: edge.body_min_rate_bytes_per_s,
+        },
+        Arc::new(tb_api::body::IngestGate::new(
+            edge.max_inflight_bodies,
+            edge.body_budget_bytes,
+        )),
+    );
+    let open = Arc::new(crate::http_server::OpenConnections::default());
+    let grace = Duration::from_millis(edge.body_timeout_ms);
+    let http = crate::http_server::serve(
+        listener,
+        app,
+        crate::http_server::EdgeConfig {
+            header_timeout: Duration::from_millis(edge.header_timeout_ms),
+            idle_timeout: Duration::from_millis(edge.idle_timeout_ms),
+            max_connections: edge.max_connections,
+            shutdown_grace: grace,
+        },
+        open.clone(),
+        stop_rx.clone(),
+    );
     let closing = engine.clone();
     let signals = tokio::spawn(async move {
-        shutdown_signal().await;
-        tracing::info!("shutting down: no new requests; finishing attempts in flight");
+        let mut signals = Signals::new();
+        signals.next().await;
+        tracing::info!(
+            attempts_in_flight = closing.attempts_in_flight.load(Ordering::Relaxed),
+            connections_open = open.get(),
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: no new connections; waiting for the attempts in flight to record their outcome and for open connections (closed after the grace); a second signal exits at once"
+        );
         let _ = stop_tx.send(true);
         // Long-polls (turns:claim, waits) answer now instead of holding the shutdown.
         closing.close();
+        signals.next().await;
+        tracing::warn!(
+            attempts_in_flight = closing.attempts_in_flight.load(Ordering::Relaxed),
+            connections_open = open.get(),
+            "second signal: exiting now without waiting (attempts in flight are retried after their lease)"
+        );
+        std::process::exit(130);
     });
-    server.await.context("http server")?;
+    http.await;
     if let Some(w) = worker {
         let _ = w.await;
     }
@@ -222,17 +267,36 @@ fn print_banner(engine: &Engine, addr: SocketAddr, db: &std::path::Path) {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT (Ctrl-C) and SIGTERM, listened to from start to exit so a second one is seen too.
+struct Signals {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                int: signal(SignalKind::interrupt()).expect("SIGINT handler"),
+                term: signal(SignalKind::terminate()).expect("SIGTERM handler"),
+            }
         }
+        #[cfg(not(unix))]
+        Signals {}
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+
+    /// Waits for the next SIGINT or SIGTERM.
+    async fn next(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

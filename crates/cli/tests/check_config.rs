@@ -137,7 +137,7 @@ filter = { "payload.secret_field" = "x" }
     let (code, out) = check(&typo, &[("TB_TEST_SECRET", "s")]);
     assert_eq!(code, 1, "{out}");
     assert!(
-        out.contains("[server].listen \"not-an-addr\" is not a socket address"),
+        out.contains("[server].listen: \"not-an-addr\" is not host:port"),
         "{out}"
     );
     assert!(
@@ -525,4 +525,41 @@ fn failure_policy_keys_are_read_and_checked() {
         out.contains("[server].dead_letter_min_failures must be at least 1"),
         "{out}"
     );
+}
+
+/// Issue #9 defect 14: a host name with a port is a valid listen address.
+#[test]
+fn listen_accepts_a_host_name_with_a_port() {
+    let cfg = GOOD.replace(
+        "[[subscriptions]]",
+        "[server]\nlisten = \"localhost:8093\"\n\n[[subscriptions]]",
+    );
+    let (code, out) = check(&cfg, &[("TB_TEST_SECRET", "s")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": ok ("), "{out}");
+}
+
+/// Issue #9 defect 1: the edge keys of `[server]` refuse values that would disable them or could never
+/// fit a body.
+#[test]
+fn edge_limits_refuse_zero_and_a_budget_below_a_body_limit() {
+    let cfg = GOOD.replace(
+        "[[subscriptions]]",
+        "[server]\nheader_timeout_ms = 0\nmax_connections = 8\nmax_inflight_bodies = 16\nbody_budget_bytes = 1000\n\n[[subscriptions]]",
+    );
+    let (code, out) = check(&cfg, &[("TB_TEST_SECRET", "s")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[server].header_timeout_ms must be at least 1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[server].max_inflight_bodies (16) must not exceed max_connections (8)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[server].body_budget_bytes (1000) must be between the largest subscription max_body_bytes (26214400)"),
+        "{out}"
+    );
+    assert!(out.contains("3 problem(s)"), "{out}");
 }

@@ -35,6 +35,10 @@ pub enum ErrorCode {
     SignalBufferFull,
     /// 429: a rate limit refused the request; retry after the `Retry-After` seconds.
     RateLimited,
+    /// 408: the request body did not arrive in time: a gap between two chunks longer than
+    /// `[server].body_timeout_ms`, or slower than `[server].body_min_rate_bytes_per_s` on average once
+    /// that grace has passed (issue #9 defect 1). Senders retry.
+    RequestTimeout,
     /// 503: storage is unavailable or shutting down; senders should retry.
     Unavailable,
     /// 500: an unexpected internal failure.
@@ -58,6 +62,7 @@ impl ErrorCode {
             ErrorCode::ReplayCountChanged => "replay_count_changed",
             ErrorCode::SignalBufferFull => "signal_buffer_full",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
         }
@@ -78,6 +83,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::UnsupportedMediaType => 415,
             ErrorCode::UnprocessableEvent => 422,
+            ErrorCode::RequestTimeout => 408,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
         }

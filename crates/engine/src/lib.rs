@@ -59,6 +59,8 @@ pub struct Engine {
     pub(crate) duplicates: std::sync::Mutex<HashMap<String, (u64, i64)>>,
     /// Request rate limits per subscription and capability endpoint.
     pub rate_limits: rate_limit::RateLimits,
+    /// Delivery attempts running now (the worker counts them; the shutdown log reports them).
+    pub attempts_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -120,6 +122,7 @@ impl Engine {
             closing: std::sync::atomic::AtomicBool::new(false),
             duplicates: Default::default(),
             rate_limits: Default::default(),
+            attempts_in_flight: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

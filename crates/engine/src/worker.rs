@@ -97,7 +97,10 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
                 .expect("semaphore open");
             let engine = engine.clone();
             tokio::spawn(async move {
+                use std::sync::atomic::Ordering::Relaxed;
+                engine.attempts_in_flight.fetch_add(1, Relaxed);
                 attempt(&engine, lease).await;
+                engine.attempts_in_flight.fetch_sub(1, Relaxed);
                 drop(permit);
             });
         }

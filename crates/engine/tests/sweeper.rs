@@ -179,11 +179,13 @@ async fn a_dead_letter_sweep_walks_every_batch() {
                     started_at: now,
                     duration_ms: 3,
                     next_due_at: None,
+                    message: Some("HTTP 500".into()),
                 },
                 next_state: DeliveryState::DeadLettered,
                 run: None,
                 dead_letter_reason: Some("retries_exhausted".into()),
                 effect: None,
+                failure_policy: Default::default(),
                 now,
             })
             .await

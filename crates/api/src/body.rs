@@ -1,0 +1,500 @@
+//! Request bodies at the HTTP edge (issue #9 defect 1): a read deadline on every request body, and for
+//! ingest bodies a cap on bodies being buffered at once plus a global budget of buffered bytes.
+//!
+//! - [`BodyRules`] + [`TimedBody`]: every request body must keep arriving: a gap between two chunks
+//!   longer than `timeout`, or an average rate below `min_rate_bytes_per_s` once `timeout` has passed
+//!   since the headers, ends the body with [`BodyTimedOut`] (answered 408 `request_timeout`).
+//! - [`IngestGate`]: ingest bodies are buffered whole before their signature is verified; at most
+//!   `max_inflight` are read at once and together they hold at most `budget_bytes`. Over either:
+//!   503 `unavailable` with `Retry-After: 1`, nothing stored.
+//!
+//! [`layer`] installs both on a router; `serve` does it with the `[server]` config values.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use http_body_util::BodyExt;
+use tb_core::ErrorCode;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::{Instant, Sleep};
+
+use crate::error::ApiError;
+
+/// Default of `[server].body_timeout_ms`: 15 000 ms.
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 15_000;
+/// Default of `[server].body_min_rate_bytes_per_s`: 4 096 bytes/s.
+pub const DEFAULT_BODY_MIN_RATE: u64 = 4_096;
+/// Default of `[server].max_inflight_bodies`: 64 ingest bodies buffered at once.
+pub const DEFAULT_MAX_INFLIGHT_BODIES: usize = 64;
+/// Default of `[server].body_budget_bytes`: 256 MiB of ingest bodies buffered at once.
+pub const DEFAULT_BODY_BUDGET_BYTES: usize = 256 << 20;
+/// `Retry-After` (s) of a 503 answered because the edge is full.
+pub const BUSY_RETRY_AFTER_S: u64 = 1;
+
+/// How fast a request body must arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyRules {
+    /// Longest gap between two chunks, and the grace (from the headers) before the rate applies.
+    pub timeout: Duration,
+    /// Least average rate in bytes/s once `timeout` has passed (0 = no rate rule).
+    pub min_rate_bytes_per_s: u64,
+}
+
+impl Default for BodyRules {
+    fn default() -> Self {
+        BodyRules {
+            timeout: Duration::from_millis(DEFAULT_BODY_TIMEOUT_MS),
+            min_rate_bytes_per_s: DEFAULT_BODY_MIN_RATE,
+        }
+    }
+}
+
+impl BodyRules {
+    /// The pure rule: having received `received` bytes, the last of them `last_chunk` after the headers,
+    /// the next chunk must arrive by the returned offset from the headers: the earlier of
+    /// `last_chunk + timeout` (gap rule) and `max(timeout, received / min_rate)` (rate rule: past the
+    /// grace, the average rate may not fall below `min_rate`).
+    pub fn deadline(&self, received: u64, last_chunk: Duration) -> Duration {
+        let gap = last_chunk + self.timeout;
+        if self.min_rate_bytes_per_s == 0 {
+            return gap;
+        }
+        let rate = Duration::from_secs_f64(received as f64 / self.min_rate_bytes_per_s as f64)
+            .max(self.timeout);
+        gap.min(rate)
+    }
+}
+
+/// The error a [`TimedBody`] ends with when its sender is too slow (see [`BodyRules`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyTimedOut {
+    /// Bytes received before the deadline passed.
+    pub received: u64,
+}
+
+impl std::fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive in time ({} bytes received)",
+            self.received
+        )
+    }
+}
+
+impl std::error::Error for BodyTimedOut {}
+
+/// True when `e` (or an error it wraps) is a [`BodyTimedOut`].
+pub fn is_timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if x.is::<BodyTimedOut>() {
+            return true;
+        }
+        cur = x.source();
+    }
+    false
+}
+
+/// A request body that fails with [`BodyTimedOut`] when it stops arriving (see [`BodyRules`]).
+pub struct TimedBody {
+    inner: Body,
+    rules: BodyRules,
+    start: Instant,
+    received: u64,
+    sleep: Pin<Box<Sleep>>,
+    done: bool,
+    timed_out: Option<Arc<AtomicBool>>,
+}
+
+impl TimedBody {
+    /// Wraps `inner`; the clock starts now (when the headers were read).
+    pub fn new(inner: Body, rules: BodyRules) -> Self {
+        Self::with_flag(inner, rules, None)
+    }
+
+    /// [`TimedBody::new`] that also sets `timed_out` when the deadline passes (read by [`layer`]).
+    fn with_flag(inner: Body, rules: BodyRules, timed_out: Option<Arc<AtomicBool>>) -> Self {
+        let start = Instant::now();
+        TimedBody {
+            inner,
+            rules,
+            start,
+            received: 0,
+            sleep: Box::pin(tokio::time::sleep_until(
+                start + rules.deadline(0, Duration::ZERO),
+            )),
+            done: false,
+            timed_out,
+        }
+    }
+}
+
+impl HttpBody for TimedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = &mut *self;
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(d) = frame.data_ref() {
+                    this.received += d.len() as u64;
+                }
+                let at = this.rules.deadline(this.received, this.start.elapsed());
+                this.sleep.as_mut().reset(this.start + at);
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(other) => Poll::Ready(other),
+            Poll::Pending => match this.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.done = true;
+                    if let Some(f) = &this.timed_out {
+                        f.store(true, Ordering::Relaxed);
+                    }
+                    metrics::counter!("tb_http_refused_total", "reason" => "body_timeout")
+                        .increment(1);
+                    Poll::Ready(Some(Err(axum::Error::new(BodyTimedOut {
+                        received: this.received,
+                    }))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The shared limits of ingest bodies buffered before verification.
+#[derive(Debug)]
+pub struct IngestGate {
+    inflight: Arc<Semaphore>,
+    budget: Arc<Semaphore>,
+}
+
+impl IngestGate {
+    /// At most `max_inflight` bodies read at once, holding at most `budget_bytes` bytes together.
+    pub fn new(max_inflight: usize, budget_bytes: usize) -> Self {
+        IngestGate {
+            inflight: Arc::new(Semaphore::new(max_inflight)),
+            budget: Arc::new(Semaphore::new(budget_bytes.min(Semaphore::MAX_PERMITS))),
+        }
+    }
+
+    /// The defaults ([`DEFAULT_MAX_INFLIGHT_BODIES`], [`DEFAULT_BODY_BUDGET_BYTES`]), shared by
+    /// routers built without [`layer`] (tests).
+    pub fn shared_default() -> Arc<IngestGate> {
+        static G: OnceLock<Arc<IngestGate>> = OnceLock::new();
+        G.get_or_init(|| {
+            Arc::new(IngestGate::new(
+                DEFAULT_MAX_INFLIGHT_BODIES,
+                DEFAULT_BODY_BUDGET_BYTES,
+            ))
+        })
+        .clone()
+    }
+
+    /// Bytes of the budget not held by a body now.
+    pub fn budget_available(&self) -> usize {
+        self.budget.available_permits()
+    }
+}
+
+/// A buffered ingest body; its share of the budget is released when this is dropped.
+pub struct Buffered {
+    /// The body.
+    pub bytes: Bytes,
+    _slot: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+}
+
+/// Why an ingest body was not buffered.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Over the subscription's limit (413 `payload_too_large`); the body was drained (bounded).
+    TooLarge,
+    /// The sender was too slow (408 `request_timeout`).
+    TimedOut,
+    /// Too many bodies or bytes buffered at once (503 `unavailable`, `Retry-After: 1`).
+    Busy,
+    /// The connection failed mid-body (400 `validation_error`).
+    Broken,
+}
+
+impl ReadError {
+    /// The answer of this refusal. `Busy` is answered without the error log line of other 5xx
+    /// answers (a flood would fill the log; `tb_http_refused_total` counts them).
+    pub fn into_response(self, limit: usize) -> axum::response::Response {
+        use axum::response::IntoResponse;
+        match self {
+            ReadError::Busy => {
+                let e = self.into_api(limit).0;
+                let mut r = (
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                    axum::Json(serde_json::json!({"error": e.code.as_str(), "message": e.message})),
+                )
+                    .into_response();
+                r.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, BUSY_RETRY_AFTER_S.into());
+                r
+            }
+            other => other.into_api(limit).into_response(),
+        }
+    }
+
+    /// The flat-envelope answer of this refusal.
+    pub fn into_api(self, limit: usize) -> ApiError {
+        match self {
+            ReadError::TooLarge => ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("body exceeds this endpoint's limit of {limit} bytes"),
+            ),
+            ReadError::TimedOut => ApiError::new(
+                ErrorCode::RequestTimeout,
+                "the request body did not arrive in time; send it faster or retry",
+            ),
+            ReadError::Busy => ApiError(
+                tb_core::TbError::new(
+                    ErrorCode::Unavailable,
+                    "the server is buffering too many request bodies; retry shortly",
+                )
+                .retry_after(BUSY_RETRY_AFTER_S),
+            ),
+            ReadError::Broken => ApiError::new(
+                ErrorCode::ValidationError,
+                "the request body ended with an error",
+            ),
+        }
+    }
+}
+
+/// Most bytes read and discarded after a body went over its limit, so an ordinary sender still reads our
+/// 413 instead of a reset connection; beyond this (or after 5 s) the connection is closed.
+const DRAIN_CAP: usize = 8 * 1024 * 1024;
+
+/// Reads and discards up to [`DRAIN_CAP`] bytes (at most 5 s), without buffering them.
+pub async fn drain(mut body: Body) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen += frame.data_ref().map_or(0, |d| d.len());
+            if seen > DRAIN_CAP {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+/// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) under `gate`:
+/// takes a body slot, reserves the declared length (or each chunk as it comes) from the byte budget,
+/// and refuses with [`ReadError::Busy`] when either is exhausted. A single-frame body is returned
+/// without a copy. On `TooLarge` and `Busy` the rest of the body is drained (bounded, see [`drain`],
+/// nothing kept, its slot and bytes already released) so the sender reads the answer instead of a reset.
+pub async fn read_ingest(
+    mut body: Body,
+    limit: usize,
+    declared: Option<usize>,
+    gate: &IngestGate,
+) -> Result<Buffered, ReadError> {
+    let r = if declared.is_some_and(|n| n > limit) {
+        Err(ReadError::TooLarge)
+    } else {
+        buffer(&mut body, limit, declared, gate).await
+    };
+    if let Err(ReadError::TooLarge | ReadError::Busy) = r {
+        drain(body).await;
+    }
+    r
+}
+
+async fn buffer(
+    body: &mut Body,
+    limit: usize,
+    declared: Option<usize>,
+    gate: &IngestGate,
+) -> Result<Buffered, ReadError> {
+    let busy = |reason: &'static str| {
+        metrics::counter!("tb_http_refused_total", "reason" => reason).increment(1);
+        ReadError::Busy
+    };
+    let slot = gate
+        .inflight
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| busy("inflight_bodies"))?;
+    let reserve = |n: usize| -> Result<Option<OwnedSemaphorePermit>, ReadError> {
+        if n == 0 {
+            return Ok(None);
+        }
+        let n = u32::try_from(n).map_err(|_| ReadError::TooLarge)?;
+        gate.budget
+            .clone()
+            .try_acquire_many_owned(n)
+            .map(Some)
+            .map_err(|_| busy("body_budget"))
+    };
+    let mut held = reserve(declared.unwrap_or(0))?;
+    let mut reserved = declared.unwrap_or(0);
+    let mut frames: Vec<Bytes> = Vec::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            if is_timed_out(&e) {
+                ReadError::TimedOut
+            } else {
+                ReadError::Broken
+            }
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len();
+        if total > limit {
+            return Err(ReadError::TooLarge);
+        }
+        if total > reserved {
+            let more = reserve(total - reserved)?;
+            match (&mut held, more) {
+                (Some(h), Some(m)) => h.merge(m),
+                (h @ None, m) => *h = m,
+                _ => {}
+            }
+            reserved = total;
+        }
+        frames.push(data);
+    }
+    let bytes = match frames.len() {
+        0 => Bytes::new(),
+        1 => frames.pop().expect("one frame"),
+        _ => frames.concat().into(),
+    };
+    Ok(Buffered {
+        bytes,
+        _slot: slot,
+        _bytes: held,
+    })
+}
+
+/// Installs the edge limits on `router`: every request body becomes a [`TimedBody`] under `rules`, and
+/// ingest handlers buffer under `gate`. Whatever layer or extractor read the body (idempotency, JSON),
+/// a request whose body timed out and that was answered with an error is answered 408
+/// `request_timeout` instead.
+pub fn layer(router: axum::Router, rules: BodyRules, gate: Arc<IngestGate>) -> axum::Router {
+    router
+        .layer(axum::Extension(gate))
+        .layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                let flag = Arc::new(AtomicBool::new(false));
+                let f = flag.clone();
+                let req = req.map(|b| Body::new(TimedBody::with_flag(b, rules, Some(f))));
+                let resp = next.run(req).await;
+                // Only the generic answers to a failed read (400 / 422 / 500); a deliberate 413 or 503
+                // given before a drain timed out stays.
+                let generic = matches!(resp.status().as_u16(), 400 | 422 | 500);
+                if generic && flag.load(Ordering::Relaxed) {
+                    return axum::response::IntoResponse::into_response(
+                        ReadError::TimedOut.into_api(0),
+                    );
+                }
+                resp
+            },
+        ))
+}
+
+/// The configured gate of a request, or the shared default.
+pub fn gate_of(ext: Option<axum::Extension<Arc<IngestGate>>>) -> Arc<IngestGate> {
+    ext.map(|axum::Extension(g)| g)
+        .unwrap_or_else(IngestGate::shared_default)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn gap_rule_bounds_the_wait_for_the_next_chunk() {
+        let r = BodyRules {
+            timeout: MS(1000),
+            min_rate_bytes_per_s: 0,
+        };
+        assert_eq!(r.deadline(0, Duration::ZERO), MS(1000));
+        assert_eq!(r.deadline(10, MS(5000)), MS(6000));
+    }
+
+    #[test]
+    fn rate_rule_applies_after_the_grace() {
+        let r = BodyRules {
+            timeout: MS(1000),
+            min_rate_bytes_per_s: 1000,
+        };
+        // 500 bytes at 0.9 s: within the grace, the gap rule (1.9 s) vs rate (max(1 s, 0.5 s)) -> 1 s.
+        assert_eq!(r.deadline(500, MS(900)), MS(1000));
+        // 3 000 bytes at 2.5 s: the rate allows until 3 s; the gap rule until 3.5 s.
+        assert_eq!(r.deadline(3000, MS(2500)), MS(3000));
+        // Fast sender: 1 MB at 2 s -> the gap rule (3 s) decides.
+        assert_eq!(r.deadline(1_000_000, MS(2000)), MS(3000));
+    }
+
+    #[tokio::test]
+    async fn budget_refuses_a_body_that_does_not_fit_and_releases_on_drop() {
+        let gate = IngestGate::new(4, 100);
+        let a = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate)
+            .await
+            .unwrap();
+        assert_eq!(gate.budget_available(), 40);
+        let b = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate).await;
+        assert!(matches!(b, Err(ReadError::Busy)));
+        drop(a);
+        assert_eq!(gate.budget_available(), 100);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_body_times_out() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, axum::Error>>(1);
+        let stream = http_body_util::StreamBody::new(ReceiverStream(rx));
+        tx.send(Ok(Frame::data(Bytes::from_static(b"abc"))))
+            .await
+            .unwrap();
+        let rules = BodyRules {
+            timeout: MS(200),
+            min_rate_bytes_per_s: 0,
+        };
+        let body = Body::new(TimedBody::new(Body::new(stream), rules));
+        let gate = IngestGate::new(1, 1000);
+        let r = read_ingest(body, 1000, None, &gate).await;
+        assert!(matches!(r, Err(ReadError::TimedOut)));
+        assert_eq!(gate.budget_available(), 1000);
+        drop(tx);
+    }
+
+    struct ReceiverStream<T>(tokio::sync::mpsc::Receiver<T>);
+    impl<T> futures_util::Stream for ReceiverStream<T> {
+        type Item = T;
+        fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
+            self.0.poll_recv(cx)
+        }
+    }
+}

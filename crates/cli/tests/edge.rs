@@ -1,0 +1,525 @@
+//! The HTTP edge under attack (issue #9 defect 1): slow-header clients, never-ending bodies, descriptor
+//! exhaustion and shutdown with a stuck body, each against the real binary with small configured
+//! timeouts and caps. Every case asserts that `/health` and ingest keep answering and that the server's
+//! VmRSS stays bounded.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const BIN: &str = env!("CARGO_BIN_EXE_trigger-bridge");
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+
+/// Header timeout 600 ms, body timeout 800 ms (min rate 1 KiB/s), idle 1.5 s, 48 connections, 8
+/// bodies, 6 MiB budget, 2 MiB per body.
+fn config(dir: &Path, max_connections: usize, body_timeout_ms: u64) -> std::path::PathBuf {
+    config_with(dir, max_connections, body_timeout_ms, 600, 1500)
+}
+
+fn config_with(
+    dir: &Path,
+    max_connections: usize,
+    body_timeout_ms: u64,
+    header_timeout_ms: u64,
+    idle_timeout_ms: u64,
+) -> std::path::PathBuf {
+    let p = dir.join("edge.toml");
+    std::fs::write(
+        &p,
+        format!(
+            r#"
+[server]
+header_timeout_ms = {header_timeout_ms}
+body_timeout_ms = {body_timeout_ms}
+body_min_rate_bytes_per_s = 1024
+idle_timeout_ms = {idle_timeout_ms}
+max_connections = {max_connections}
+max_inflight_bodies = 8
+body_budget_bytes = 6291456
+
+[[subscriptions]]
+id = "sw"
+connector = "standard-webhooks"
+secret = "env:STANDARD_WEBHOOK_SECRET"
+max_body_bytes = 2097152
+
+[[workflows]]
+id = "noop"
+executor = "noop"
+
+[[bindings]]
+id = "sw-all"
+subscription = "sw"
+event_types = ["*"]
+action = "start_run"
+workflow = "noop"
+"#
+        ),
+    )
+    .unwrap();
+    p
+}
+
+struct Srv {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Srv {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Spawns `serve` with the open-files limit set to `nofile` (like `ulimit -n`) and waits until healthy.
+fn spawn(cfg: &Path, data: &Path, nofile: u64, stderr: Stdio) -> Srv {
+    use std::os::unix::process::CommandExt;
+    let port = free_port();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--config"])
+        .arg(cfg)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+        .arg(data)
+        .env("STANDARD_WEBHOOK_SECRET", SECRET)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(stderr);
+    // SAFETY: only setrlimit between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: nofile,
+                rlim_max: nofile,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("spawn server");
+    let s = Srv { child, port };
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("server did not listen on {port}");
+}
+
+/// The server's resident set in KiB (/proc/<pid>/status VmRSS).
+fn vm_rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// GET /health: the status and its Retry-After, or `None` when no answer came within 2 s.
+async fn health(http: &reqwest::Client, port: u16) -> Option<(u16, Option<String>)> {
+    let r = http
+        .get(format!("http://127.0.0.1:{port}/health"))
+        .timeout(Duration::from_secs(2))
+        .send()
+        .await
+        .map_err(|e| eprintln!("GET /health: {e:?}"))
+        .ok()?;
+    let ra = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    Some((r.status().as_u16(), ra))
+}
+
+/// A signed Standard Webhooks ingest; its status.
+async fn ingest(http: &reqwest::Client, port: u16, id: &str) -> u16 {
+    let body = br#"{"type":"edge.test","data":{}}"#;
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let key = tb_ingress::parse_whsec(SECRET).unwrap();
+    let sig = tb_ingress::standard_webhooks::sign(&key, id, ts, body);
+    http.post(format!(
+        "http://127.0.0.1:{port}/v1/trigger-subscriptions/sw/ingest"
+    ))
+    .header("content-type", "application/json")
+    .header("webhook-id", id)
+    .header("webhook-timestamp", ts.to_string())
+    .header("webhook-signature", sig)
+    .body(body.to_vec())
+    .timeout(Duration::from_secs(3))
+    .send()
+    .await
+    .map(|r| r.status().as_u16())
+    .unwrap_or(0)
+}
+
+/// How a connection ended, seen from the client.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum End {
+    /// An HTTP answer with this status; `true` when it carried `Retry-After`.
+    Answer(u16, bool),
+    /// Closed (EOF or reset) without an answer.
+    Closed,
+    /// Still open at the deadline.
+    Open,
+}
+
+/// Reads what the server sends on `s` until it closes or `deadline`.
+async fn outcome(mut s: TcpStream, deadline: Instant) -> End {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Err(_) => return End::Open,
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    match text
+        .strip_prefix("http/1.1 ")
+        .and_then(|r| r.get(..3))
+        .and_then(|c| c.parse().ok())
+    {
+        Some(code) => End::Answer(code, text.contains("\r\nretry-after: ")),
+        None => End::Closed,
+    }
+}
+
+/// Probes /health every 100 ms for `for_`; every probe must be answered (200, or 503 with
+/// Retry-After) within 2 s. Returns the statuses with their offsets.
+async fn probe_health(port: u16, for_: Duration) -> Vec<(Duration, u16)> {
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while t0.elapsed() < for_ {
+        let at = t0.elapsed();
+        let (code, ra) = health(&http, port)
+            .await
+            .unwrap_or_else(|| panic!("/health did not answer within 2 s at {at:?}"));
+        assert!(
+            code == 200 || (code == 503 && ra.as_deref() == Some("1")),
+            "/health answered {code} (Retry-After {ra:?}) at {at:?}"
+        );
+        seen.push((at, code));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_header_clients_are_cut_off_and_health_and_ingest_keep_answering() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 48, 800);
+    let srv = spawn(&cfg, &dir.path().join("data"), 256, Stdio::null());
+    let rss0 = vm_rss_kib(srv.child.id());
+    // 150 clients that send a request line and part of the headers, then one header line per 100 ms,
+    // never finishing (slowloris).
+    let mut conns = Vec::new();
+    for _ in 0..150 {
+        let mut s = TcpStream::connect(("127.0.0.1", srv.port)).await.unwrap();
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        conns.push(s);
+    }
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(600 + 2000);
+    let ends: Vec<_> = conns
+        .into_iter()
+        .map(|s| {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.into_split();
+                let trickle = tokio::spawn(async move {
+                    while w.write_all(b"X-Slow: 1\r\n").await.is_ok() {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                });
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                let end = loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match tokio::time::timeout(left, r.read(&mut buf)).await {
+                        Err(_) => break End::Open,
+                        Ok(Ok(0)) | Ok(Err(_)) => {
+                            let t = String::from_utf8_lossy(&got).to_ascii_lowercase();
+                            break if t.starts_with("http/1.1 503") {
+                                End::Answer(503, t.contains("\r\nretry-after: 1\r\n"))
+                            } else {
+                                End::Closed
+                            };
+                        }
+                        Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                    }
+                };
+                trickle.abort();
+                end
+            })
+        })
+        .collect();
+    let probes = probe_health(srv.port, Duration::from_millis(2500)).await;
+    let mut refused = 0;
+    let mut closed = 0;
+    for e in ends {
+        match e.await.unwrap() {
+            End::Answer(503, true) => refused += 1,
+            End::Closed => closed += 1,
+            other => panic!("a slow-header connection ended {other:?}"),
+        }
+    }
+    // At most 48 held a slot (then closed by the 600 ms header timeout); the rest got 503 at once.
+    assert_eq!(refused + closed, 150);
+    assert!(refused >= 150 - 48, "refused {refused}, closed {closed}");
+    // Once the header timeout has passed, the slots are free and /health is 200 again.
+    let late: Vec<_> = probes
+        .iter()
+        .filter(|(at, _)| *at > Duration::from_millis(1500))
+        .collect();
+    assert!(
+        !late.is_empty() && late.iter().all(|(_, c)| *c == 200),
+        "{probes:?}"
+    );
+    let http = reqwest::Client::new();
+    assert_eq!(ingest(&http, srv.port, "msg_slow_headers").await, 202);
+    let rss = vm_rss_kib(srv.child.id());
+    // Bound: under 32 MiB of growth (the unprotected server grew by ~100 KiB per slow connection and
+    // never released it).
+    assert!(rss < rss0 + 32 * 1024, "VmRSS {rss0} -> {rss} KiB");
+    eprintln!("slow headers: refused {refused}, closed {closed}, VmRSS {rss0} -> {rss} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accept_backs_off_when_descriptors_run_out_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    // The connection cap (400) is over the open-files limit (128): accept hits EMFILE.
+    let cfg = config(dir.path(), 400, 800);
+    let srv = spawn(&cfg, &dir.path().join("data"), 128, Stdio::null());
+    let pid = srv.child.id();
+    let mut conns = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(("127.0.0.1", srv.port)).await.unwrap();
+        let _ = s.write_all(b"GET /health HTTP/1.1\r\n").await;
+        conns.push(s);
+    }
+    let cpu = |pid: u32| -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let f: Vec<&str> = s.rsplit_once(')').unwrap().1.split_whitespace().collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    };
+    let c0 = cpu(pid);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let spent = cpu(pid) - c0;
+    // Clock ticks are 1/100 s: a spinning accept loop burns ~50 in 0.5 s.
+    assert!(spent < 25, "accept loop spent {spent} ticks in 0.5 s");
+    // The header timeout frees descriptors; queued connections are then served and /health answers.
+    let http = reqwest::Client::new();
+    let t0 = Instant::now();
+    let mut ok = false;
+    while t0.elapsed() < Duration::from_secs(6) {
+        if let Some((200, _)) = health(&http, srv.port).await {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ok, "/health did not recover");
+    drop(conns);
+    assert_eq!(ingest(&http, srv.port, "msg_emfile_recovered").await, 202);
+}
+
+/// Opens a chunked ingest and sends `mib` MiB in 64 KiB chunks, never the last chunk.
+async fn never_ending_body(port: u16, mib: usize) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(
+        b"POST /v1/trigger-subscriptions/sw/ingest HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\nwebhook-id: msg_x\r\nwebhook-timestamp: 1\r\nwebhook-signature: v1,x\r\ntransfer-encoding: chunked\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    for _ in 0..mib * 16 {
+        let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
+        frame.extend_from_slice(&chunk);
+        frame.extend_from_slice(b"\r\n");
+        if s.write_all(&frame).await.is_err() {
+            break; // refused early (503) and closed
+        }
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_ending_bodies_get_408_or_503_and_memory_stays_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 48, 800);
+    let srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::null());
+    let rss0 = vm_rss_kib(srv.child.id());
+    let bodies: Vec<_> = (0..12)
+        .map(|_| tokio::spawn(never_ending_body(srv.port, 1)))
+        .collect();
+    let probes = tokio::spawn(probe_health(srv.port, Duration::from_millis(2000)));
+    let mut streams = Vec::new();
+    for b in bodies {
+        streams.push(b.await.unwrap());
+    }
+    let rss_peak = vm_rss_kib(srv.child.id());
+    let deadline = Instant::now() + Duration::from_millis(800 + 2000);
+    let mut ends = Vec::new();
+    for s in streams {
+        ends.push(outcome(s, deadline).await);
+    }
+    let timed_out = ends
+        .iter()
+        .filter(|e| **e == End::Answer(408, false))
+        .count();
+    let busy = ends
+        .iter()
+        .filter(|e| **e == End::Answer(503, true))
+        .count();
+    // 8 body slots and a 6 MiB budget for 12 bodies of 1 MiB: at least 6 are refused, at most 6 wait
+    // for the 800 ms body timeout.
+    assert_eq!(timed_out + busy, 12, "{ends:?}");
+    assert!(busy >= 6 && timed_out >= 1, "{ends:?}");
+    probes.await.unwrap();
+    let http = reqwest::Client::new();
+    assert_eq!(ingest(&http, srv.port, "msg_after_bodies").await, 202);
+    let rss = vm_rss_kib(srv.child.id());
+    // Bound: the 6 MiB budget plus 32 MiB of slack.
+    assert!(
+        rss_peak < rss0 + 38 * 1024 && rss < rss0 + 38 * 1024,
+        "VmRSS {rss0} -> peak {rss_peak} -> {rss} KiB"
+    );
+    eprintln!("bodies: 408 x{timed_out}, 503 x{busy}, VmRSS {rss0} -> {rss_peak} -> {rss} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_does_not_wait_for_a_never_ending_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), 48, 800);
+    let mut srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::null());
+    // A body that trickles one chunk per 300 ms forever: within the gap rule, never finished.
+    let mut s = never_ending_body(srv.port, 0).await;
+    let trickle = tokio::spawn(async move {
+        while s.write_all(b"1\r\na\r\n").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let t0 = Instant::now();
+    unsafe { libc::kill(srv.child.id() as i32, libc::SIGTERM) };
+    let mut status = None;
+    while t0.elapsed() < Duration::from_secs(5) {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            status = Some(st);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = t0.elapsed();
+    trickle.abort();
+    let status = status.expect("server still running 5 s after SIGTERM");
+    assert_eq!(status.code(), Some(0));
+    // The body timeout (800 ms) bounds the wait, plus the store's close.
+    assert!(
+        took < Duration::from_millis(800 + 1500),
+        "shutdown took {took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_exits_at_once_and_shutdown_says_what_it_waits_for() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    // A long body timeout: the first SIGTERM would wait 30 s for the stuck body.
+    let cfg = config(dir.path(), 48, 30_000);
+    let mut srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::piped());
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let err = srv.child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines() {
+            if tx.send(l.unwrap_or_default()).is_err() {
+                break;
+            }
+        }
+    });
+    let _stuck = never_ending_body(srv.port, 0).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pid = srv.child.id() as i32;
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let wait_line = |what: &str| -> String {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            if let Ok(l) = rx.recv_timeout(Duration::from_millis(100)) {
+                if l.contains(what) {
+                    return l;
+                }
+            }
+        }
+        panic!("no log line with {what:?}");
+    };
+    let l = wait_line("shutting down: no new connections");
+    assert!(l.contains("attempts_in_flight=0"), "{l}");
+    assert!(l.contains("connections_open=1"), "{l}");
+    assert!(l.contains("grace_ms=30000"), "{l}");
+    // Still waiting for the stuck body.
+    assert!(srv.child.try_wait().unwrap().is_none());
+    let t0 = Instant::now();
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let mut status = None;
+    while t0.elapsed() < Duration::from_secs(2) {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            status = Some(st);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = status.expect("a second SIGTERM did not exit within 2 s");
+    assert_eq!(status.code(), Some(130));
+    wait_line("second signal: exiting now");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    // Idle 300 ms, well under the 5 s header timeout: the idle rule closes it.
+    let cfg = config_with(dir.path(), 48, 800, 5000, 300);
+    let srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::null());
+    let mut s = TcpStream::connect(("127.0.0.1", srv.port)).await.unwrap();
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let t0 = Instant::now();
+    let end = tokio::time::timeout(Duration::from_secs(4), s.read(&mut buf)).await;
+    let took = t0.elapsed();
+    assert!(
+        matches!(end, Ok(Ok(0)) | Ok(Err(_))),
+        "the idle connection was not closed: {end:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(2500),
+        "closed after {took:?}"
+    );
+}
