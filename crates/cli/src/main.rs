@@ -1,6 +1,7 @@
 //! `trigger-bridge`: the server (`serve`), its maintenance commands (`migrate`, `check-config`), the
 //! provider-exact signer (`send`), and client commands over the HTTP API.
 
+mod api_client;
 mod bench;
 mod client;
 mod completions;
@@ -27,7 +28,7 @@ struct Cli {
     /// Client options (`--server`, `--json`, `--api-key`), global: accepted before or after the
     /// command group (`trigger-bridge --server URL runs list` = `trigger-bridge runs list --server URL`).
     #[command(flatten)]
-    client: client::ClientOpts,
+    client: api_client::ClientOpts,
     #[command(subcommand)]
     cmd: Cmd,
 }

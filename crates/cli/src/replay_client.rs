@@ -10,7 +10,7 @@ use anyhow::{bail, Result};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::client::{seg, Api};
+use crate::api_client::{seg, Api};
 
 // Flags of `deliveries replay-all` (plain comments: a doc comment would replace the subcommand's help).
 #[derive(clap::Args, Debug)]

@@ -8,7 +8,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Value};
 use tb_core::connector::{ConnectorSpec, SignatureEncoding};
 
-use crate::client::{http_client, request_error};
+use crate::api_client::{http_client, request_error};
 
 /// Which provider's signing scheme to use.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::client::{print_kv, print_list, render, seg, Api, ClientOpts};
+use crate::api_client::{print_kv, print_list, render, seg, Api, ClientOpts};
 
 const SIGNALS: &str = "SEQ=seq STATE=state NAME=signal/name SIGNAL=signal/signalId \
     SOURCE=signal/source/kind RAISED=signal/raisedAt CONSUMED_BY=consumedBy";

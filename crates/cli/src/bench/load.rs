@@ -12,25 +12,8 @@ use hdrhistogram::Histogram;
 use rand::Rng;
 use serde_json::Value;
 
-use super::report::histogram;
+use super::report::{histogram, LoadResult};
 use super::LoadOpts;
-
-/// What a load run measured.
-pub struct LoadResult {
-    /// Latency of answered requests, µs.
-    pub hist: Histogram<u64>,
-    /// Requests answered with 2xx.
-    pub answered: u64,
-    /// 202 answers (new receipts).
-    pub accepted: u64,
-    /// 200 duplicate answers.
-    pub duplicates: u64,
-    /// Non-2xx answers and transport errors.
-    pub errors: u64,
-    pub elapsed: Duration,
-    /// `(runId, send time in Unix µs)` of accepted requests that started a run.
-    pub runs: Vec<(String, u64)>,
-}
 
 #[derive(Default)]
 struct Counters {

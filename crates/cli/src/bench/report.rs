@@ -1,8 +1,25 @@
 //! Summary lines: throughput and latency percentiles from an HDR histogram (microseconds).
 
+use std::time::Duration;
+
 use hdrhistogram::Histogram;
 
-use super::load::LoadResult;
+/// What a load run measured.
+pub struct LoadResult {
+    /// Latency of answered requests, µs.
+    pub hist: Histogram<u64>,
+    /// Requests answered with 2xx.
+    pub answered: u64,
+    /// 202 answers (new receipts).
+    pub accepted: u64,
+    /// 200 duplicate answers.
+    pub duplicates: u64,
+    /// Non-2xx answers and transport errors.
+    pub errors: u64,
+    pub elapsed: Duration,
+    /// `(runId, send time in Unix µs)` of accepted requests that started a run.
+    pub runs: Vec<(String, u64)>,
+}
 
 /// A new histogram of latencies in µs, 1 µs to 120 s, 3 significant figures.
 pub fn histogram() -> Histogram<u64> {
