@@ -14,7 +14,7 @@ pub struct DataDirLock {
 /// directory is held by another process (naming the directory and, when recorded, that pid), or the
 /// lock file cannot be created.
 pub fn acquire(dir: &Path) -> anyhow::Result<DataDirLock> {
-    std::fs::create_dir_all(dir)
+    tb_store::create_private_dir(dir)
         .map_err(|e| anyhow::anyhow!("cannot create data dir {}: {e}", dir.display()))?;
     let path = dir.join("lock");
     let mut file = std::fs::OpenOptions::new()

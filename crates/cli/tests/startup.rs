@@ -91,6 +91,13 @@ fn a_second_server_on_the_same_data_dir_is_refused_naming_the_dir_and_pid() {
             .unwrap(),
     );
     assert!(healthy(&format!("http://127.0.0.1:{p1}/health")));
+    // A new data dir (and its secrets) is the owner's only: it holds raw bodies and secrets.
+    #[cfg(unix)]
+    for d in [data.clone(), data.join("secrets")] {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&d).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
     let p2 = free_port();
     let second = serve(&cfg, &["--listen", &format!("127.0.0.1:{p2}")])
         .output()

@@ -56,7 +56,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TbError> {
 impl SecretStore {
     /// Opens (creating) `dir` and its host key `dir/host.key` (32 random bytes, created once).
     pub fn open(dir: &Path) -> Result<SecretStore, TbError> {
-        std::fs::create_dir_all(dir).map_err(|e| io("cannot create", dir, e))?;
+        tb_store::create_private_dir(dir).map_err(|e| io("cannot create", dir, e))?;
         let key_path = dir.join("host.key");
         if !key_path.exists() {
             write_private(&key_path, &rand::random::<[u8; 32]>())?;

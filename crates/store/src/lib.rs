@@ -19,6 +19,16 @@ use tb_core::subscription::{SubscriptionInput, Transition};
 pub use model::*;
 pub use session::*;
 
+/// Creates `dir` and any missing parents readable by the owner only (`0700` on Unix): a data dir holds
+/// raw webhook bodies and secrets. An existing directory keeps its mode. Errors: the OS error.
+pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    let mut b = std::fs::DirBuilder::new();
+    b.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(dir)
+}
+
 /// Store errors. `code()` maps them onto the API's stable error codes.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

@@ -130,16 +130,9 @@ impl SqliteStore {
 
     /// [`Self::open_dir`] with explicit [`StoreOptions`].
     pub fn open_dir_with(dir: &Path, opts: StoreOptions) -> StoreResult<SqliteStore> {
-        let fresh = !dir.exists();
-        std::fs::create_dir_all(dir).map_err(|e| {
+        crate::create_private_dir(dir).map_err(|e| {
             StoreError::Database(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
-        // A new data dir holds webhook bodies: readable by the owner only.
-        #[cfg(unix)]
-        if fresh {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-        }
         Self::open_with(&dir.join("trigger-bridge.db"), opts)
     }
 
