@@ -69,6 +69,19 @@ pub(crate) fn request_error(url: &str, e: reqwest::Error) -> anyhow::Error {
     }
 }
 
+/// What to do about a refused key: a 401 without `--api-key` names the flag and the variable; a 401 or
+/// 403 with one says the key is unknown or lacks the scope. Empty for other statuses.
+fn key_hint(status: u16, sent_key: bool) -> &'static str {
+    match (status, sent_key) {
+        (401, false) => " (pass --api-key KEY or set TRIGGER_BRIDGE_API_KEY)",
+        (401, true) => {
+            " (the --api-key / TRIGGER_BRIDGE_API_KEY value is not a key of this server)"
+        }
+        (403, _) => " (use a key with that scope)",
+        _ => "",
+    }
+}
+
 /// Aligned text table: columns separated by two spaces, no trailing blanks.
 pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
@@ -233,9 +246,10 @@ impl Api<'_> {
             let field = |k: &str| body.as_ref().and_then(|b| b[k].as_str());
             match field("error") {
                 Some(code) => bail!(
-                    "{} {code}: {}",
+                    "{} {code}: {}{}",
                     status.as_u16(),
-                    field("message").unwrap_or("")
+                    field("message").unwrap_or(""),
+                    key_hint(status.as_u16(), self.o.api_key.is_some())
                 ),
                 None => bail!(
                     "{status} from {url}: {}",
@@ -269,6 +283,14 @@ impl Api<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_keys_say_what_to_do() {
+        assert!(key_hint(401, false).contains("--api-key KEY or set TRIGGER_BRIDGE_API_KEY"));
+        assert!(key_hint(401, true).contains("not a key of this server"));
+        assert!(key_hint(403, true).contains("scope"));
+        assert_eq!(key_hint(404, false), "");
+    }
 
     #[test]
     fn table_aligns_columns() {

@@ -501,7 +501,13 @@ pub fn resolve_secret(reference: &str, base: &Path) -> Result<String, String> {
     } else if let Some(p) = reference.strip_prefix("file:") {
         let path = base.join(p);
         let s = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
+            .map_err(|e| {
+                let shown = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+                format!(
+                    "cannot read secret file {} (file: paths are relative to the config file's folder): {e}",
+                    shown.display()
+                )
+            })?;
         let s = s.trim_end_matches(['\r', '\n']);
         if s.is_empty() {
             return Err(format!("secret file {} is empty", path.display()));
