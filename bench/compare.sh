@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Compares two builds of trigger-bridge on the same machine in one run, alternating A B A B ... so that
+# drift of a noisy machine hits both alike. For each round and build: a fresh store, then
+#   pure receipt ingest (`bench ingest --subscription unbound`) and ingest + noop run (`bench e2e`),
+# each closed loop for DURATION seconds, recording req/s and the server's CPU per answered request.
+#
+#   bench/compare.sh OLD_BINARY NEW_BINARY            # ROUNDS=3 DURATION=5 CONN=32 by default
+#
+# Prints one line per round and build, then the medians. Uses 127.0.0.1:18181 (bench/bench.toml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+A=${1:?usage: bench/compare.sh OLD_BINARY NEW_BINARY}
+B=${2:?usage: bench/compare.sh OLD_BINARY NEW_BINARY}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5}
+CONN=${CONN:-32}
+S=http://127.0.0.1:18181
+export STANDARD_WEBHOOK_SECRET=${STANDARD_WEBHOOK_SECRET:-whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}
+work=$(mktemp -d)
+pid=
+stop() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; pid=; }
+trap 'stop; rm -rf "$work"' EXIT
+cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / t)}' "/proc/$pid/stat"; }
+# one BIN SCENARIO ARGS...: prints "req/s cpu_us_per_req"
+one() {
+  local bin=$1; shift
+  local before after out
+  before=$(cpu_ms)
+  out=$("$bin" bench "$@" --server "$S" --duration "$DURATION" --connections "$CONN" 2>/dev/null | grep -m1 'req/s')
+  after=$(cpu_ms)
+  local rate; rate=$(echo "$out" | grep -o '[0-9]* req/s' | awk '{print $1}')
+  awk -v r="$rate" -v c="$((after - before))" -v d="$DURATION" 'BEGIN { printf "%d %.0f", r, (r > 0 ? c * 1000 / (r * d) : 0) }'
+}
+printf '%-5s %-6s %12s %14s %12s %14s\n' round build ingest_rps ingest_cpu_us e2e_rps e2e_cpu_us
+for r in $(seq "$ROUNDS"); do
+  for label in A B; do
+    bin=$A; [ "$label" = B ] && bin=$B
+    rm -rf "$work/data"
+    RUST_LOG=warn "$bin" serve --config bench/bench.toml --data-dir "$work/data" >"$work/server.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do curl -fs "$S/health" >/dev/null 2>&1 && break; sleep 0.1; done
+    read -r ir ic <<<"$(one "$bin" ingest --subscription unbound)"
+    read -r er ec <<<"$(one "$bin" e2e --subscription standard)"
+    stop
+    printf '%-5s %-6s %12s %14s %12s %14s\n' "$r" "$label" "$ir" "$ic" "$er" "$ec" | tee -a "$work/rows"
+  done
+done
+median() { awk -v l="$1" -v c="$2" '$2 == l {print $c}' "$work/rows" | sort -n | awk '{v[NR]=$1} END {print v[int((NR + 1) / 2)]}'; }
+echo "medians (A = $A, B = $B):"
+for label in A B; do
+  echo "  $label: ingest $(median "$label" 3) req/s, $(median "$label" 4) us CPU/req; e2e $(median "$label" 5) req/s, $(median "$label" 6) us CPU/req"
+done
