@@ -486,10 +486,16 @@ pub async fn hook(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
-    let buffered = match crate::body::read_ingest(body, crate::MAX_API_BODY, declared, &gate).await
-    {
+    // At most the capability limit (32 KiB), so a 413 names the limit that applies.
+    let limit = capability::MAX_BODY_BYTES;
+    let read = if crate::body::refuse_before_continue(&headers, declared, limit) {
+        Err(crate::body::ReadError::TooLarge)
+    } else {
+        crate::body::read_ingest(body, limit, declared, &gate).await
+    };
+    let buffered = match read {
         Ok(b) => b,
-        Err(e) => return Ok(e.into_response(crate::MAX_API_BODY)),
+        Err(e) => return Ok(e.into_response(limit)),
     };
     let answer = capability::ingest(
         &st.engine,

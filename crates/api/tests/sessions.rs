@@ -1356,3 +1356,52 @@ async fn a_dropped_long_poll_releases_its_idempotency_key_for_the_retry() {
     let (st, _) = retry().await;
     assert_eq!(st, 204);
 }
+
+/// Issue #9 follow-up: a chunked body over 1 MiB to a capability URL is refused naming the limit that
+/// applies there (32 KiB), not the management API's 1 MiB.
+#[tokio::test]
+async fn a_chunked_capability_body_over_the_limit_names_the_capability_limit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = start().await;
+    let run = s.session("pr-session").await;
+    let (st, m) = s
+        .post(
+            "/v1/capabilities",
+            json!({"runId": run, "signal": "deploy.finished"}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{m}");
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+        m["url"].as_str().unwrap()
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    // 1.1 MiB in 64 KiB chunks; the server may answer and stop reading before the end.
+    let chunk = vec![b' '; 64 * 1024];
+    for _ in 0..18 {
+        let framed = [
+            format!("{:x}\r\n", chunk.len()).as_bytes(),
+            &chunk[..],
+            b"\r\n",
+        ]
+        .concat();
+        if c.write_all(&framed).await.is_err() {
+            break;
+        }
+    }
+    let _ = c.write_all(b"0\r\n\r\n").await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut got)).await;
+    let got = String::from_utf8_lossy(&got).to_string();
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    let e: Value = serde_json::from_str(got.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap();
+    assert_eq!(e["error"], "payload_too_large");
+    assert_eq!(
+        e["message"], "body exceeds this endpoint's limit of 32768 bytes",
+        "{e}"
+    );
+    let list = s.get("/v1/capabilities").await;
+    assert_eq!(list["capabilities"][0]["useCount"], 0, "{list}");
+}

@@ -20,6 +20,10 @@ use crate::ingest::IngestAnswer;
 use crate::registration::SecretStore;
 use crate::{clock, store_err, Engine};
 
+/// Largest body of a capability request, in bytes (32 KiB, signals-and-connectors §4.2); the HTTP
+/// edge reads at most this much, so its 413 names this limit.
+pub use tb_ingress::capability::MAX_BODY_BYTES;
+
 /// Token prefix; the rest is 256 random bits as 43 base64url characters.
 pub const TOKEN_PREFIX: &str = "tbcap_";
 /// Default lifetime: 30 days, in seconds.
