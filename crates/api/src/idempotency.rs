@@ -121,8 +121,10 @@ pub fn scope(principal: &str, method: &Method, template: &str, params: &[(&str, 
 
 /// The per-route middleware of a guarded mutating route (added by [`crate::routes::Routes::scoped`]
 /// with that route's path `template`, after the auth layer so the [`Principal`] is known). Errors: 400
-/// `validation_error` for an `Idempotency-Key` that is not 1 to 255 URL-safe ASCII characters (never
-/// ignored), 413 for a body over 1 MiB, 409 `idempotency_key_mismatch` / `idempotency_in_flight`.
+/// `validation_error` for an `Idempotency-Key` that is not 1 to 255 URL-safe ASCII characters, or for
+/// two of them (never ignored; [`tb_core::idempotency::parse_key`]), 413 for a body over 1 MiB, 409
+/// `idempotency_key_mismatch` / `idempotency_in_flight`. A claim whose request is dropped before its
+/// answer is stored is released at once (see the module doc).
 pub async fn layer(
     State((st, template)): State<(AppState, &'static str)>,
     req: Request,
