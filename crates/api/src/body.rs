@@ -306,6 +306,21 @@ pub async fn drain(mut body: Body) {
     .await;
 }
 
+/// Whether a request waiting for `100 Continue` (`Expect: 100-continue`) declares a `declared`
+/// Content-Length over `limit` (bytes): the handler then answers 413 without polling the body, so
+/// hyper never sends `100 Continue`, the client never sends the body, and hyper closes the connection
+/// after the answer (instead of `100 Continue`, a drained body, then 413).
+pub fn refuse_before_continue(
+    headers: &axum::http::HeaderMap,
+    declared: Option<usize>,
+    limit: usize,
+) -> bool {
+    declared.is_some_and(|n| n > limit)
+        && headers
+            .get(axum::http::header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
 /// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) under `gate`:
 /// takes a body slot, reserves the declared length (or each chunk as it comes) from the byte budget,
 /// and refuses with [`ReadError::Busy`] when either is exhausted. A single-frame body is returned

@@ -1,11 +1,31 @@
 //! Layer-1 HTTP idempotency (OpenWOP `spec/v1/idempotency.md`, trigger-bridge notes §10) for every
 //! guarded mutating route (public ingest and capability URLs dedup by their own keys): a request with
-//! `Idempotency-Key` (1 to 255 URL-safe ASCII characters; anything else is 400, never ignored) is
-//! claimed atomically per (principal, method, route template + path params, key), never the query
-//! string, in the store, so it survives restarts. The final answer (2xx and non-retryable 4xx; never
-//! 400/401/403/429/5xx) is replayed for 24 h with `openwop-Idempotent-Replay: true`; the same key with a
-//! different body is 409 `idempotency_key_mismatch`; a concurrent duplicate is 409
-//! `idempotency_in_flight` with `details.retryAfter` (seconds) and `Retry-After`.
+//! `Idempotency-Key` (1 to 255 URL-safe ASCII characters, the rule of
+//! [`tb_core::idempotency::parse_key`] shared with capability URLs; anything else, or two such headers,
+//! is 400 `validation_error`, never ignored) is claimed atomically per (principal, method, route
+//! template + path params, key), never the query string, in the store, so it survives restarts. The
+//! final answer (2xx and non-retryable 4xx; never 400/401/403/429/5xx) is replayed for 24 h with
+//! `openwop-Idempotent-Replay: true`; the same key with a different body is 409
+//! `idempotency_key_mismatch`; a concurrent duplicate is 409 `idempotency_in_flight` with
+//! `details.retryAfter` (seconds) and `Retry-After`.
+//!
+//! A request dropped before its answer is stored (the client closed the connection, e.g. during a
+//! `turns:claim` long-poll) releases its claim at once (a drop guard spawns the fenced
+//! `Store::idempotency_release`, counted by `tb_idempotency_released_total`), so the retry runs
+//! instead of waiting out the 60 s lease. Only a crashed process leaves a claim to its lease.
+//!
+//! The retry then runs the handler again. When the dropped request had already committed its change,
+//! that is safe where the change is itself idempotent: cancel, result, wait cancel, ack, pause, resume,
+//! binding revoke / restore, capability revoke, webhook delete, single and bulk dead-letter replay (a
+//! second replay is refused: the delivery is no longer dead-lettered, or `expect` no longer matches),
+//! and a signal raised with its own `signalId`. It is NOT safe, the retry making a second one, for:
+//! `POST /v1/runs` and `POST /v1/runs/{id}:fork` (a second run), `POST /v1/runs/{id}/signals`
+//! without `signalId` (a second signal), `POST /v1/runs/{id}/prompts` (a second prompt turn),
+//! `POST /v1/runs/{id}/waits` (a second wait), `POST /v1/capabilities` (a second endpoint; the first
+//! token was never shown), `POST /v1/webhooks` and `POST /v1/trigger-subscriptions` (a second
+//! registration). `turns:claim` may claim the next turn while the dropped one stays claimed until its
+//! `leaseMs` lapses. A client that needs exactly-once across dropped connections keeps its key and
+//! checks (`GET`) before it retries, as after any network error.
 
 use axum::body::Body;
 use axum::extract::{RawPathParams, Request, State};
@@ -16,7 +36,8 @@ use axum::Json;
 use axum::RequestPartsExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use tb_store::{IdempotencyClaim, StoredReply};
+use std::sync::Arc;
+use tb_store::{IdempotencyClaim, Store, StoredReply};
 
 use crate::auth::Principal;
 use crate::AppState;
@@ -39,11 +60,50 @@ fn envelope(status: StatusCode, code: &str, message: &str, retry_s: Option<u64>)
     r
 }
 
-fn valid_key(k: &str) -> bool {
-    !k.is_empty()
-        && k.len() <= 255
-        && k.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.~:".contains(&b))
+/// Releases a claim whose request was dropped (the client went away) before its answer was stored:
+/// on drop, unless [`Release::disarm`]ed by the normal finish, a task deletes the pending claim,
+/// fenced by its `lease_until` so it never deletes a claim taken over by another request.
+struct Release {
+    store: Option<Arc<dyn Store>>,
+    scope: String,
+    key: String,
+    lease_until: i64,
+}
+
+impl Release {
+    /// The answer was stored (or dropping the claim was): nothing left to release.
+    fn disarm(mut self) {
+        self.store = None;
+    }
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (scope, key, lease_until) = (
+            std::mem::take(&mut self.scope),
+            std::mem::take(&mut self.key),
+            self.lease_until,
+        );
+        rt.spawn(async move {
+            match store.idempotency_release(&scope, &key, lease_until).await {
+                Ok(true) => {
+                    metrics::counter!("tb_idempotency_released_total").increment(1);
+                    tracing::info!("request dropped before its answer was stored; its Idempotency-Key claim is released");
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "releasing the Idempotency-Key claim of a dropped request failed; it lapses with its lease"
+                ),
+            }
+        });
+    }
 }
 
 /// Whether a final answer is stored for replay.
@@ -61,8 +121,10 @@ pub fn scope(principal: &str, method: &Method, template: &str, params: &[(&str, 
 
 /// The per-route middleware of a guarded mutating route (added by [`crate::routes::Routes::scoped`]
 /// with that route's path `template`, after the auth layer so the [`Principal`] is known). Errors: 400
-/// `validation_error` for an `Idempotency-Key` that is not 1 to 255 URL-safe ASCII characters (never
-/// ignored), 413 for a body over 1 MiB, 409 `idempotency_key_mismatch` / `idempotency_in_flight`.
+/// `validation_error` for an `Idempotency-Key` that is not 1 to 255 URL-safe ASCII characters, or for
+/// two of them (never ignored; [`tb_core::idempotency::parse_key`]), 413 for a body over 1 MiB, 409
+/// `idempotency_key_mismatch` / `idempotency_in_flight`. A claim whose request is dropped before its
+/// answer is stored is released at once (see the module doc).
 pub async fn layer(
     State((st, template)): State<(AppState, &'static str)>,
     req: Request,
@@ -75,17 +137,15 @@ pub async fn layer(
     if !mutating {
         return next.run(req).await;
     }
-    let Some(raw) = req.headers().get("idempotency-key") else {
-        return next.run(req).await;
-    };
-    let key = match raw.to_str() {
-        Ok(k) if valid_key(k) => k.to_string(),
-        _ => return envelope(
-            StatusCode::BAD_REQUEST,
-            "validation_error",
-            "Idempotency-Key must be 1 to 255 URL-safe ASCII characters (letters, digits, -_.~:)",
-            None,
-        ),
+    let key = match tb_core::idempotency::parse_key(
+        req.headers()
+            .get_all("idempotency-key")
+            .iter()
+            .map(HeaderValue::as_bytes),
+    ) {
+        Ok(None) => return next.run(req).await,
+        Ok(Some(k)) => k.to_string(),
+        Err(e) => return envelope(StatusCode::BAD_REQUEST, e.code.as_str(), &e.message, None),
     };
     let principal = req
         .extensions()
@@ -149,7 +209,13 @@ pub async fn layer(
             );
             resp
         }
-        Ok(IdempotencyClaim::New) => {
+        Ok(IdempotencyClaim::New { lease_until }) => {
+            let guard = Release {
+                store: Some(store.clone()),
+                scope: scope.clone(),
+                key: key.clone(),
+                lease_until,
+            };
             let resp = next
                 .run(Request::from_parts(parts, Body::from(bytes)))
                 .await;
@@ -172,6 +238,7 @@ pub async fn layer(
             {
                 tracing::error!(error = %e, "storing the idempotent reply failed");
             }
+            guard.disarm();
             Response::from_parts(rparts, Body::from(rbytes))
         }
     }

@@ -39,7 +39,12 @@ pub async fn ingest(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
-    let buffered = match crate::body::read_ingest(body, limit, declared, &gate).await {
+    let read = if crate::body::refuse_before_continue(&headers, declared, limit) {
+        Err(crate::body::ReadError::TooLarge)
+    } else {
+        crate::body::read_ingest(body, limit, declared, &gate).await
+    };
+    let buffered = match read {
         Ok(b) => b,
         Err(e) => {
             let outcome = match e {

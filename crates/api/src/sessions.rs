@@ -468,7 +468,7 @@ pub async fn revoke(
 }
 
 /// The public capability URL (signals-and-connectors §4.2). Never echoes the payload.
-#[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type")))]
+#[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 400, description = "validation_error: an Idempotency-Key that is not 1 to 255 URL-safe ASCII characters, or two of them"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type")))]
 pub async fn hook(
     State(st): State<AppState>,
     token: Result<Path<String>, axum::extract::rejection::PathRejection>,
@@ -486,10 +486,16 @@ pub async fn hook(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
-    let buffered = match crate::body::read_ingest(body, crate::MAX_API_BODY, declared, &gate).await
-    {
+    // At most the capability limit (32 KiB), so a 413 names the limit that applies.
+    let limit = capability::MAX_BODY_BYTES;
+    let read = if crate::body::refuse_before_continue(&headers, declared, limit) {
+        Err(crate::body::ReadError::TooLarge)
+    } else {
+        crate::body::read_ingest(body, limit, declared, &gate).await
+    };
+    let buffered = match read {
         Ok(b) => b,
-        Err(e) => return Ok(e.into_response(crate::MAX_API_BODY)),
+        Err(e) => return Ok(e.into_response(limit)),
     };
     let answer = capability::ingest(
         &st.engine,

@@ -128,11 +128,12 @@ async fn an_ingest_body_over_the_remaining_budget_is_503_with_retry_after() {
     assert_eq!(r.headers()["retry-after"], "1");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"], "unavailable");
-    // Capability hooks buffer under the same budget.
+    // Capability hooks buffer under the same budget (30 KiB: under their 32 KiB limit, over the
+    // 24 KiB left).
     let r = http
         .post(format!("http://{addr}/v1/hooks/tok_unknown"))
         .header("content-type", "application/json")
-        .body(vec![b' '; 40 * 1024])
+        .body(vec![b' '; 30 * 1024])
         .send()
         .await
         .unwrap();
@@ -156,4 +157,50 @@ async fn an_ingest_body_over_the_remaining_budget_is_503_with_retry_after() {
         401,
         "read, then refused by its (missing) signature"
     );
+}
+
+/// Issue #9 follow-up: `Expect: 100-continue` with a Content-Length over the subscription's
+/// `max_body_bytes` is answered 413 at once, without `100 Continue` and without reading the body.
+#[tokio::test]
+async fn expect_continue_over_the_limit_is_413_without_100_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, engine) = serve(&dir, 10_000).await;
+    let t0 = std::time::Instant::now();
+    // The headers only: a client that expects 100 waits for it before sending the body.
+    let a = stalled(
+        &addr,
+        "POST /v1/trigger-subscriptions/github/ingest HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: ping\r\nexpect: 100-continue\r\ncontent-length: 100000\r\n\r\n",
+        b"",
+    )
+    .await;
+    assert!(a.starts_with("HTTP/1.1 413"), "{a}");
+    assert!(!a.contains("100 Continue"), "{a}");
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    let e = envelope(&a);
+    assert_eq!(e["error"], "payload_too_large", "{a}");
+    assert_eq!(
+        e["message"], "body exceeds this endpoint's limit of 49152 bytes",
+        "{a}"
+    );
+    // Within the limit, 100 Continue is still sent once the body is read, and the request goes on
+    // (to its signature check: 401).
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    c.write_all(b"POST /v1/trigger-subscriptions/github/ingest HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-github-event: ping\r\nexpect: 100-continue\r\nconnection: close\r\ncontent-length: 2\r\n\r\n").await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(2), c.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&buf[..n], b"HTTP/1.1 100 Continue\r\n\r\n");
+    c.write_all(b"{}").await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), c.read_to_end(&mut got)).await;
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 401"), "{got}");
+    let receipts = engine
+        .store
+        .list_receipts(Default::default())
+        .await
+        .unwrap();
+    assert!(receipts.is_empty(), "{receipts:?}");
 }

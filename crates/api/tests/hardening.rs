@@ -172,6 +172,22 @@ async fn idempotency_ignores_the_query_and_refuses_a_non_ascii_key() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"], "validation_error");
     }
+    // Two Idempotency-Key headers are refused too, never "first one wins".
+    for keys in [["k1", "k2"], ["one-key", "one-key"]] {
+        let r = s
+            .http
+            .post(format!("{}/v1/runs", s.base))
+            .header("idempotency-key", keys[0])
+            .header("idempotency-key", keys[1])
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{keys:?}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"], "validation_error");
+        assert_eq!(v["message"], "send one Idempotency-Key header, not several");
+    }
     // Nothing but the one run was started.
     s.wait_for(&format!("/v1/runs/{}", ids[0]), |v| {
         v["status"] == "completed"

@@ -1214,3 +1214,194 @@ async fn the_signal_list_pages_clamps_and_settled_signals_expire() {
         0
     );
 }
+
+/// Issue #9 follow-up: an `Idempotency-Key` on a capability URL follows the management API's rule. A
+/// non-ASCII key (or two keys) used to be ignored, so the same request was accepted twice (two
+/// signals, two uses); now it is 400 `validation_error` before anything is counted or stored.
+#[tokio::test]
+async fn a_capability_url_refuses_a_non_ascii_or_repeated_idempotency_key() {
+    let s = start().await;
+    let run = s.session("pr-session").await;
+    let (st, m) = s
+        .post(
+            "/v1/capabilities",
+            json!({"runId": run, "signal": "deploy.finished", "maxUses": 10}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{m}");
+    let url = format!("{}{}", s.base, m["url"].as_str().unwrap());
+    let send = |keys: Vec<&'static [u8]>| {
+        let mut r = s
+            .http
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(r#"{"a":1}"#);
+        for k in keys {
+            r = r.header(
+                "idempotency-key",
+                reqwest::header::HeaderValue::from_bytes(k).unwrap(),
+            );
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    for keys in [
+        vec![&b"\xff\xfe"[..]],
+        vec![&b"\xff\xfe"[..]],
+        vec![&b"cl\xc3\xa9"[..]],
+        vec![&b"has space"[..]],
+        vec![&b"k1"[..], &b"k2"[..]],
+        vec![&b"k1"[..], &b"k1"[..]],
+    ] {
+        let (st, e) = send(keys.clone()).await;
+        assert_eq!(st, 400, "{keys:?}: {e}");
+        assert_eq!(e["error"], "validation_error", "{keys:?}");
+        assert!(
+            e["message"].as_str().unwrap().contains("Idempotency-Key"),
+            "{e}"
+        );
+    }
+    // Nothing was stored or consumed: no receipt, no signal, no use.
+    let list = s.get("/v1/capabilities").await;
+    assert_eq!(list["capabilities"][0]["useCount"], 0, "{list}");
+    let sigs = s.get(&format!("/v1/runs/{run}/signals")).await;
+    assert_eq!(sigs["signals"].as_array().unwrap().len(), 0, "{sigs}");
+    let receipts = s
+        .engine
+        .store
+        .list_receipts(tb_store::ListQuery {
+            limit: 100,
+            before: None,
+            state: None,
+            subscription_id: Some(m["endpointId"].as_str().unwrap().to_string()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(receipts.len(), 0, "no receipt for the endpoint");
+    // A valid key still dedups: one accept, then a duplicate of it.
+    let (st, a) = send(vec![b"ok-1"]).await;
+    assert_eq!(st, 202, "{a}");
+    let (st, b) = send(vec![b"ok-1"]).await;
+    assert_eq!(st, 200, "{b}");
+    assert_eq!(a["receiptId"], b["receiptId"]);
+    let list = s.get("/v1/capabilities").await;
+    assert_eq!(list["capabilities"][0]["useCount"], 1, "{list}");
+    let receipts = s
+        .engine
+        .store
+        .list_receipts(tb_store::ListQuery {
+            limit: 100,
+            before: None,
+            state: None,
+            subscription_id: Some(m["endpointId"].as_str().unwrap().to_string()),
+        })
+        .await
+        .unwrap();
+    assert_eq!(receipts.len(), 1, "the one accepted request");
+}
+
+/// Issue #9 follow-up: a long-poll whose client goes away releases its `Idempotency-Key` claim, so a
+/// retry with the same key gets a real answer at once instead of 409 `idempotency_in_flight` for the
+/// 60 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_long_poll_releases_its_idempotency_key_for_the_retry() {
+    use tokio::io::AsyncWriteExt;
+    let s = start().await;
+    let run = s.session("pr-session").await;
+    let first = s.claim(&run).await;
+    s.ack(&run, &first).await;
+    // The long-poll, over a raw socket the test closes once the handler is parked.
+    let before = s.engine.sessions.receiver_count();
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = format!(
+        "POST /v1/runs/{run}/turns:claim?timeout=30 HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\nidempotency-key: lp-1\r\ncontent-length: 2\r\n\r\n{{}}"
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    let parked = Instant::now() + Duration::from_secs(5);
+    while s.engine.sessions.receiver_count() < before + 1 {
+        assert!(Instant::now() < parked, "the long-poll never parked");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(sock);
+    let dropped = Instant::now();
+    // The retry, same key and body: a real answer (204, nothing to claim in 1 s) within 2 s.
+    let retry = || async {
+        let r = s
+            .http
+            .post(format!("{}/v1/runs/{run}/turns:claim?timeout=1", s.base))
+            .header("content-type", "application/json")
+            .header("idempotency-key", "lp-1")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    let (st, body) = loop {
+        let (st, body) = retry().await;
+        if st != 409 || dropped.elapsed() > Duration::from_secs(2) {
+            break (st, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(st, 204, "the retry got {st} {body}");
+    assert!(
+        dropped.elapsed() < Duration::from_secs(3),
+        "answered within 2 s of the drop (+ the 1 s poll)"
+    );
+    // Its answer is now the key's stored one.
+    let (st, _) = retry().await;
+    assert_eq!(st, 204);
+}
+
+/// Issue #9 follow-up: a chunked body over 1 MiB to a capability URL is refused naming the limit that
+/// applies there (32 KiB), not the management API's 1 MiB.
+#[tokio::test]
+async fn a_chunked_capability_body_over_the_limit_names_the_capability_limit() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = start().await;
+    let run = s.session("pr-session").await;
+    let (st, m) = s
+        .post(
+            "/v1/capabilities",
+            json!({"runId": run, "signal": "deploy.finished"}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{m}");
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut c = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
+        m["url"].as_str().unwrap()
+    );
+    c.write_all(head.as_bytes()).await.unwrap();
+    // 1.1 MiB in 64 KiB chunks; the server may answer and stop reading before the end.
+    let chunk = vec![b' '; 64 * 1024];
+    for _ in 0..18 {
+        let framed = [
+            format!("{:x}\r\n", chunk.len()).as_bytes(),
+            &chunk[..],
+            b"\r\n",
+        ]
+        .concat();
+        if c.write_all(&framed).await.is_err() {
+            break;
+        }
+    }
+    let _ = c.write_all(b"0\r\n\r\n").await;
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), c.read_to_end(&mut got)).await;
+    let got = String::from_utf8_lossy(&got).to_string();
+    assert!(got.starts_with("HTTP/1.1 413"), "{got}");
+    let e: Value = serde_json::from_str(got.split("\r\n\r\n").nth(1).unwrap_or("")).unwrap();
+    assert_eq!(e["error"], "payload_too_large");
+    assert_eq!(
+        e["message"], "body exceeds this endpoint's limit of 32768 bytes",
+        "{e}"
+    );
+    let list = s.get("/v1/capabilities").await;
+    assert_eq!(list["capabilities"][0]["useCount"], 0, "{list}");
+}

@@ -10,6 +10,7 @@ pub mod dedup;
 pub mod delivery;
 pub mod error;
 pub mod events;
+pub mod idempotency;
 pub mod ids;
 pub mod normalized;
 pub mod receipt;

@@ -20,6 +20,10 @@ use crate::ingest::IngestAnswer;
 use crate::registration::SecretStore;
 use crate::{clock, store_err, Engine};
 
+/// Largest body of a capability request, in bytes (32 KiB, signals-and-connectors §4.2); the HTTP
+/// edge reads at most this much, so its 413 names this limit.
+pub use tb_ingress::capability::MAX_BODY_BYTES;
+
 /// Token prefix; the rest is 256 random bits as 43 base64url characters.
 pub const TOKEN_PREFIX: &str = "tbcap_";
 /// Default lifetime: 30 days, in seconds.
@@ -151,9 +155,10 @@ fn not_found() -> TbError {
 }
 
 /// One request to `POST /v1/hooks/{token}`, in the order of signals-and-connectors §4.2: token lookup
-/// (404 alike for unknown / revoked / expired / used up), HMAC when configured (401), rate limit
-/// ([`RATE_PER_MIN`], 429 with `Retry-After`), size (413),
-/// content type and encoding (415), JSON (422), `Idempotency-Key` dedup (same key and body: 200
+/// (404 alike for unknown / revoked / expired / used up), HMAC when configured (401), the key
+/// (`tb_core::idempotency::parse_key`: a key that is not 1 to 255 URL-safe ASCII characters, or two
+/// `Idempotency-Key` headers, is 400 `validation_error`), rate limit ([`RATE_PER_MIN`], 429 with
+/// `Retry-After`), size (413), content type and encoding (415), JSON (422), `Idempotency-Key` dedup (same key and body: 200
 /// duplicate; same key, other body: 409 `conflict`), terminal target (409 `target_terminal`), then one
 /// commit of receipt + delivery + use count. The JSON body becomes the signal's data (untrusted).
 pub async fn ingest(
@@ -186,6 +191,15 @@ pub async fn ingest(
             return Err(TbError::new(e.code(), e.to_string()));
         }
     }
+    // The same rule as the management API's Layer-1 idempotency, before anything is counted or
+    // stored: a key that would be ignored would let one request be accepted twice.
+    let idem = tb_core::idempotency::parse_key(
+        headers
+            .get_all("idempotency-key")
+            .iter()
+            .map(http::HeaderValue::as_bytes),
+    )
+    .inspect_err(|_| count("rejected"))?;
     if let Err(wait_s) = engine.rate_limits.check(&c.id, RATE_PER_MIN) {
         count("rate_limited");
         return Err(TbError::new(
@@ -211,14 +225,6 @@ pub async fn ingest(
         count("rejected");
         TbError::new(e.code(), e.to_string())
     })?;
-    let idem = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty());
-    if idem.is_some_and(|k| k.len() > 255) {
-        return Err(bad("Idempotency-Key is at most 255 characters"));
-    }
     let receipt_id = new_id(IdKind::Receipt);
     let key = dedup_key(&c.id, idem.unwrap_or(&receipt_id));
     if let Some(first) = engine

@@ -205,6 +205,16 @@ pub trait Store: Send + Sync + 'static {
         now: i64,
         lease_ms: u64,
     ) -> StoreResult<IdempotencyClaim>;
+    /// Drops the pending claim of `(scope, key)` only if it is still the one [`IdempotencyClaim::New`]
+    /// answered with `lease_until` (ms) (a claim taken over after its lease, or finished, is kept), so
+    /// a retry runs at once instead of waiting out the lease. For a request dropped before its answer
+    /// was stored (the client went away). Returns whether a claim was dropped.
+    async fn idempotency_release(
+        &self,
+        scope: &str,
+        key: &str,
+        lease_until: i64,
+    ) -> StoreResult<bool>;
     /// Stores the final answer of a claimed key, or (with `None`) drops the claim so a retry runs again.
     async fn idempotency_finish(
         &self,

@@ -370,8 +370,14 @@ pub struct StoredReply {
 /// Outcome of [`crate::Store::idempotency_claim`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum IdempotencyClaim {
-    New,
-    InFlight { retry_after_ms: u64 },
+    /// This request holds the claim until `lease_until` (ms since the epoch); that value fences
+    /// [`crate::Store::idempotency_release`], since a takeover after the lease always sets a later one.
+    New {
+        lease_until: i64,
+    },
+    InFlight {
+        retry_after_ms: u64,
+    },
     Mismatch,
     Replay(StoredReply),
 }

@@ -511,7 +511,9 @@ async fn idempotency_claims_are_atomic_replayable_and_expire() {
                 .idempotency_claim("p POST /x", "k1", "d1", 1_000, 60_000)
                 .await
                 .unwrap(),
-            IdempotencyClaim::New
+            IdempotencyClaim::New {
+                lease_until: 61_000
+            }
         );
         assert_eq!(
             store
@@ -546,7 +548,9 @@ async fn idempotency_claims_are_atomic_replayable_and_expire() {
                 .idempotency_claim("q POST /x", "k1", "d1", 4_000, 60_000)
                 .await
                 .unwrap(),
-            IdempotencyClaim::New
+            IdempotencyClaim::New {
+                lease_until: 64_000
+            }
         );
         // A lapsed lease is taken over; a dropped claim runs again; 24 h later the key is free.
         assert_eq!(
@@ -554,7 +558,9 @@ async fn idempotency_claims_are_atomic_replayable_and_expire() {
                 .idempotency_claim("q POST /x", "k1", "d1", 70_000, 60_000)
                 .await
                 .unwrap(),
-            IdempotencyClaim::New
+            IdempotencyClaim::New {
+                lease_until: 130_000
+            }
         );
         store
             .idempotency_finish("q POST /x", "k1", None, 70_001)
@@ -565,15 +571,78 @@ async fn idempotency_claims_are_atomic_replayable_and_expire() {
                 .idempotency_claim("q POST /x", "k1", "d2", 70_002, 60_000)
                 .await
                 .unwrap(),
-            IdempotencyClaim::New
+            IdempotencyClaim::New {
+                lease_until: 130_002
+            }
         );
         assert_eq!(
             store
                 .idempotency_claim("p POST /x", "k1", "d9", 3_000 + 86_400_000, 60_000)
                 .await
                 .unwrap(),
-            IdempotencyClaim::New
+            IdempotencyClaim::New {
+                lease_until: 86_463_000
+            }
         );
+    }
+}
+
+/// A released claim is gone at once (the retry runs), but only the claim it names: a claim taken
+/// over after its lease, or finished, is kept.
+#[tokio::test]
+async fn idempotency_release_drops_only_its_own_pending_claim() {
+    for (store, _dir) in backends() {
+        let s = "p POST /x";
+        let claim = |key: &'static str, now: i64| {
+            let store = store.clone();
+            async move {
+                store
+                    .idempotency_claim(s, key, "d", now, 60_000)
+                    .await
+                    .unwrap()
+            }
+        };
+        assert_eq!(
+            claim("k", 1_000).await,
+            IdempotencyClaim::New {
+                lease_until: 61_000
+            }
+        );
+        assert!(store.idempotency_release(s, "k", 61_000).await.unwrap());
+        assert_eq!(
+            claim("k", 2_000).await,
+            IdempotencyClaim::New {
+                lease_until: 62_000
+            },
+            "released: the retry runs at once"
+        );
+        // The first holder's lease lapses and a retry takes the claim over: the stale holder's
+        // release must not drop the new holder's claim.
+        assert_eq!(
+            claim("k", 62_000).await,
+            IdempotencyClaim::New {
+                lease_until: 122_000
+            }
+        );
+        assert!(!store.idempotency_release(s, "k", 62_000).await.unwrap());
+        assert_eq!(
+            claim("k", 63_000).await,
+            IdempotencyClaim::InFlight {
+                retry_after_ms: 59_000
+            }
+        );
+        // A finished claim is never released.
+        let reply = StoredReply {
+            status: 200,
+            content_type: None,
+            body: b"{}".to_vec(),
+        };
+        store
+            .idempotency_finish(s, "k", Some(reply.clone()), 64_000)
+            .await
+            .unwrap();
+        assert!(!store.idempotency_release(s, "k", 122_000).await.unwrap());
+        assert_eq!(claim("k", 65_000).await, IdempotencyClaim::Replay(reply));
     }
 }
 

@@ -422,6 +422,17 @@ impl Store for SqliteStore {
             .write(move |c| write::idempotency_claim(c, &s, &k, &d, now, lease_ms))
             .await
     }
+    async fn idempotency_release(
+        &self,
+        scope: &str,
+        key: &str,
+        lease_until: i64,
+    ) -> StoreResult<bool> {
+        let (s, k) = (scope.to_string(), key.to_string());
+        self.writer
+            .write(move |c| write::idempotency_release(c, &s, &k, lease_until))
+            .await
+    }
     async fn idempotency_finish(
         &self,
         scope: &str,

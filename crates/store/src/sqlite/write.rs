@@ -759,7 +759,7 @@ pub(crate) fn idempotency_claim(
         .execute(params![scope, key, digest, lease, now + IDEMPOTENCY_TTL_MS])
         .map_err(db)?;
     if inserted == 1 {
-        return Ok(IdempotencyClaim::New);
+        return Ok(IdempotencyClaim::New { lease_until: lease });
     }
     let (d, state, status, ct, body, lease_until): IdempotencyRow = c
         .prepare_cached("SELECT digest, state, status, content_type, body, lease_until FROM idempotency_keys WHERE scope = ?1 AND key = ?2")
@@ -788,12 +788,28 @@ pub(crate) fn idempotency_claim(
         .execute(params![scope, key, lease_until, lease])
         .map_err(db)?;
     Ok(if taken == 1 {
-        IdempotencyClaim::New
+        IdempotencyClaim::New { lease_until: lease }
     } else {
         IdempotencyClaim::InFlight {
             retry_after_ms: lease_ms,
         }
     })
+}
+
+pub(crate) fn idempotency_release(
+    c: &Connection,
+    scope: &str,
+    key: &str,
+    lease_until: i64,
+) -> StoreResult<bool> {
+    let n = c
+        .prepare_cached(
+            "DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND state = 'pending' AND lease_until = ?3",
+        )
+        .map_err(db)?
+        .execute(params![scope, key, lease_until])
+        .map_err(db)?;
+    Ok(n == 1)
 }
 
 pub(crate) fn idempotency_finish(
