@@ -523,3 +523,122 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
         "closed after {took:?}"
     );
 }
+
+/// `[server]` defaults (256 MiB budget, 64 body slots) and one Standard Webhooks subscription with the
+/// default 25 MiB body limit.
+fn large_body_config(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("large.toml");
+    std::fs::write(
+        &p,
+        r#"
+[[subscriptions]]
+id = "sw"
+connector = "standard-webhooks"
+secret = "env:STANDARD_WEBHOOK_SECRET"
+
+[[workflows]]
+id = "noop"
+executor = "noop"
+
+[[bindings]]
+id = "sw-all"
+subscription = "sw"
+event_types = ["*"]
+action = "start_run"
+workflow = "noop"
+"#,
+    )
+    .unwrap();
+    p
+}
+
+/// The server's peak resident set in KiB (/proc/<pid>/status VmHWM).
+fn vm_hwm_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+/// One signed Standard Webhooks ingest of `body` over a raw connection, with `Content-Length` or
+/// chunked (256 KiB chunks); the answer's status (0 when none came within 60 s).
+async fn raw_signed_ingest(port: u16, id: String, body: std::sync::Arc<Vec<u8>>, chunked: bool) -> u16 {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let key = tb_ingress::parse_whsec(SECRET).unwrap();
+    let sig = tb_ingress::standard_webhooks::sign(&key, &id, ts, &body);
+    let framing = if chunked {
+        "transfer-encoding: chunked".to_string()
+    } else {
+        format!("content-length: {}", body.len())
+    };
+    let head = format!(
+        "POST /v1/trigger-subscriptions/sw/ingest HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\nwebhook-id: {id}\r\nwebhook-timestamp: {ts}\r\nwebhook-signature: {sig}\r\n{framing}\r\n\r\n"
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(head.as_bytes()).await.unwrap();
+    if chunked {
+        for c in body.chunks(256 * 1024) {
+            s.write_all(format!("{:x}\r\n", c.len()).as_bytes())
+                .await
+                .unwrap();
+            s.write_all(c).await.unwrap();
+            s.write_all(b"\r\n").await.unwrap();
+        }
+        s.write_all(b"0\r\n\r\n").await.unwrap();
+    } else {
+        s.write_all(&body).await.unwrap();
+    }
+    match outcome(s, Instant::now() + Duration::from_secs(60)).await {
+        End::Answer(code, _) => code,
+        _ => 0,
+    }
+}
+
+/// A Standard Webhooks payload of `n` bytes: `{"type":"big","data":{"blob":"aaa..."}}`.
+fn payload_of(n: usize) -> Vec<u8> {
+    let head = br#"{"type":"big","data":{"blob":""#;
+    let tail = br#""}}"#;
+    let mut v = Vec::with_capacity(n);
+    v.extend_from_slice(head);
+    v.resize(n - tail.len(), b'a');
+    v.extend_from_slice(tail);
+    v
+}
+
+/// Ten parallel signed 25 MiB ingests; returns the server's VmRSS before and its peak (VmHWM) in KiB.
+async fn peak_rss_of_ten_large_bodies(chunked: bool) -> (u64, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = large_body_config(dir.path());
+    let srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::null());
+    let rss0 = vm_rss_kib(srv.child.id());
+    let body = std::sync::Arc::new(payload_of((25 << 20) - 1024));
+    let sends: Vec<_> = (0..10)
+        .map(|i| {
+            let b = body.clone();
+            tokio::spawn(raw_signed_ingest(
+                srv.port,
+                format!("msg_large_body_{chunked}_{i:02}"),
+                b,
+                chunked,
+            ))
+        })
+        .collect();
+    let mut codes = Vec::new();
+    for s in sends {
+        codes.push(s.await.unwrap());
+    }
+    assert_eq!(codes, vec![202; 10], "chunked={chunked}");
+    (rss0, vm_hwm_kib(srv.child.id()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_large_bodies_peak_under_twice_the_bodies() {
+    let (rss0, peak) = peak_rss_of_ten_large_bodies(false).await;
+    eprintln!("10 x 25 MiB content-length: VmRSS {rss0} -> peak {peak} KiB");
+    let (rss0c, peakc) = peak_rss_of_ten_large_bodies(true).await;
+    eprintln!("10 x 25 MiB chunked: VmRSS {rss0c} -> peak {peakc} KiB");
+}
