@@ -2,18 +2,25 @@
 //! ingest bodies a cap on bodies being buffered at once plus a global budget of buffered bytes.
 //!
 //! - [`BodyRules`] + [`TimedBody`]: every request body must keep arriving: a gap between two chunks
-//!   longer than `timeout`, or an average rate below `min_rate_bytes_per_s` once `timeout` has passed
-//!   since the headers, ends the body with [`BodyTimedOut`] (answered 408 `request_timeout`).
+//!   longer than `timeout`, or an average rate below `min_rate_bytes_per_s` once `min_rate_grace` has
+//!   passed since the headers, ends the body with [`BodyTimedOut`] (answered 408 `request_timeout`).
 //! - [`IngestGate`]: ingest bodies are buffered whole before their signature is verified; at most
-//!   `max_inflight` are read at once and together they hold at most `budget_bytes`. Over either:
-//!   503 `unavailable` with `Retry-After: 1`, nothing stored.
+//!   `max_inflight` are read at once, at most `per_target` of them for one [`Target`] (a subscription,
+//!   or the pool of every capability URL), and together they hold at most `budget_bytes`. Over any:
+//!   503 `unavailable` with `Retry-After: 1`, nothing stored. A buffered body's bytes keep their share
+//!   of the budget until the last reference to them is dropped (the commit included).
+//!
+//! The rule of the project: anything reachable without a key must cost the attacker more than it
+//! costs us. A trickled body holds a slot only for the grace unless it pays the minimum rate, and
+//! trickling to one URL cannot take the slots of the others.
 //!
 //! [`layer`] installs both on a router; `serve` does it with the `[server]` config values.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,22 +36,38 @@ use crate::error::ApiError;
 
 /// Default of `[server].body_timeout_ms`: 15 000 ms.
 pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 15_000;
-/// Default of `[server].body_min_rate_bytes_per_s`: 4 096 bytes/s.
-pub const DEFAULT_BODY_MIN_RATE: u64 = 4_096;
+/// Default of `[server].body_min_rate_bytes_per_s`: 16 384 bytes/s (16 KiB/s = 128 kbit/s).
+///
+/// Why: webhook bodies (KBs up to 25 MiB) come from providers' data centres at MB/s, and a provider
+/// gives up on a delivery after ~10 to 30 s anyway (a 25 MiB body at 16 KiB/s would take 26 min), so
+/// no real sender is near this floor; a 1 KiB body arrives in its first chunk. A trickling client
+/// must pay 16 KiB/s per body slot it keeps past the grace ([`DEFAULT_BODY_MIN_RATE_GRACE_MS`]).
+pub const DEFAULT_BODY_MIN_RATE: u64 = 16 * 1024;
+/// Default of `[server].body_min_rate_grace_ms`: 2 000 ms after the headers before the minimum rate
+/// applies (room for a few round trips of TCP slow start on a distant link).
+pub const DEFAULT_BODY_MIN_RATE_GRACE_MS: u64 = 2_000;
 /// Default of `[server].max_inflight_bodies`: 64 ingest bodies buffered at once.
 pub const DEFAULT_MAX_INFLIGHT_BODIES: usize = 64;
+/// Default of `[server].max_inflight_bodies_per_target`: 16 of the body slots for one [`Target`]
+/// (or `max_inflight_bodies` when that is smaller).
+pub const DEFAULT_MAX_INFLIGHT_BODIES_PER_TARGET: usize = 16;
 /// Default of `[server].body_budget_bytes`: 256 MiB of ingest bodies buffered at once.
 pub const DEFAULT_BODY_BUDGET_BYTES: usize = 256 << 20;
 /// `Retry-After` (s) of a 503 answered because the edge is full.
 pub const BUSY_RETRY_AFTER_S: u64 = 1;
 
-/// How fast a request body must arrive.
+/// How fast a request body must arrive (`[server].body_timeout_ms`, `body_min_rate_bytes_per_s`,
+/// `body_min_rate_grace_ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BodyRules {
-    /// Longest gap between two chunks, and the grace (from the headers) before the rate applies.
+    /// Longest gap between two chunks (default [`DEFAULT_BODY_TIMEOUT_MS`]).
     pub timeout: Duration,
-    /// Least average rate in bytes/s once `timeout` has passed (0 = no rate rule).
+    /// Least average rate in bytes/s, counted from the headers, once `min_rate_grace` has passed
+    /// (0 = no rate rule; default [`DEFAULT_BODY_MIN_RATE`]).
     pub min_rate_bytes_per_s: u64,
+    /// Time after the headers before the rate rule applies (default
+    /// [`DEFAULT_BODY_MIN_RATE_GRACE_MS`]).
+    pub min_rate_grace: Duration,
 }
 
 impl Default for BodyRules {
@@ -52,6 +75,7 @@ impl Default for BodyRules {
         BodyRules {
             timeout: Duration::from_millis(DEFAULT_BODY_TIMEOUT_MS),
             min_rate_bytes_per_s: DEFAULT_BODY_MIN_RATE,
+            min_rate_grace: Duration::from_millis(DEFAULT_BODY_MIN_RATE_GRACE_MS),
         }
     }
 }
@@ -59,15 +83,15 @@ impl Default for BodyRules {
 impl BodyRules {
     /// The pure rule: having received `received` bytes, the last of them `last_chunk` after the headers,
     /// the next chunk must arrive by the returned offset from the headers: the earlier of
-    /// `last_chunk + timeout` (gap rule) and `max(timeout, received / min_rate)` (rate rule: past the
-    /// grace, the average rate may not fall below `min_rate`).
+    /// `last_chunk + timeout` (gap rule) and `max(min_rate_grace, received / min_rate)` (rate rule:
+    /// past the grace, the average rate since the headers may not fall below `min_rate`).
     pub fn deadline(&self, received: u64, last_chunk: Duration) -> Duration {
         let gap = last_chunk + self.timeout;
         if self.min_rate_bytes_per_s == 0 {
             return gap;
         }
         let rate = Duration::from_secs_f64(received as f64 / self.min_rate_bytes_per_s as f64)
-            .max(self.timeout);
+            .max(self.min_rate_grace);
         gap.min(rate)
     }
 }
@@ -185,20 +209,51 @@ impl HttpBody for TimedBody {
     }
 }
 
+/// Whose share of the body slots an ingest body takes ([`IngestGate`]): each subscription has its own
+/// share; every capability URL (`/v1/hooks/{token}`) shares one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// `POST /v1/trigger-subscriptions/{id}/ingest`, by subscription id.
+    Subscription(String),
+    /// `POST /v1/hooks/{token}` with a live token, all endpoints together.
+    Capabilities,
+}
+
+/// The pure fair-share rule: a body for a target that already holds `held` slots may take another
+/// when `held < per_target`.
+pub fn target_admits(held: usize, per_target: usize) -> bool {
+    held < per_target
+}
+
+type Held = Arc<Mutex<HashMap<Target, usize>>>;
+
 /// The shared limits of ingest bodies buffered before verification.
 #[derive(Debug)]
 pub struct IngestGate {
     inflight: Arc<Semaphore>,
     budget: Arc<Semaphore>,
+    per_target: usize,
+    /// Slots held per target; an entry is removed when its count falls to 0 (bounded by the slots).
+    held: Held,
 }
 
 impl IngestGate {
-    /// At most `max_inflight` bodies read at once, holding at most `budget_bytes` bytes together.
+    /// At most `max_inflight` bodies read at once, holding at most `budget_bytes` bytes together; one
+    /// target may hold [`DEFAULT_MAX_INFLIGHT_BODIES_PER_TARGET`] of the slots (at most `max_inflight`).
     pub fn new(max_inflight: usize, budget_bytes: usize) -> Self {
         IngestGate {
             inflight: Arc::new(Semaphore::new(max_inflight)),
             budget: Arc::new(Semaphore::new(budget_bytes.min(Semaphore::MAX_PERMITS))),
+            per_target: DEFAULT_MAX_INFLIGHT_BODIES_PER_TARGET.min(max_inflight),
+            held: Held::default(),
         }
+    }
+
+    /// This gate with at most `per_target` slots for one target (`[server].max_inflight_bodies_per_target`;
+    /// `check-config` keeps it in 1..=max_inflight_bodies).
+    pub fn with_per_target(mut self, per_target: usize) -> Self {
+        self.per_target = per_target;
+        self
     }
 
     /// The defaults ([`DEFAULT_MAX_INFLIGHT_BODIES`], [`DEFAULT_BODY_BUDGET_BYTES`]), shared by
@@ -218,14 +273,71 @@ impl IngestGate {
     pub fn budget_available(&self) -> usize {
         self.budget.available_permits()
     }
+
+    /// Body slots held by `target` now.
+    pub fn held_by(&self, target: &Target) -> usize {
+        self.held
+            .lock()
+            .map(|h| h.get(target).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Takes one of `target`'s slots, or `None` when it holds its share already.
+    fn take_target(&self, target: &Target) -> Option<TargetSlot> {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = h.entry(target.clone()).or_insert(0);
+        if !target_admits(*n, self.per_target) {
+            if *n == 0 {
+                h.remove(target);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(TargetSlot {
+            held: self.held.clone(),
+            target: target.clone(),
+        })
+    }
 }
 
-/// A buffered ingest body; its share of the budget is released when this is dropped.
+/// One body slot of a target, given back on drop.
+struct TargetSlot {
+    held: Held,
+    target: Target,
+}
+
+impl Drop for TargetSlot {
+    fn drop(&mut self) {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = h.get_mut(&self.target) {
+            *n -= 1;
+            if *n == 0 {
+                h.remove(&self.target);
+            }
+        }
+    }
+}
+
+/// A buffered ingest body. Its body slot (and its target's) is released when this is dropped; its
+/// share of the byte budget when the last clone of `bytes` is dropped (after the commit that stores
+/// it, even when the request went away meanwhile).
 pub struct Buffered {
     /// The body.
     pub bytes: Bytes,
     _slot: OwnedSemaphorePermit,
+    _target: TargetSlot,
+}
+
+/// The memory of a buffered body together with its share of the byte budget.
+struct Accounted<B> {
+    data: B,
     _bytes: Option<OwnedSemaphorePermit>,
+}
+
+impl<B: AsRef<[u8]>> AsRef<[u8]> for Accounted<B> {
+    fn as_ref(&self) -> &[u8] {
+        self.data.as_ref()
+    }
 }
 
 /// Why an ingest body was not buffered.
@@ -306,21 +418,25 @@ pub async fn drain(mut body: Body) {
     .await;
 }
 
-/// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) under `gate`:
-/// takes a body slot, reserves the declared length (or each chunk as it comes) from the byte budget,
-/// and refuses with [`ReadError::Busy`] when either is exhausted. A single-frame body is returned
-/// without a copy. On `TooLarge` and `Busy` the rest of the body is drained (bounded, see [`drain`],
-/// nothing kept, its slot and bytes already released) so the sender reads the answer instead of a reset.
+/// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) for `target`
+/// under `gate`: takes one of the target's slots and a body slot, reserves the declared length (or
+/// each chunk as it comes) from the byte budget, and refuses with [`ReadError::Busy`] when any is
+/// exhausted. A single-frame body is returned without a copy; a longer one is copied chunk by chunk
+/// into one buffer, preallocated from Content-Length (capped by `limit`) or grown by doubling (capped
+/// by `limit`), so no chunk list is kept and concatenated. On `TooLarge` and `Busy` the rest of the
+/// body is drained (bounded, see [`drain`], nothing kept, its slots and bytes already released) so the
+/// sender reads the answer instead of a reset.
 pub async fn read_ingest(
     mut body: Body,
     limit: usize,
     declared: Option<usize>,
     gate: &IngestGate,
+    target: &Target,
 ) -> Result<Buffered, ReadError> {
     let r = if declared.is_some_and(|n| n > limit) {
         Err(ReadError::TooLarge)
     } else {
-        buffer(&mut body, limit, declared, gate).await
+        buffer(&mut body, limit, declared, gate, target).await
     };
     if let Err(ReadError::TooLarge | ReadError::Busy) = r {
         drain(body).await;
@@ -333,11 +449,15 @@ async fn buffer(
     limit: usize,
     declared: Option<usize>,
     gate: &IngestGate,
+    target: &Target,
 ) -> Result<Buffered, ReadError> {
     let busy = |reason: &'static str| {
         metrics::counter!("tb_http_refused_total", "reason" => reason).increment(1);
         ReadError::Busy
     };
+    let target_slot = gate
+        .take_target(target)
+        .ok_or_else(|| busy("target_bodies"))?;
     let slot = gate
         .inflight
         .clone()
@@ -356,7 +476,9 @@ async fn buffer(
     };
     let mut held = reserve(declared.unwrap_or(0))?;
     let mut reserved = declared.unwrap_or(0);
-    let mut frames: Vec<Bytes> = Vec::new();
+    // The first frame is kept as is; from the second on, frames are copied into `buf` and dropped.
+    let mut first: Option<Bytes> = None;
+    let mut buf: Vec<u8> = Vec::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| {
@@ -369,6 +491,9 @@ async fn buffer(
         let Ok(data) = frame.into_data() else {
             continue;
         };
+        if data.is_empty() {
+            continue;
+        }
         total += data.len();
         if total > limit {
             return Err(ReadError::TooLarge);
@@ -382,18 +507,53 @@ async fn buffer(
             }
             reserved = total;
         }
-        frames.push(data);
+        if first.is_none() && buf.is_empty() {
+            first = Some(data);
+            continue;
+        }
+        if let Some(f) = first.take() {
+            buf = Vec::with_capacity(initial_capacity(declared, limit, total));
+            buf.extend_from_slice(&f);
+        }
+        grow(&mut buf, data.len(), limit);
+        buf.extend_from_slice(&data);
     }
-    let bytes = match frames.len() {
-        0 => Bytes::new(),
-        1 => frames.pop().expect("one frame"),
-        _ => frames.concat().into(),
+    let bytes = match first {
+        Some(one) => Bytes::from_owner(Accounted {
+            data: one,
+            _bytes: held,
+        }),
+        None if buf.is_empty() => Bytes::new(),
+        None => Bytes::from_owner(Accounted {
+            data: buf,
+            _bytes: held,
+        }),
     };
     Ok(Buffered {
         bytes,
         _slot: slot,
-        _bytes: held,
+        _target: target_slot,
     })
+}
+
+/// Capacity of the buffer once a body has a second frame (`seen` bytes so far): its declared length
+/// capped by `limit`, else twice what came so far (capped by `limit`).
+fn initial_capacity(declared: Option<usize>, limit: usize, seen: usize) -> usize {
+    match declared {
+        Some(n) => n.min(limit).max(seen),
+        None => seen.saturating_mul(2).min(limit).max(seen),
+    }
+}
+
+/// Makes room for `more` bytes: doubling, but never past `limit` (a body can be no longer), so a body
+/// without Content-Length holds at most twice its length of capacity and never more than `limit`.
+fn grow(buf: &mut Vec<u8>, more: usize, limit: usize) {
+    let need = buf.len() + more;
+    if need <= buf.capacity() {
+        return;
+    }
+    let to = buf.len().saturating_mul(2).min(limit).max(need);
+    buf.reserve_exact(to - buf.len());
 }
 
 /// Installs the edge limits on `router`: every request body becomes a [`TimedBody`] under `rules`, and
@@ -439,9 +599,27 @@ mod tests {
         let r = BodyRules {
             timeout: MS(1000),
             min_rate_bytes_per_s: 0,
+            min_rate_grace: MS(1000),
         };
         assert_eq!(r.deadline(0, Duration::ZERO), MS(1000));
         assert_eq!(r.deadline(10, MS(5000)), MS(6000));
+    }
+
+    #[test]
+    fn rate_rule_applies_after_its_own_grace_not_after_the_gap_timeout() {
+        // 15 s gap rule, 2 s grace, 16 KiB/s: a trickle of 5 KB/s (the attacker's 2.5 KB per 0.5 s)
+        // must send its next chunk by 2 s, not by 15 s.
+        let r = BodyRules {
+            timeout: MS(15_000),
+            min_rate_bytes_per_s: 16 * 1024,
+            min_rate_grace: MS(2000),
+        };
+        assert_eq!(r.deadline(0, Duration::ZERO), MS(2000));
+        assert_eq!(r.deadline(7_500, MS(1500)), MS(2000));
+        // A sender at the rate keeps going: 64 KiB by 3.5 s allows until 4 s.
+        assert_eq!(r.deadline(64 * 1024, MS(3500)), MS(4000));
+        // A fast sender: 10 MiB at 1 s; the gap rule (16 s) is later than the rate (640 s), so 16 s.
+        assert_eq!(r.deadline(10 << 20, MS(1000)), MS(16_000));
     }
 
     #[test]
@@ -449,6 +627,7 @@ mod tests {
         let r = BodyRules {
             timeout: MS(1000),
             min_rate_bytes_per_s: 1000,
+            min_rate_grace: MS(1000),
         };
         // 500 bytes at 0.9 s: within the grace, the gap rule (1.9 s) vs rate (max(1 s, 0.5 s)) -> 1 s.
         assert_eq!(r.deadline(500, MS(900)), MS(1000));
@@ -461,14 +640,88 @@ mod tests {
     #[tokio::test]
     async fn budget_refuses_a_body_that_does_not_fit_and_releases_on_drop() {
         let gate = IngestGate::new(4, 100);
-        let a = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate)
+        let a = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate, &sub("a"))
             .await
             .unwrap();
         assert_eq!(gate.budget_available(), 40);
-        let b = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate).await;
+        let b = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate, &sub("a")).await;
         assert!(matches!(b, Err(ReadError::Busy)));
         drop(a);
         assert_eq!(gate.budget_available(), 100);
+    }
+
+    fn sub(id: &str) -> Target {
+        Target::Subscription(id.into())
+    }
+
+    #[tokio::test]
+    async fn the_budget_is_held_until_the_last_clone_of_the_body_is_dropped() {
+        let gate = IngestGate::new(4, 1000);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, axum::Error>>(4);
+        for part in [&b"{\"a\":"[..], b"1", b"}"] {
+            tx.send(Ok(Frame::data(Bytes::copy_from_slice(part))))
+                .await
+                .unwrap();
+        }
+        drop(tx);
+        let body = Body::new(http_body_util::StreamBody::new(ReceiverStream(rx)));
+        let b = read_ingest(body, 1000, None, &gate, &sub("a"))
+            .await
+            .unwrap();
+        assert_eq!(&b.bytes[..], b"{\"a\":1}");
+        let kept = b.bytes.clone();
+        drop(b);
+        assert_eq!(gate.held_by(&sub("a")), 0, "the slots go with the request");
+        assert_eq!(
+            gate.budget_available(),
+            1000 - 7,
+            "the bytes keep their share"
+        );
+        drop(kept);
+        assert_eq!(gate.budget_available(), 1000);
+    }
+
+    #[tokio::test]
+    async fn one_target_holds_at_most_its_share_of_the_slots() {
+        let gate = IngestGate::new(4, 1000).with_per_target(2);
+        let a1 = read_ingest(Body::from("1"), 10, None, &gate, &sub("a"))
+            .await
+            .unwrap();
+        let a2 = read_ingest(Body::from("2"), 10, None, &gate, &sub("a"))
+            .await
+            .unwrap();
+        assert_eq!(gate.held_by(&sub("a")), 2);
+        let a3 = read_ingest(Body::from("3"), 10, None, &gate, &sub("a")).await;
+        assert!(matches!(a3, Err(ReadError::Busy)));
+        let b1 = read_ingest(Body::from("4"), 10, None, &gate, &sub("b"))
+            .await
+            .unwrap();
+        let c1 = read_ingest(Body::from("5"), 10, None, &gate, &Target::Capabilities)
+            .await
+            .unwrap();
+        drop((a1, b1, c1));
+        assert_eq!(gate.held_by(&sub("a")), 1);
+        assert_eq!(gate.held_by(&sub("b")), 0);
+        drop(a2);
+        assert!(
+            gate.held.lock().unwrap().is_empty(),
+            "no entry outlives its slots"
+        );
+    }
+
+    #[test]
+    fn a_body_without_length_grows_by_doubling_up_to_the_limit() {
+        let mut v = Vec::with_capacity(initial_capacity(None, 100, 10));
+        assert_eq!(v.capacity(), 20);
+        v.extend_from_slice(&[0; 10]);
+        grow(&mut v, 50, 100);
+        assert!(
+            v.capacity() >= 60 && v.capacity() <= 100,
+            "{}",
+            v.capacity()
+        );
+        assert_eq!(initial_capacity(Some(80), 100, 10), 80);
+        assert_eq!(initial_capacity(Some(500), 100, 10), 100);
     }
 
     #[tokio::test]
@@ -481,10 +734,11 @@ mod tests {
         let rules = BodyRules {
             timeout: MS(200),
             min_rate_bytes_per_s: 0,
+            min_rate_grace: MS(200),
         };
         let body = Body::new(TimedBody::new(Body::new(stream), rules));
         let gate = IngestGate::new(1, 1000);
-        let r = read_ingest(body, 1000, None, &gate).await;
+        let r = read_ingest(body, 1000, None, &gate, &sub("a")).await;
         assert!(matches!(r, Err(ReadError::TimedOut)));
         assert_eq!(gate.budget_available(), 1000);
         drop(tx);

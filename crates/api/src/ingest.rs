@@ -39,7 +39,8 @@ pub async fn ingest(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
-    let buffered = match crate::body::read_ingest(body, limit, declared, &gate).await {
+    let target = crate::body::Target::Subscription(sub.id.clone());
+    let buffered = match crate::body::read_ingest(body, limit, declared, &gate, &target).await {
         Ok(b) => b,
         Err(e) => {
             let outcome = match e {
@@ -52,9 +53,9 @@ pub async fn ingest(
             return Ok(e.into_response(limit));
         }
     };
-    // The body's share of the budget is held until the pipeline has stored (or refused) it.
-    let bytes = buffered.bytes.clone();
-    let answer = run_ingest(&st.engine, &id, &headers, bytes).await?;
+    // The body slots are held until the pipeline has stored (or refused) the body; its share of the
+    // byte budget until the last clone of the bytes is gone (the detached commit included).
+    let answer = run_ingest(&st.engine, &id, &headers, buffered.bytes.clone()).await?;
     drop(buffered);
     let (status, body) = match answer {
         IngestAnswer::Accepted {

@@ -480,21 +480,25 @@ pub async fn hook(
     let Ok(Path(token)) = token else {
         return Err(ApiError::new(ErrorCode::NotFound, "no such endpoint"));
     };
-    // Buffered under the edge's body slots and byte budget, like trigger ingest (issue #9 defect 1).
+    // The token first: a made-up one costs a hash and an indexed read, never a body slot (issue #9
+    // defect 1 follow-up). Then the body, buffered under the capability pool's share of the edge's body
+    // slots and the byte budget, like trigger ingest.
+    let endpoint = capability::find(&st.engine, &token).await?;
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
-    let buffered = match crate::body::read_ingest(body, crate::MAX_API_BODY, declared, &gate).await
-    {
-        Ok(b) => b,
-        Err(e) => return Ok(e.into_response(crate::MAX_API_BODY)),
-    };
+    let target = crate::body::Target::Capabilities;
+    let buffered =
+        match crate::body::read_ingest(body, crate::MAX_API_BODY, declared, &gate, &target).await {
+            Ok(b) => b,
+            Err(e) => return Ok(e.into_response(crate::MAX_API_BODY)),
+        };
     let answer = capability::ingest(
         &st.engine,
         st.secrets.as_ref(),
-        &token,
+        &endpoint,
         &headers,
         buffered.bytes.clone(),
     )
