@@ -468,7 +468,10 @@ async fn a_body_trickled_under_the_rate_is_408_shortly_after_the_grace() {
         min_rate_grace: Duration::from_millis(500),
     };
     let (addr, engine, gate) = serve_with(&dir, rules, IngestGate::new(4, 64 * 1024)).await;
-    let mut s = open_stalled(&addr, &stalled_ingest_head("github"), b"{").await;
+    // Declares 40 000 bytes: the trickle below would need 40 s to finish it.
+    let head =
+        stalled_ingest_head("github").replace("content-length: 1000", "content-length: 40000");
+    let mut s = open_stalled(&addr, &head, b"{").await;
     let t0 = std::time::Instant::now();
     // 100 bytes every 100 ms (1 KB/s): within the 10 s gap rule, far under 16 KiB/s.
     let (mut r, mut w) = s.split();
