@@ -657,3 +657,67 @@ async fn ten_parallel_large_bodies_peak_under_1_3_times_their_size() {
         );
     }
 }
+
+/// The attack of the slow-body follow-up of issue #9 defect 1, scaled to the test config (8 body
+/// slots): 16 connections to made-up capability URLs `/v1/hooks/x{i}`, each declaring 1 000 000 bytes,
+/// half trickling 2.5 KB every 0.5 s and half sending one byte and then nothing. Every one is answered
+/// 404 at once (the token is looked up before the body), and signed ingests racing them all get 202.
+/// Before: the bodies took every slot and the signed ingests got 503 until the body timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trickled_bodies_to_made_up_capability_urls_do_not_block_signed_ingest() {
+    let dir = tempfile::tempdir().unwrap();
+    // A 5 s body timeout: longer than the whole attack, so only the token lookup can save ingest.
+    let cfg = config(dir.path(), 48, 5000);
+    let srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::null());
+    let port = srv.port;
+    let t0 = Instant::now();
+    let attackers: Vec<_> = (0..16)
+        .map(|i| {
+            tokio::spawn(async move {
+                let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+                let head = format!("POST /v1/hooks/x{i} HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 1000000\r\n\r\n{{");
+                s.write_all(head.as_bytes()).await.unwrap();
+                let (mut r, mut w) = s.into_split();
+                let trickle = tokio::spawn(async move {
+                    if i % 2 == 0 {
+                        while w.write_all(&[b' '; 2500]).await.is_ok() {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                    } else {
+                        // One byte, then nothing (kept open).
+                        tokio::time::sleep(Duration::from_secs(4)).await;
+                        drop(w);
+                    }
+                });
+                let mut got = Vec::new();
+                let mut buf = [0u8; 1024];
+                let _ = tokio::time::timeout(Duration::from_secs(3), async {
+                    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match r.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                })
+                .await;
+                trickle.abort();
+                (String::from_utf8_lossy(&got).to_string(), t0.elapsed())
+            })
+        })
+        .collect();
+    let http = reqwest::Client::new();
+    let mut codes = Vec::new();
+    while t0.elapsed() < Duration::from_millis(2500) {
+        codes.push(ingest(&http, port, &format!("msg_under_attack_{:04}", codes.len())).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        codes.len() >= 5 && codes.iter().all(|&c| c == 202),
+        "{codes:?}"
+    );
+    for a in attackers {
+        let (answer, at) = a.await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 404"), "{answer:?} at {at:?}");
+        assert!(at < Duration::from_millis(1500), "404 only after {at:?}");
+    }
+}
