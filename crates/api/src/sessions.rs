@@ -467,8 +467,11 @@ pub async fn revoke(
     )))
 }
 
-/// The public capability URL (signals-and-connectors §4.2). Never echoes the payload.
-#[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type")))]
+/// The public capability URL (signals-and-connectors §4.2). Never echoes the payload. The token is
+/// looked up before the body is read (a bad one is 404 without holding a body slot); the body is then
+/// buffered under [`crate::body::Target::Capabilities`], the share of the body slots every capability
+/// URL has together.
+#[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type"), (status = 408, description = "request_timeout: the body did not arrive in time"), (status = 429, description = "rate_limited (Retry-After)"), (status = 503, description = "unavailable: the capability URLs' share of the body slots, or the byte budget, is full (Retry-After: 1)")))]
 pub async fn hook(
     State(st): State<AppState>,
     token: Result<Path<String>, axum::extract::rejection::PathRejection>,
