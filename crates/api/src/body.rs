@@ -7,8 +7,9 @@
 //! - [`IngestGate`]: ingest bodies are buffered whole before their signature is verified; at most
 //!   `max_inflight` are read at once, at most `per_target` of them for one [`Target`] (a subscription,
 //!   or the pool of every capability URL), and together they hold at most `budget_bytes`. Over any:
-//!   503 `unavailable` with `Retry-After: 1`, nothing stored. A buffered body's bytes keep their share
-//!   of the budget until the last reference to them is dropped (the commit included).
+//!   503 `unavailable` with `Retry-After: 1`, nothing stored. A body's slots are held while it is
+//!   read; its bytes keep their share of the budget until the last reference to them is dropped (the
+//!   commit included).
 //!
 //! The rule of the project: anything reachable without a key must cost the attacker more than it
 //! costs us. A trickled body holds a slot only for the grace unless it pays the minimum rate, and
@@ -256,15 +257,17 @@ impl IngestGate {
         self
     }
 
-    /// The defaults ([`DEFAULT_MAX_INFLIGHT_BODIES`], [`DEFAULT_BODY_BUDGET_BYTES`]), shared by
-    /// routers built without [`layer`] (tests).
+    /// The gate of routers built without [`layer`] (tests; `serve` always installs the configured
+    /// one): [`DEFAULT_MAX_INFLIGHT_BODIES`] and [`DEFAULT_BODY_BUDGET_BYTES`], shared by all of them,
+    /// and, like their bodies without timeouts, no fair share (one target may take every slot: such
+    /// routers run in-process clients whose bodies all wait for the client task at once).
     pub fn shared_default() -> Arc<IngestGate> {
         static G: OnceLock<Arc<IngestGate>> = OnceLock::new();
         G.get_or_init(|| {
-            Arc::new(IngestGate::new(
-                DEFAULT_MAX_INFLIGHT_BODIES,
-                DEFAULT_BODY_BUDGET_BYTES,
-            ))
+            Arc::new(
+                IngestGate::new(DEFAULT_MAX_INFLIGHT_BODIES, DEFAULT_BODY_BUDGET_BYTES)
+                    .with_per_target(DEFAULT_MAX_INFLIGHT_BODIES),
+            )
         })
         .clone()
     }
@@ -318,17 +321,9 @@ impl Drop for TargetSlot {
     }
 }
 
-/// A buffered ingest body. Its body slot (and its target's) is released when this is dropped; its
-/// share of the byte budget when the last clone of `bytes` is dropped (after the commit that stores
-/// it, even when the request went away meanwhile).
-pub struct Buffered {
-    /// The body.
-    pub bytes: Bytes,
-    _slot: OwnedSemaphorePermit,
-    _target: TargetSlot,
-}
-
-/// The memory of a buffered body together with its share of the byte budget.
+/// The memory of a buffered body together with its share of the byte budget: the `Bytes` returned by
+/// [`read_ingest`] own one, so the share is released when the last clone of the body is dropped
+/// (after the commit that stores it, even when the request went away meanwhile).
 struct Accounted<B> {
     data: B,
     _bytes: Option<OwnedSemaphorePermit>,
@@ -419,9 +414,9 @@ pub async fn drain(mut body: Body) {
 }
 
 /// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) for `target`
-/// under `gate`: takes one of the target's slots and a body slot, reserves the declared length (or
-/// each chunk as it comes) from the byte budget, and refuses with [`ReadError::Busy`] when any is
-/// exhausted. A single-frame body is returned without a copy; a longer one is copied chunk by chunk
+/// under `gate`: takes one of the target's slots and a body slot for as long as the body is being
+/// read, reserves the declared length (or each chunk as it comes) from the byte budget for as long as
+/// the returned `Bytes` live, and refuses with [`ReadError::Busy`] when any is exhausted. A single-frame body is returned without a copy; a longer one is copied chunk by chunk
 /// into one buffer, preallocated from Content-Length (capped by `limit`) or grown by doubling (capped
 /// by `limit`), so no chunk list is kept and concatenated. On `TooLarge` and `Busy` the rest of the
 /// body is drained (bounded, see [`drain`], nothing kept, its slots and bytes already released) so the
@@ -432,7 +427,7 @@ pub async fn read_ingest(
     declared: Option<usize>,
     gate: &IngestGate,
     target: &Target,
-) -> Result<Buffered, ReadError> {
+) -> Result<Bytes, ReadError> {
     let r = if declared.is_some_and(|n| n > limit) {
         Err(ReadError::TooLarge)
     } else {
@@ -450,7 +445,7 @@ async fn buffer(
     declared: Option<usize>,
     gate: &IngestGate,
     target: &Target,
-) -> Result<Buffered, ReadError> {
+) -> Result<Bytes, ReadError> {
     let busy = |reason: &'static str| {
         metrics::counter!("tb_http_refused_total", "reason" => reason).increment(1);
         ReadError::Busy
@@ -529,11 +524,9 @@ async fn buffer(
             _bytes: held,
         }),
     };
-    Ok(Buffered {
-        bytes,
-        _slot: slot,
-        _target: target_slot,
-    })
+    // The body is in: its slots go back now (they bound bodies being read, the budget bounds memory).
+    drop((slot, target_slot));
+    Ok(bytes)
 }
 
 /// Capacity of the buffer once a body has a second frame (`seen` bytes so far): its declared length
@@ -668,10 +661,15 @@ mod tests {
         let b = read_ingest(body, 1000, None, &gate, &sub("a"))
             .await
             .unwrap();
-        assert_eq!(&b.bytes[..], b"{\"a\":1}");
-        let kept = b.bytes.clone();
+        assert_eq!(&b[..], b"{\"a\":1}");
+        assert_eq!(
+            gate.held_by(&sub("a")),
+            0,
+            "the slots go once the body is in"
+        );
+        assert_eq!(gate.inflight.available_permits(), 4);
+        let kept = b.clone();
         drop(b);
-        assert_eq!(gate.held_by(&sub("a")), 0, "the slots go with the request");
         assert_eq!(
             gate.budget_available(),
             1000 - 7,
@@ -681,32 +679,56 @@ mod tests {
         assert_eq!(gate.budget_available(), 1000);
     }
 
+    /// A body that sends `first` and then waits for more (until its sender is dropped).
+    async fn stalled(
+        first: &'static [u8],
+    ) -> (
+        Body,
+        tokio::sync::mpsc::Sender<Result<Frame<Bytes>, axum::Error>>,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, axum::Error>>(1);
+        tx.send(Ok(Frame::data(Bytes::from_static(first))))
+            .await
+            .unwrap();
+        (
+            Body::new(http_body_util::StreamBody::new(ReceiverStream(rx))),
+            tx,
+        )
+    }
+
     #[tokio::test]
     async fn one_target_holds_at_most_its_share_of_the_slots() {
-        let gate = IngestGate::new(4, 1000).with_per_target(2);
-        let a1 = read_ingest(Body::from("1"), 10, None, &gate, &sub("a"))
-            .await
-            .unwrap();
-        let a2 = read_ingest(Body::from("2"), 10, None, &gate, &sub("a"))
-            .await
-            .unwrap();
-        assert_eq!(gate.held_by(&sub("a")), 2);
+        let gate = Arc::new(IngestGate::new(4, 1000).with_per_target(2));
+        let read = |body: Body, t: Target| {
+            let g = gate.clone();
+            tokio::spawn(async move { read_ingest(body, 10, None, &g, &t).await })
+        };
+        let (a1, tx1) = stalled(b"1").await;
+        let (a2, tx2) = stalled(b"2").await;
+        let r1 = read(a1, sub("a"));
+        let r2 = read(a2, sub("a"));
+        let t0 = std::time::Instant::now();
+        while gate.held_by(&sub("a")) < 2 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "the two bodies never started"
+            );
+            tokio::task::yield_now().await;
+        }
         let a3 = read_ingest(Body::from("3"), 10, None, &gate, &sub("a")).await;
-        assert!(matches!(a3, Err(ReadError::Busy)));
-        let b1 = read_ingest(Body::from("4"), 10, None, &gate, &sub("b"))
-            .await
-            .unwrap();
-        let c1 = read_ingest(Body::from("5"), 10, None, &gate, &Target::Capabilities)
-            .await
-            .unwrap();
-        drop((a1, b1, c1));
-        assert_eq!(gate.held_by(&sub("a")), 1);
-        assert_eq!(gate.held_by(&sub("b")), 0);
-        drop(a2);
+        assert!(matches!(a3, Err(ReadError::Busy)), "a's share is taken");
+        let b = read_ingest(Body::from("4"), 10, None, &gate, &sub("b")).await;
+        assert_eq!(&b.unwrap()[..], b"4", "another target still reads");
+        let c = read_ingest(Body::from("5"), 10, None, &gate, &Target::Capabilities).await;
+        assert_eq!(&c.unwrap()[..], b"5");
+        drop((tx1, tx2));
+        assert_eq!(&r1.await.unwrap().unwrap()[..], b"1");
+        assert_eq!(&r2.await.unwrap().unwrap()[..], b"2");
         assert!(
             gate.held.lock().unwrap().is_empty(),
             "no entry outlives its slots"
         );
+        assert_eq!(gate.inflight.available_permits(), 4);
     }
 
     #[test]

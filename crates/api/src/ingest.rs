@@ -40,7 +40,7 @@ pub async fn ingest(
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
     let target = crate::body::Target::Subscription(sub.id.clone());
-    let buffered = match crate::body::read_ingest(body, limit, declared, &gate, &target).await {
+    let bytes = match crate::body::read_ingest(body, limit, declared, &gate, &target).await {
         Ok(b) => b,
         Err(e) => {
             let outcome = match e {
@@ -53,10 +53,9 @@ pub async fn ingest(
             return Ok(e.into_response(limit));
         }
     };
-    // The body slots are held until the pipeline has stored (or refused) the body; its share of the
-    // byte budget until the last clone of the bytes is gone (the detached commit included).
-    let answer = run_ingest(&st.engine, &id, &headers, buffered.bytes.clone()).await?;
-    drop(buffered);
+    // The body's share of the byte budget is held until the last clone of `bytes` is gone (the
+    // detached commit included).
+    let answer = run_ingest(&st.engine, &id, &headers, bytes).await?;
     let (status, body) = match answer {
         IngestAnswer::Accepted {
             receipt_id,

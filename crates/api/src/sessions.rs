@@ -493,20 +493,13 @@ pub async fn hook(
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
     let target = crate::body::Target::Capabilities;
-    let buffered =
+    let bytes =
         match crate::body::read_ingest(body, crate::MAX_API_BODY, declared, &gate, &target).await {
             Ok(b) => b,
             Err(e) => return Ok(e.into_response(crate::MAX_API_BODY)),
         };
-    let answer = capability::ingest(
-        &st.engine,
-        st.secrets.as_ref(),
-        &endpoint,
-        &headers,
-        buffered.bytes.clone(),
-    )
-    .await?;
-    drop(buffered);
+    let answer =
+        capability::ingest(&st.engine, st.secrets.as_ref(), &endpoint, &headers, bytes).await?;
     Ok(match answer {
         IngestAnswer::Duplicate { receipt_id, .. } => (
             StatusCode::OK,
