@@ -109,9 +109,10 @@ pub async fn drain(mut body: Body) {
 /// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) for `target`
 /// under `gate`: takes one of the target's slots and a body slot for as long as the body is being
 /// read, reserves the declared length (or each chunk as it comes) from the byte budget for as long as
-/// the returned `Bytes` live, and refuses with [`ReadError::Busy`] when any is exhausted. A single-frame body is returned without a copy; a longer one is copied chunk by chunk
-/// into one buffer, preallocated from Content-Length (capped by `limit`) or grown by doubling (capped
-/// by `limit`), so no chunk list is kept and concatenated. On `TooLarge` and `Busy` the rest of the
+/// the returned `Bytes` live, and refuses with [`ReadError::Busy`] when any is exhausted. A
+/// single-frame body is returned without a copy; a longer one is copied chunk by chunk into one
+/// buffer, preallocated from Content-Length (capped by `limit`) or grown by doubling (capped by
+/// `limit`), so no chunk list is kept and concatenated. On `TooLarge` and `Busy` the rest of the
 /// body is drained (bounded, see [`drain`], nothing kept, its slots and bytes already released) so the
 /// sender reads the answer instead of a reset.
 pub async fn read_ingest(

@@ -103,7 +103,8 @@ impl TimedBody {
         Self::with_flag(inner, rules, None)
     }
 
-    /// [`TimedBody::new`] that also sets `timed_out` when the deadline passes (read by [`layer`]).
+    /// [`TimedBody::new`] that also sets `timed_out` when the deadline passes (read by
+    /// [`layer`](super::layer)).
     pub(super) fn with_flag(
         inner: Body,
         rules: BodyRules,
