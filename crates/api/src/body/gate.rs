@@ -58,9 +58,9 @@ impl IngestGate {
     }
 
     /// The gate of routers built without [`layer`](super::layer) (tests; `serve` always installs the
-    /// configured one): [`DEFAULT_MAX_INFLIGHT_BODIES`] and [`DEFAULT_BODY_BUDGET_BYTES`], shared by all of them,
-    /// and, like their bodies without timeouts, no fair share (one target may take every slot: such
-    /// routers run in-process clients whose bodies all wait for the client task at once).
+    /// configured one): [`DEFAULT_MAX_INFLIGHT_BODIES`] and [`DEFAULT_BODY_BUDGET_BYTES`], shared by
+    /// all of them, and, like their bodies without timeouts, no fair share (one target may take every
+    /// slot: such routers run in-process clients whose bodies all wait for the client task at once).
     pub fn shared_default() -> Arc<IngestGate> {
         static G: OnceLock<Arc<IngestGate>> = OnceLock::new();
         G.get_or_init(|| {
