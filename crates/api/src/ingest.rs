@@ -39,12 +39,13 @@ pub async fn ingest(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
+    let target = crate::body::Target::Subscription(sub.id.clone());
     let read = if crate::body::refuse_before_continue(&headers, declared, limit) {
         Err(crate::body::ReadError::TooLarge)
     } else {
-        crate::body::read_ingest(body, limit, declared, &gate).await
+        crate::body::read_ingest(body, limit, declared, &gate, &target).await
     };
-    let buffered = match read {
+    let bytes = match read {
         Ok(b) => b,
         Err(e) => {
             let outcome = match e {
@@ -57,10 +58,9 @@ pub async fn ingest(
             return Ok(e.into_response(limit));
         }
     };
-    // The body's share of the budget is held until the pipeline has stored (or refused) it.
-    let bytes = buffered.bytes.clone();
+    // The body's share of the byte budget is held until the last clone of `bytes` is gone (the
+    // detached commit included).
     let answer = run_ingest(&st.engine, &id, &headers, bytes).await?;
-    drop(buffered);
     let (status, body) = match answer {
         IngestAnswer::Accepted {
             receipt_id,

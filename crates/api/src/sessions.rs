@@ -467,8 +467,11 @@ pub async fn revoke(
     )))
 }
 
-/// The public capability URL (signals-and-connectors §4.2). Never echoes the payload.
-#[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 400, description = "validation_error: an Idempotency-Key that is not 1 to 255 URL-safe ASCII characters, or two of them"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type")))]
+/// The public capability URL (signals-and-connectors §4.2). Never echoes the payload. The token is
+/// looked up before the body is read (a bad one is 404 without holding a body slot); the body is then
+/// buffered under [`crate::body::Target::Capabilities`], the share of the body slots every capability
+/// URL has together.
+#[utoipa::path(post, path = "/v1/hooks/{token}", tag = "ingest", params(("token" = String, Path, description = "Minted token")), responses((status = 202, description = "{accepted: true, receiptId}"), (status = 200, description = "duplicate Idempotency-Key with the same body"), (status = 400, description = "validation_error: an Idempotency-Key that is not 1 to 255 URL-safe ASCII characters, or two of them"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found (unknown, revoked, expired or used up)"), (status = 409, description = "conflict (same Idempotency-Key, other body) or target_terminal"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type"), (status = 408, description = "request_timeout: the body did not arrive in time"), (status = 429, description = "rate_limited (Retry-After)"), (status = 503, description = "unavailable: the capability URLs' share of the body slots, or the byte budget, is full (Retry-After: 1)")))]
 pub async fn hook(
     State(st): State<AppState>,
     token: Result<Path<String>, axum::extract::rejection::PathRejection>,
@@ -480,32 +483,30 @@ pub async fn hook(
     let Ok(Path(token)) = token else {
         return Err(ApiError::new(ErrorCode::NotFound, "no such endpoint"));
     };
-    // Buffered under the edge's body slots and byte budget, like trigger ingest (issue #9 defect 1).
+    // The token first: a made-up one costs a hash and an indexed read, never a body slot (issue #9
+    // defect 1 follow-up). Then the body, buffered under the capability pool's share of the edge's body
+    // slots and the byte budget, like trigger ingest.
+    let endpoint = capability::find(&st.engine, &token).await?;
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     let gate = crate::body::gate_of(gate);
-    // At most the capability limit (32 KiB), so a 413 names the limit that applies.
+    let target = crate::body::Target::Capabilities;
+    // At most the capability limit (32 KiB), so a 413 names the limit that applies and a live token
+    // never makes us buffer more than that.
     let limit = capability::MAX_BODY_BYTES;
     let read = if crate::body::refuse_before_continue(&headers, declared, limit) {
         Err(crate::body::ReadError::TooLarge)
     } else {
-        crate::body::read_ingest(body, limit, declared, &gate).await
+        crate::body::read_ingest(body, limit, declared, &gate, &target).await
     };
-    let buffered = match read {
+    let bytes = match read {
         Ok(b) => b,
         Err(e) => return Ok(e.into_response(limit)),
     };
-    let answer = capability::ingest(
-        &st.engine,
-        st.secrets.as_ref(),
-        &token,
-        &headers,
-        buffered.bytes.clone(),
-    )
-    .await?;
-    drop(buffered);
+    let answer =
+        capability::ingest(&st.engine, st.secrets.as_ref(), &endpoint, &headers, bytes).await?;
     Ok(match answer {
         IngestAnswer::Duplicate { receipt_id, .. } => (
             StatusCode::OK,

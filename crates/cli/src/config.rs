@@ -68,11 +68,15 @@ pub struct ServerSection {
     // [`ServerSection::edge`] for the defaults. `check-config` refuses zero values.
     /// ms a client has to send a request's headers (default 10 000); then the connection is closed.
     pub header_timeout_ms: Option<u64>,
-    /// ms of the longest gap between two body chunks, and the grace before the minimum rate applies
-    /// (default 15 000); then 408 `request_timeout`. Also how long shutdown waits for open connections.
+    /// ms of the longest gap between two body chunks (default 15 000); then 408 `request_timeout`.
+    /// Also how long shutdown waits for open connections.
     pub body_timeout_ms: Option<u64>,
-    /// Least average body rate in bytes/s once `body_timeout_ms` has passed (default 4 096; 0 = off).
+    /// Least average body rate in bytes/s, counted from the headers, once `body_min_rate_grace_ms` has
+    /// passed (default 16 384 = 16 KiB/s; 0 = off); slower is 408 `request_timeout`. See
+    /// [`tb_api::body::DEFAULT_BODY_MIN_RATE`] for why.
     pub body_min_rate_bytes_per_s: Option<u64>,
+    /// ms after the headers before `body_min_rate_bytes_per_s` applies (default 2 000; 1 to 3 600 000).
+    pub body_min_rate_grace_ms: Option<u64>,
     /// ms an idle keep-alive connection (no request in progress) stays open (default 5 000). The header
     /// timeout also runs while a connection waits for its next request, so the effective idle close is
     /// the smaller of the two.
@@ -82,6 +86,11 @@ pub struct ServerSection {
     pub max_connections: Option<usize>,
     /// Ingest bodies buffered (before verification) at once (default 64); over it 503 `unavailable`.
     pub max_inflight_bodies: Option<usize>,
+    /// Of those, the most one ingest target may hold: one subscription, or all capability URLs together
+    /// (default 16, or `max_inflight_bodies` when smaller; 1 ..= `max_inflight_bodies`). Over it that
+    /// target alone gets 503 `unavailable` with `Retry-After: 1`, so trickling bodies to one URL cannot
+    /// take the slots of the others.
+    pub max_inflight_bodies_per_target: Option<usize>,
     /// Bytes of ingest bodies buffered at once, all subscriptions together (default 268 435 456 =
     /// 256 MiB); over it 503 `unavailable`. Must be at least every subscription's `max_body_bytes`.
     pub body_budget_bytes: Option<usize>,
@@ -93,9 +102,11 @@ pub struct Edge {
     pub header_timeout_ms: u64,
     pub body_timeout_ms: u64,
     pub body_min_rate_bytes_per_s: u64,
+    pub body_min_rate_grace_ms: u64,
     pub idle_timeout_ms: u64,
     pub max_connections: usize,
     pub max_inflight_bodies: usize,
+    pub max_inflight_bodies_per_target: usize,
     pub body_budget_bytes: usize,
 }
 
@@ -109,6 +120,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
 impl ServerSection {
     /// The HTTP edge values with defaults applied.
     pub fn edge(&self) -> Edge {
+        let max_inflight_bodies = self
+            .max_inflight_bodies
+            .unwrap_or(tb_api::body::DEFAULT_MAX_INFLIGHT_BODIES);
         Edge {
             header_timeout_ms: self.header_timeout_ms.unwrap_or(DEFAULT_HEADER_TIMEOUT_MS),
             body_timeout_ms: self
@@ -117,11 +131,15 @@ impl ServerSection {
             body_min_rate_bytes_per_s: self
                 .body_min_rate_bytes_per_s
                 .unwrap_or(tb_api::body::DEFAULT_BODY_MIN_RATE),
+            body_min_rate_grace_ms: self
+                .body_min_rate_grace_ms
+                .unwrap_or(tb_api::body::DEFAULT_BODY_MIN_RATE_GRACE_MS),
             idle_timeout_ms: self.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS),
             max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
-            max_inflight_bodies: self
-                .max_inflight_bodies
-                .unwrap_or(tb_api::body::DEFAULT_MAX_INFLIGHT_BODIES),
+            max_inflight_bodies,
+            max_inflight_bodies_per_target: self.max_inflight_bodies_per_target.unwrap_or(
+                tb_api::body::DEFAULT_MAX_INFLIGHT_BODIES_PER_TARGET.min(max_inflight_bodies),
+            ),
             body_budget_bytes: self
                 .body_budget_bytes
                 .unwrap_or(tb_api::body::DEFAULT_BODY_BUDGET_BYTES),
@@ -135,6 +153,7 @@ impl ServerSection {
         for (key, v) in [
             ("header_timeout_ms", e.header_timeout_ms),
             ("body_timeout_ms", e.body_timeout_ms),
+            ("body_min_rate_grace_ms", e.body_min_rate_grace_ms),
             ("idle_timeout_ms", e.idle_timeout_ms),
             ("max_connections", e.max_connections as u64),
             ("max_inflight_bodies", e.max_inflight_bodies as u64),
@@ -147,6 +166,7 @@ impl ServerSection {
         for (key, v) in [
             ("header_timeout_ms", e.header_timeout_ms),
             ("body_timeout_ms", e.body_timeout_ms),
+            ("body_min_rate_grace_ms", e.body_min_rate_grace_ms),
             ("idle_timeout_ms", e.idle_timeout_ms),
         ] {
             if v > 3_600_000 {
@@ -159,6 +179,14 @@ impl ServerSection {
             errs.push(format!(
                 "[server].max_inflight_bodies ({}) must not exceed max_connections ({})",
                 e.max_inflight_bodies, e.max_connections
+            ));
+        }
+        if e.max_inflight_bodies > 0
+            && !(1..=e.max_inflight_bodies).contains(&e.max_inflight_bodies_per_target)
+        {
+            errs.push(format!(
+                "[server].max_inflight_bodies_per_target ({}) must be between 1 and max_inflight_bodies ({})",
+                e.max_inflight_bodies_per_target, e.max_inflight_bodies
             ));
         }
         if e.body_budget_bytes < largest_body || e.body_budget_bytes > u32::MAX as usize {

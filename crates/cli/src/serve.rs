@@ -176,11 +176,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         tb_api::body::BodyRules {
             timeout: Duration::from_millis(edge.body_timeout_ms),
             min_rate_bytes_per_s: edge.body_min_rate_bytes_per_s,
+            min_rate_grace: Duration::from_millis(edge.body_min_rate_grace_ms),
         },
-        Arc::new(tb_api::body::IngestGate::new(
-            edge.max_inflight_bodies,
-            edge.body_budget_bytes,
-        )),
+        Arc::new(
+            tb_api::body::IngestGate::new(edge.max_inflight_bodies, edge.body_budget_bytes)
+                .with_per_target(edge.max_inflight_bodies_per_target),
+        ),
     );
     let open = Arc::new(crate::http_server::OpenConnections::default());
     let grace = Duration::from_millis(edge.body_timeout_ms);

@@ -563,3 +563,50 @@ fn edge_limits_refuse_zero_and_a_budget_below_a_body_limit() {
     );
     assert!(out.contains("3 problem(s)"), "{out}");
 }
+
+/// Slow-body follow-up of issue #9 defect 1: `max_inflight_bodies_per_target` must be 1 ..=
+/// `max_inflight_bodies`, and `body_min_rate_grace_ms` 1 .. one hour.
+#[test]
+fn per_target_body_slots_and_the_rate_grace_are_checked() {
+    let with = |server: &str| {
+        GOOD.replace(
+            "[[subscriptions]]",
+            &format!("[server]\n{server}\n\n[[subscriptions]]"),
+        )
+    };
+    let env = [("TB_TEST_SECRET", "s")];
+    let (code, out) = check(
+        &with("max_inflight_bodies = 8\nmax_inflight_bodies_per_target = 9\nbody_min_rate_grace_ms = 0"),
+        &env,
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[server].max_inflight_bodies_per_target (9) must be between 1 and max_inflight_bodies (8)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("[server].body_min_rate_grace_ms must be at least 1"),
+        "{out}"
+    );
+    assert!(out.contains("2 problem(s)"), "{out}");
+    let (code, out) = check(&with("max_inflight_bodies_per_target = 0"), &env);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[server].max_inflight_bodies_per_target (0) must be between 1 and max_inflight_bodies (64)"),
+        "{out}"
+    );
+    let (code, out) = check(&with("body_min_rate_grace_ms = 3600001"), &env);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[server].body_min_rate_grace_ms = 3600001 is over one hour"),
+        "{out}"
+    );
+    // A small max_inflight_bodies alone is fine: the per-target default follows it down.
+    let (code, out) = check(
+        &with("max_inflight_bodies = 4\nmax_inflight_bodies_per_target = 4\nbody_min_rate_grace_ms = 500"),
+        &env,
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = check(&with("max_inflight_bodies = 4"), &env);
+    assert_eq!(code, 0, "{out}");
+}

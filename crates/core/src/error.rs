@@ -37,7 +37,7 @@ pub enum ErrorCode {
     RateLimited,
     /// 408: the request body did not arrive in time: a gap between two chunks longer than
     /// `[server].body_timeout_ms`, or slower than `[server].body_min_rate_bytes_per_s` on average once
-    /// that grace has passed (issue #9 defect 1). Senders retry.
+    /// `[server].body_min_rate_grace_ms` has passed since the headers (issue #9 defect 1). Senders retry.
     RequestTimeout,
     /// 503: storage is unavailable or shutting down; senders should retry.
     Unavailable,

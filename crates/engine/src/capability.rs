@@ -154,17 +154,39 @@ fn not_found() -> TbError {
     TbError::new(ErrorCode::NotFound, "no such endpoint")
 }
 
-/// One request to `POST /v1/hooks/{token}`, in the order of signals-and-connectors §4.2: token lookup
-/// (404 alike for unknown / revoked / expired / used up), HMAC when configured (401), the key
-/// (`tb_core::idempotency::parse_key`: a key that is not 1 to 255 URL-safe ASCII characters, or two
-/// `Idempotency-Key` headers, is 400 `validation_error`), rate limit ([`RATE_PER_MIN`], 429 with
-/// `Retry-After`), size (413), content type and encoding (415), JSON (422), `Idempotency-Key` dedup (same key and body: 200
+/// The live endpoint of `token`, looked up BEFORE its request body is read (so a made-up token costs
+/// one SHA-256 and one indexed read, and never a body slot). Errors: `not_found`, alike for unknown /
+/// revoked / expired / used-up tokens (signals-and-connectors §4.2).
+pub async fn find(engine: &Engine, token: &str) -> Result<CapabilityRecord, TbError> {
+    match engine
+        .store
+        .capability_by_hash(&cap::hash_token(token), clock::now_ms())
+        .await
+        .map_err(store_err)?
+    {
+        Some(c) => Ok(c),
+        None => {
+            metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => "not_found")
+                .increment(1);
+            Err(not_found())
+        }
+    }
+}
+
+/// One request to `POST /v1/hooks/{token}` for the endpoint [`find`] returned, in the order of
+/// signals-and-connectors §4.2: (token lookup: [`find`], before the body is read; the body is then read
+/// at most [`MAX_BODY_BYTES`], so an oversized one is 413 as it arrives), HMAC when configured
+/// (401), the key (`tb_core::idempotency::parse_key`: a key that is not 1 to 255 URL-safe ASCII
+/// characters, or two `Idempotency-Key` headers, is 400 `validation_error`), rate limit
+/// ([`RATE_PER_MIN`], 429 with `Retry-After`), size (413),
+/// content type and encoding (415), JSON (422), `Idempotency-Key` dedup (same key and body: 200
 /// duplicate; same key, other body: 409 `conflict`), terminal target (409 `target_terminal`), then one
-/// commit of receipt + delivery + use count. The JSON body becomes the signal's data (untrusted).
+/// commit of receipt + delivery + use count, which checks the endpoint again (revoked, expired or used
+/// up meanwhile: the same 404). The JSON body becomes the signal's data (untrusted).
 pub async fn ingest(
     engine: &Engine,
     secrets: Option<&SecretStore>,
-    token: &str,
+    c: &CapabilityRecord,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<IngestAnswer, TbError> {
@@ -172,15 +194,6 @@ pub async fn ingest(
     let count = |outcome: &'static str| {
         metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => outcome)
             .increment(1)
-    };
-    let Some(c) = engine
-        .store
-        .capability_by_hash(&cap::hash_token(token), now)
-        .await
-        .map_err(store_err)?
-    else {
-        count("not_found");
-        return Err(not_found());
     };
     if let Some(file) = &c.hmac_file {
         let secret = secrets
