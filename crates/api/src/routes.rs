@@ -3,7 +3,7 @@
 //! guard is decided by the route that matched, never by matching strings on the path (issue #9,
 //! defect 2). Adding a route is one line:
 //!
-//! ```ignore
+//! ```text
 //! routes.scoped(Method::POST, "/v1/dead-letters:replay", "webhooks:manage", handler)
 //! routes.public(Method::GET, "/ready", handler)
 //! ```
