@@ -92,12 +92,14 @@ pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Resu
     match gate(a.yes, std::io::stdin().is_terminal()) {
         Gate::Go => {}
         Gate::Refuse => bail!(
-            "{count} dead-lettered deliveries of {} match; refusing to replay them without confirmation: stdin is not a terminal, pass --yes",
+            "{} of {} match; refusing to replay without confirmation: stdin is not a terminal, pass --yes",
+            dead_letters(count),
             a.subscription
         ),
         Gate::Ask => {
             eprint!(
-                "Replay {count} dead-lettered deliveries of {}? [y/N] ",
+                "Replay {} of {}? [y/N] ",
+                dead_letters(count),
                 a.subscription
             );
             std::io::stderr().flush()?;
@@ -142,8 +144,9 @@ pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Resu
         return Ok(());
     }
     println!(
-        "replayed {} of {count} dead-lettered deliveries of {} (one more attempt each)",
+        "replayed {} of {} of {} (one more attempt each)",
         replayed.len(),
+        dead_letters(count),
         a.subscription
     );
     for id in &replayed {
@@ -157,6 +160,15 @@ pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Resu
         );
     }
     Ok(())
+}
+
+/// `1 dead-lettered delivery`, `N dead-lettered deliveries`.
+fn dead_letters(n: u64) -> String {
+    if n == 1 {
+        "1 dead-lettered delivery".into()
+    } else {
+        format!("{n} dead-lettered deliveries")
+    }
 }
 
 #[cfg(test)]

@@ -226,7 +226,7 @@ fn quickstart_dead_letters_with_the_failing_test_worker_and_replay_all_after_it_
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(
-        text(&o).contains("2 dead-lettered deliveries of flaky match; refusing to replay them without confirmation: stdin is not a terminal, pass --yes"),
+        text(&o).contains("2 dead-lettered deliveries of flaky match; refusing to replay without confirmation: stdin is not a terminal, pass --yes"),
         "{}",
         text(&o)
     );
@@ -273,8 +273,8 @@ fn quickstart_dead_letters_with_the_failing_test_worker_and_replay_all_after_it_
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains("Replay 1 dead-lettered deliveries of flaky? [y/N]")
-            && out.contains("replayed 1 of 1 dead-lettered deliveries of flaky")
+        out.contains("Replay 1 dead-lettered delivery of flaky? [y/N]")
+            && out.contains("replayed 1 of 1 dead-lettered delivery of flaky")
             && out.contains(&d1),
         "{out}"
     );

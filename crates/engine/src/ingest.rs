@@ -280,8 +280,10 @@ pub async fn ingest(
         return Err(TbError::new(
             ErrorCode::RateLimited,
             format!(
-                "subscription {:?} accepts {} requests a minute; retry after {wait_s} s",
-                sub.id, sub.rate_limit_per_min
+                "subscription {:?} accepts {} request{} a minute; retry after {wait_s} s",
+                sub.id,
+                sub.rate_limit_per_min,
+                if sub.rate_limit_per_min == 1 { "" } else { "s" }
             ),
         )
         .retry_after(wait_s));
