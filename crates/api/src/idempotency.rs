@@ -9,23 +9,15 @@
 //! `idempotency_key_mismatch`; a concurrent duplicate is 409 `idempotency_in_flight` with
 //! `details.retryAfter` (seconds) and `Retry-After`.
 //!
-//! A request dropped before its answer is stored (the client closed the connection, e.g. during a
-//! `turns:claim` long-poll) releases its claim at once (a drop guard spawns the fenced
-//! `Store::idempotency_release`, counted by `tb_idempotency_released_total`), so the retry runs
-//! instead of waiting out the 60 s lease. Only a crashed process leaves a claim to its lease.
-//!
-//! The retry then runs the handler again. When the dropped request had already committed its change,
-//! that is safe where the change is itself idempotent: cancel, result, wait cancel, ack, pause, resume,
-//! binding revoke / restore, capability revoke, webhook delete, single and bulk dead-letter replay (a
-//! second replay is refused: the delivery is no longer dead-lettered, or `expect` no longer matches),
-//! and a signal raised with its own `signalId`. It is NOT safe, the retry making a second one, for:
-//! `POST /v1/runs` and `POST /v1/runs/{id}:fork` (a second run), `POST /v1/runs/{id}/signals`
-//! without `signalId` (a second signal), `POST /v1/runs/{id}/prompts` (a second prompt turn),
-//! `POST /v1/runs/{id}/waits` (a second wait), `POST /v1/capabilities` (a second endpoint; the first
-//! token was never shown), `POST /v1/webhooks` and `POST /v1/trigger-subscriptions` (a second
-//! registration). `turns:claim` may claim the next turn while the dropped one stays claimed until its
-//! `leaseMs` lapses. A client that needs exactly-once across dropped connections keeps its key and
-//! checks (`GET`) before it retries, as after any network error.
+//! A request with a key runs, together with the storing of its answer, in a spawned task: a client
+//! that goes away (closes the connection after its change was committed, or during a `turns:claim`
+//! long-poll) cannot cancel it half-way. The retry with the same key is answered 409
+//! `idempotency_in_flight` while the first one still runs, then gets the first one's answer replayed, so
+//! a dropped `POST /v1/runs` never becomes a second run and a dropped claim hands its turn to the retry
+//! (issue #9 defect 15: what must follow a commit happens where a dropped request cannot skip it).
+//! Only if that task itself dies (a panic) is its claim released at once (a drop guard spawns the fenced
+//! `Store::idempotency_release`, counted by `tb_idempotency_released_total`); a crashed process leaves a
+//! claim to its 60 s lease, after which the retry runs the handler again.
 
 use axum::body::Body;
 use axum::extract::{RawPathParams, Request, State};
@@ -60,7 +52,7 @@ fn envelope(status: StatusCode, code: &str, message: &str, retry_s: Option<u64>)
     r
 }
 
-/// Releases a claim whose request was dropped (the client went away) before its answer was stored:
+/// Releases a claim whose request task ended (a panic in the handler) before its answer was stored:
 /// on drop, unless [`Release::disarm`]ed by the normal finish, a task deletes the pending claim,
 /// fenced by its `lease_until` so it never deletes a claim taken over by another request.
 struct Release {
@@ -94,12 +86,12 @@ impl Drop for Release {
             match store.idempotency_release(&scope, &key, lease_until).await {
                 Ok(true) => {
                     metrics::counter!("tb_idempotency_released_total").increment(1);
-                    tracing::info!("request dropped before its answer was stored; its Idempotency-Key claim is released");
+                    tracing::warn!("a request ended before its answer was stored; its Idempotency-Key claim is released");
                 }
                 Ok(false) => {}
                 Err(e) => tracing::warn!(
                     error = %e,
-                    "releasing the Idempotency-Key claim of a dropped request failed; it lapses with its lease"
+                    "releasing the Idempotency-Key claim of an ended request failed; it lapses with its lease"
                 ),
             }
         });
@@ -216,30 +208,42 @@ pub async fn layer(
                 key: key.clone(),
                 lease_until,
             };
-            let resp = next
-                .run(Request::from_parts(parts, Body::from(bytes)))
-                .await;
-            let (rparts, rbody) = resp.into_parts();
-            let rbytes = axum::body::to_bytes(rbody, MAX_BODY)
-                .await
-                .unwrap_or_default();
-            let reply = cacheable(rparts.status).then(|| StoredReply {
-                status: rparts.status.as_u16(),
-                content_type: rparts
-                    .headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string),
-                body: rbytes.to_vec(),
+            let store = store.clone();
+            let task = tokio::spawn(async move {
+                let resp = next
+                    .run(Request::from_parts(parts, Body::from(bytes)))
+                    .await;
+                let (rparts, rbody) = resp.into_parts();
+                let rbytes = axum::body::to_bytes(rbody, MAX_BODY)
+                    .await
+                    .unwrap_or_default();
+                let reply = cacheable(rparts.status).then(|| StoredReply {
+                    status: rparts.status.as_u16(),
+                    content_type: rparts
+                        .headers
+                        .get(header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_string),
+                    body: rbytes.to_vec(),
+                });
+                if let Err(e) = store
+                    .idempotency_finish(&scope, &key, reply, tb_engine::clock::now_ms())
+                    .await
+                {
+                    tracing::error!(error = %e, "storing the idempotent reply failed");
+                }
+                guard.disarm();
+                (rparts, rbytes)
             });
-            if let Err(e) = store
-                .idempotency_finish(&scope, &key, reply, tb_engine::clock::now_ms())
-                .await
-            {
-                tracing::error!(error = %e, "storing the idempotent reply failed");
+            match task.await {
+                Ok((rparts, rbytes)) => Response::from_parts(rparts, Body::from(rbytes)),
+                Err(e) => envelope(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    &format!("the request failed: {e}"),
+                    None,
+                ),
             }
-            guard.disarm();
-            Response::from_parts(rparts, Body::from(rbytes))
         }
     }
 }

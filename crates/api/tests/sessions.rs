@@ -1302,11 +1302,11 @@ async fn a_capability_url_refuses_a_non_ascii_or_repeated_idempotency_key() {
     assert_eq!(receipts.len(), 1, "the one accepted request");
 }
 
-/// Issue #9 follow-up: a long-poll whose client goes away releases its `Idempotency-Key` claim, so a
-/// retry with the same key gets a real answer at once instead of 409 `idempotency_in_flight` for the
-/// 60 s lease.
+/// Issue #9 follow-up: a long-poll with an `Idempotency-Key` whose client goes away runs on (it cannot
+/// be cancelled half-way): the turn it claims after the drop is not lost but replayed to the retry with
+/// the same key, which is answered 409 `idempotency_in_flight` only while the first one still runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_long_poll_releases_its_idempotency_key_for_the_retry() {
+async fn a_dropped_long_poll_runs_on_and_its_answer_is_replayed_to_the_retry() {
     use tokio::io::AsyncWriteExt;
     let s = start().await;
     let run = s.session("pr-session").await;
@@ -1326,8 +1326,7 @@ async fn a_dropped_long_poll_releases_its_idempotency_key_for_the_retry() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     drop(sock);
-    let dropped = Instant::now();
-    // The retry, same key and body: a real answer (204, nothing to claim in 1 s) within 2 s.
+    // While it still waits, the retry is told to come back.
     let retry = || async {
         let r = s
             .http
@@ -1338,23 +1337,37 @@ async fn a_dropped_long_poll_releases_its_idempotency_key_for_the_retry() {
             .send()
             .await
             .unwrap();
-        (r.status().as_u16(), r.text().await.unwrap())
+        let replay = r.headers().get("openwop-idempotent-replay").is_some();
+        (
+            r.status().as_u16(),
+            replay,
+            r.json::<Value>().await.unwrap(),
+        )
     };
-    let (st, body) = loop {
-        let (st, body) = retry().await;
-        if st != 409 || dropped.elapsed() > Duration::from_secs(2) {
-            break (st, body);
+    let (st, _, body) = retry().await;
+    assert_eq!(st, 409, "{body}");
+    assert_eq!(body["error"], "idempotency_in_flight");
+    // A prompt queued after the drop is claimed by the dropped long-poll, and that claim reaches the
+    // retry as the key's replayed answer: nothing is claimed for nobody.
+    let (st, p) = s
+        .post(
+            &format!("/v1/runs/{run}/prompts"),
+            json!({"text": "after the drop"}),
+        )
+        .await;
+    assert_eq!(st, StatusCode::CREATED, "{p}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let (st, replay, turn) = loop {
+        let (st, replay, body) = retry().await;
+        if st != 409 {
+            break (st, replay, body);
         }
+        assert!(Instant::now() < deadline, "still in flight: {body}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(st, 204, "the retry got {st} {body}");
-    assert!(
-        dropped.elapsed() < Duration::from_secs(3),
-        "answered within 2 s of the drop (+ the 1 s poll)"
-    );
-    // Its answer is now the key's stored one.
-    let (st, _) = retry().await;
-    assert_eq!(st, 204);
+    assert_eq!((st, replay), (200, true), "{turn}");
+    assert!(p["turnId"].is_string(), "{p}");
+    assert_eq!(turn["turnId"], p["turnId"], "{turn} vs {p}");
 }
 
 /// Issue #9 follow-up: a chunked body over 1 MiB to a capability URL is refused naming the limit that
