@@ -8,6 +8,7 @@
 
 pub mod model;
 pub mod session;
+pub mod sql;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -48,6 +49,11 @@ pub enum StoreError {
     /// was written. The API answers 503 `unavailable` with `Retry-After: 1`.
     #[error("store busy: {0}")]
     Busy(String),
+    /// The transaction lost a race it can win by running again (PostgreSQL serialization failure or
+    /// deadlock, `40001`/`40P01`); nothing was written. Backends retry such a transaction a few times
+    /// before passing this on; the API answers 503 `unavailable` with `Retry-After: 1`.
+    #[error("store conflict, retry: {0}")]
+    Retryable(String),
     #[error("database error: {0}")]
     Database(String),
     /// A rule refused the operation (e.g. `target_terminal`, `signal_buffer_full`); nothing was written.
@@ -65,7 +71,9 @@ impl StoreError {
         match self {
             StoreError::NotFound(_) => C::NotFound,
             StoreError::Conflict(_) | StoreError::LeaseLost(_) => C::Conflict,
-            StoreError::Unavailable(_) | StoreError::Busy(_) => C::Unavailable,
+            StoreError::Unavailable(_) | StoreError::Busy(_) | StoreError::Retryable(_) => {
+                C::Unavailable
+            }
             StoreError::Database(_) => C::Internal,
             StoreError::Rejected { code, .. } => *code,
         }

@@ -1,6 +1,7 @@
 //! SQLite backend (DESIGN §7): one file under the data dir, WAL, `synchronous=FULL`, one group-commit
 //! writer thread, and a small pool of read-only connections used from blocking tasks.
 
+mod db;
 mod read;
 pub(crate) mod session;
 mod write;

@@ -1,0 +1,407 @@
+//! The one interface the shared data-access code talks to: a connection inside a transaction.
+//!
+//! Every query of the store is written once, in `crate::sql`, against [`Db`]; a backend (`crate::sqlite`,
+//! `crate::postgres`) implements [`Db`] over its driver, opens and commits the transaction, and decides
+//! nothing. SQL is written with numbered placeholders `?1 ... ?N` (SQLite's syntax; the PostgreSQL backend
+//! rewrites them to `$1 ... $N` once per statement and caches the prepared statement). Where the two
+//! dialects differ the code asks [`Db::dialect`]; those places are few and each says why.
+
+use crate::StoreResult;
+
+/// Which SQL dialect a [`Db`] speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite 3.45+ (bundled): one writer; `FOR UPDATE` is neither needed nor accepted.
+    Sqlite,
+    /// PostgreSQL 12+: many writers; rows read to decide a write are locked with `FOR UPDATE`.
+    Postgres,
+}
+
+impl Dialect {
+    /// The row-lock clause to append to a `SELECT` whose rows a rule reads before writing them:
+    /// `" FOR UPDATE"` on PostgreSQL (READ COMMITTED would otherwise let two transactions decide from
+    /// the same snapshot), `""` on SQLite (its one writer already serializes every write transaction).
+    pub fn for_update(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "",
+            Dialect::Postgres => " FOR UPDATE",
+        }
+    }
+}
+
+/// A value bound to a placeholder. Borrowed: binding copies nothing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Param<'a> {
+    /// SQL `NULL`.
+    Null,
+    /// A 64-bit integer (PostgreSQL `BIGINT`; also bound to `INTEGER`/`SMALLINT` and `BOOLEAN`).
+    Int(i64),
+    /// A float (PostgreSQL `DOUBLE PRECISION`).
+    Real(f64),
+    /// UTF-8 text.
+    Text(&'a str),
+    /// Bytes (PostgreSQL `BYTEA`, SQLite `BLOB`).
+    Blob(&'a [u8]),
+}
+
+/// Turns a Rust value into a [`Param`]; what the [`p!`](crate::p) macro calls on each argument.
+pub trait ToParam {
+    /// The parameter, borrowing from `self`.
+    fn to_param(&self) -> Param<'_>;
+}
+
+macro_rules! int_param {
+    ($($t:ty),*) => {$(
+        impl ToParam for $t {
+            fn to_param(&self) -> Param<'_> {
+                Param::Int(i64::try_from(*self).unwrap_or(i64::MAX))
+            }
+        }
+    )*};
+}
+int_param!(i64, i32, u32, u16, u8, u64, usize);
+
+impl ToParam for bool {
+    fn to_param(&self) -> Param<'_> {
+        Param::Int(*self as i64)
+    }
+}
+impl ToParam for f64 {
+    fn to_param(&self) -> Param<'_> {
+        Param::Real(*self)
+    }
+}
+impl ToParam for str {
+    fn to_param(&self) -> Param<'_> {
+        Param::Text(self)
+    }
+}
+impl ToParam for String {
+    fn to_param(&self) -> Param<'_> {
+        Param::Text(self)
+    }
+}
+impl ToParam for [u8] {
+    fn to_param(&self) -> Param<'_> {
+        Param::Blob(self)
+    }
+}
+impl ToParam for Vec<u8> {
+    fn to_param(&self) -> Param<'_> {
+        Param::Blob(self)
+    }
+}
+impl ToParam for bytes::Bytes {
+    fn to_param(&self) -> Param<'_> {
+        Param::Blob(self)
+    }
+}
+impl<T: ToParam + ?Sized> ToParam for &T {
+    fn to_param(&self) -> Param<'_> {
+        (**self).to_param()
+    }
+}
+impl<T: ToParam> ToParam for Option<T> {
+    fn to_param(&self) -> Param<'_> {
+        match self {
+            Some(v) => v.to_param(),
+            None => Param::Null,
+        }
+    }
+}
+impl ToParam for Param<'_> {
+    fn to_param(&self) -> Param<'_> {
+        *self
+    }
+}
+
+/// Builds the parameter slice of a statement: `p![a, b, c]` is `&[a.to_param(), ...]`. Each argument
+/// is borrowed, so temporaries (`x.to_string()`) live until the end of the enclosing statement.
+#[macro_export]
+macro_rules! p {
+    () => { &[] as &[$crate::sql::Param<'_>] };
+    ($($x:expr),+ $(,)?) => {
+        &[$($crate::sql::ToParam::to_param(&$x)),+] as &[$crate::sql::Param<'_>]
+    };
+}
+
+/// A column value read back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// SQL `NULL`.
+    Null,
+    /// Any integer or boolean column.
+    Int(i64),
+    /// A float column.
+    Real(f64),
+    /// A text column.
+    Text(String),
+    /// A blob / bytea column.
+    Blob(Vec<u8>),
+}
+
+/// One result row: its values by position (0-based, in the `SELECT` list's order).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row(pub Vec<Value>);
+
+impl Row {
+    /// Column `i` as `T`. Errors: no such column, or a value of another type (a schema bug, reported as
+    /// [`StoreError::Database`](crate::StoreError::Database) naming the column and both types).
+    pub fn get<T: FromValue>(&self, i: usize) -> StoreResult<T> {
+        let v = self.0.get(i).ok_or_else(|| no_column(i))?;
+        T::from_value(v).ok_or_else(|| wrong_type::<T>(i, v))
+    }
+
+    /// Column `i` moved out as `T` (no copy of text or bytes); the row keeps `NULL` in its place.
+    pub fn take<T: FromValue>(&mut self, i: usize) -> StoreResult<T> {
+        let slot = self.0.get_mut(i).ok_or_else(|| no_column(i))?;
+        let v = std::mem::replace(slot, Value::Null);
+        let what = kind(&v);
+        T::from_owned(v).ok_or_else(|| {
+            crate::StoreError::Database(format!(
+                "column {i}: cannot read {what} as {}",
+                std::any::type_name::<T>()
+            ))
+        })
+    }
+}
+
+fn no_column(i: usize) -> crate::StoreError {
+    crate::StoreError::Database(format!("column {i}: the query returned fewer columns"))
+}
+
+fn wrong_type<T>(i: usize, v: &Value) -> crate::StoreError {
+    crate::StoreError::Database(format!(
+        "column {i}: cannot read {} as {}",
+        kind(v),
+        std::any::type_name::<T>()
+    ))
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "NULL",
+        Value::Int(_) => "an integer",
+        Value::Real(_) => "a float",
+        Value::Text(_) => "text",
+        Value::Blob(_) => "bytes",
+    }
+}
+
+/// A Rust type a column value converts to. `None` means "not this type".
+pub trait FromValue: Sized {
+    /// From a borrowed value (copies text and bytes).
+    fn from_value(v: &Value) -> Option<Self>;
+    /// From an owned value; the default copies via [`FromValue::from_value`].
+    fn from_owned(v: Value) -> Option<Self> {
+        Self::from_value(&v)
+    }
+}
+
+macro_rules! int_value {
+    ($($t:ty),*) => {$(
+        impl FromValue for $t {
+            fn from_value(v: &Value) -> Option<Self> {
+                match v {
+                    Value::Int(i) => <$t>::try_from(*i).ok(),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+int_value!(i64, i32, u32, u16, u8, u64, usize);
+
+impl FromValue for bool {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Int(i) => Some(*i != 0),
+            _ => None,
+        }
+    }
+}
+impl FromValue for f64 {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Real(f) => Some(*f),
+            Value::Int(i) => Some(*i as f64),
+            _ => None,
+        }
+    }
+}
+impl FromValue for String {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Text(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+    fn from_owned(v: Value) -> Option<Self> {
+        match v {
+            Value::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+impl FromValue for Vec<u8> {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Blob(b) => Some(b.clone()),
+            Value::Text(s) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        }
+    }
+    fn from_owned(v: Value) -> Option<Self> {
+        match v {
+            Value::Blob(b) => Some(b),
+            Value::Text(s) => Some(s.into_bytes()),
+            _ => None,
+        }
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: &Value) -> Option<Self> {
+        match v {
+            Value::Null => Some(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+    fn from_owned(v: Value) -> Option<Self> {
+        match v {
+            Value::Null => Some(None),
+            other => T::from_owned(other).map(Some),
+        }
+    }
+}
+impl FromValue for Value {
+    fn from_value(v: &Value) -> Option<Self> {
+        Some(v.clone())
+    }
+}
+
+/// A connection inside an open transaction. Implemented by each backend; used only by the shared
+/// data-access code in `crate::sql`. Methods take `&self` (a backend keeps its transaction behind
+/// interior mutability) so helpers can pass one `&dyn Db` around freely.
+///
+/// Errors are typed by the backend: a lock or serialization conflict is
+/// [`StoreError::Retryable`](crate::StoreError::Retryable) (the caller's transaction is retried whole),
+/// a full disk [`StoreError::Unavailable`](crate::StoreError::Unavailable), anything else
+/// [`StoreError::Database`](crate::StoreError::Database).
+pub trait Db {
+    /// The SQL dialect of this connection.
+    fn dialect(&self) -> Dialect;
+    /// Runs one statement; returns the number of rows it inserted, updated or deleted.
+    fn exec(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64>;
+    /// Runs one query; returns every row (callers bound the result with `LIMIT`).
+    fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>>;
+}
+
+impl dyn Db + '_ {
+    /// The first row mapped by `f`, or `None` when the query returned no row.
+    pub fn row<T>(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+        f: impl FnOnce(&Row) -> StoreResult<T>,
+    ) -> StoreResult<Option<T>> {
+        match self.query(sql, params)?.first() {
+            Some(r) => f(r).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Every row mapped by `f`, in the query's order.
+    pub fn rows<T>(
+        &self,
+        sql: &str,
+        params: &[Param<'_>],
+        f: impl FnMut(&Row) -> StoreResult<T>,
+    ) -> StoreResult<Vec<T>> {
+        self.query(sql, params)?.iter().map(f).collect()
+    }
+
+    /// The first column of the first row as `T`, or `None` when there is no row.
+    pub fn value<T: FromValue>(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Option<T>> {
+        match self.query(sql, params)?.into_iter().next() {
+            Some(mut r) => r.take(0).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Rewrites `?N` placeholders to `$N` for PostgreSQL, leaving quoted text and identifiers untouched.
+pub fn numbered_to_dollar(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 8);
+    let mut quote: Option<char> = None;
+    let mut chars = sql.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match quote {
+            Some(q) => {
+                out.push(ch);
+                if ch == q {
+                    quote = None;
+                }
+            }
+            None => match ch {
+                '\'' | '"' => {
+                    quote = Some(ch);
+                    out.push(ch);
+                }
+                '?' if chars.peek().is_some_and(|c| c.is_ascii_digit()) => out.push('$'),
+                _ => out.push(ch),
+            },
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_rewritten_outside_quotes_only() {
+        assert_eq!(
+            numbered_to_dollar("SELECT a FROM t WHERE b = ?1 AND c = '?2' AND \"?3\" = ?12"),
+            "SELECT a FROM t WHERE b = $1 AND c = '?2' AND \"?3\" = $12"
+        );
+        assert_eq!(numbered_to_dollar("json ? 'k'"), "json ? 'k'");
+    }
+
+    #[test]
+    fn params_borrow_and_convert() {
+        let s = String::from("x");
+        let none: Option<i64> = None;
+        let bytes = vec![1u8, 2];
+        let ps = crate::p![s, 5u32, none, true, "lit", bytes];
+        assert_eq!(
+            ps,
+            &[
+                Param::Text("x"),
+                Param::Int(5),
+                Param::Null,
+                Param::Int(1),
+                Param::Text("lit"),
+                Param::Blob(&[1, 2])
+            ]
+        );
+    }
+
+    #[test]
+    fn rows_convert_and_report_type_errors() {
+        let mut r = Row(vec![
+            Value::Int(3),
+            Value::Text("t".into()),
+            Value::Null,
+            Value::Blob(vec![9]),
+        ]);
+        assert_eq!(r.get::<i64>(0).unwrap(), 3);
+        assert!(r.get::<bool>(0).unwrap());
+        assert_eq!(r.get::<Option<String>>(2).unwrap(), None);
+        assert_eq!(r.take::<String>(1).unwrap(), "t");
+        assert_eq!(r.take::<Vec<u8>>(3).unwrap(), vec![9]);
+        let e = r.get::<String>(0).unwrap_err().to_string();
+        assert!(e.contains("column 0: cannot read an integer as"), "{e}");
+        assert!(r.get::<i64>(7).is_err(), "a missing column is not a value");
+    }
+}
