@@ -209,7 +209,7 @@ pub async fn create_wait(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(tb_store::sqlite::wait_view(&w))).into_response())
+    Ok((status, Json(tb_store::sql::wait_view(&w))).into_response())
 }
 
 /// Every wait of a run, oldest first.
@@ -221,7 +221,7 @@ pub async fn list_waits(
     let ws = st.engine.store.list_waits(&id).await?;
     Ok(Json(json!({
         "runId": id,
-        "waits": ws.iter().map(tb_store::sqlite::wait_view).collect::<Vec<_>>()
+        "waits": ws.iter().map(tb_store::sql::wait_view).collect::<Vec<_>>()
     })))
 }
 
@@ -244,7 +244,7 @@ pub async fn get_wait(
     let q = crate::error::query(q)?;
     let t = Duration::from_secs(q.timeout.unwrap_or(0).min(60));
     let w = sessions::poll_wait(&st.engine, &id, &wait, t).await?;
-    Ok(Json(tb_store::sqlite::wait_view(&w)))
+    Ok(Json(tb_store::sql::wait_view(&w)))
 }
 
 /// Body of `POST /v1/runs/{id}/waits/{waitId}`.
@@ -270,7 +270,7 @@ pub async fn wait_action(
         ));
     }
     let w = sessions::cancel_wait(&st.engine, &id, &wait).await?;
-    Ok(Json(tb_store::sqlite::wait_view(&w)))
+    Ok(Json(tb_store::sql::wait_view(&w)))
 }
 
 /// Body of `POST /v1/runs/{id}/prompts`.

@@ -13,6 +13,8 @@ use serde_json::json;
 use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::ReceiptState;
 use tb_core::subscription::Source;
+use trigger_bridge_store::p;
+use trigger_bridge_store::sql::Db;
 use trigger_bridge_store::sqlite::writer::WriterOptions;
 use trigger_bridge_store::sqlite::{SqliteStore, StoreOptions};
 use trigger_bridge_store::*;
@@ -79,7 +81,7 @@ async fn poll_once<F: Future>(mut f: Pin<Box<F>>) -> Pin<Box<F>> {
 fn blocker(
     started: std_mpsc::Sender<()>,
     release: std_mpsc::Receiver<()>,
-) -> impl FnOnce(&rusqlite::Connection) -> StoreResult<()> + Send + 'static {
+) -> impl FnMut(&dyn Db) -> StoreResult<()> + Send + 'static {
     move |_| {
         started.send(()).unwrap();
         release.recv_timeout(BOUND).expect("released");
@@ -87,19 +89,16 @@ fn blocker(
     }
 }
 
-fn count(c: &rusqlite::Connection, table: &str) -> StoreResult<i64> {
-    c.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
-        .map_err(|e| StoreError::Database(e.to_string()))
+fn count(c: &dyn Db, table: &str) -> StoreResult<i64> {
+    Ok(c.value(&format!("SELECT count(*) FROM {table}"), p![])?
+        .unwrap_or(0))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panicking_job_is_rolled_back_alone_and_the_writer_goes_on() {
     let (store, _dir) = open(16, Duration::from_secs(1));
     store
-        .write_for_test(|c| {
-            c.execute_batch("CREATE TABLE scratch (x TEXT)")
-                .map_err(|e| StoreError::Database(e.to_string()))
-        })
+        .write_for_test(|c| c.exec("CREATE TABLE scratch (x TEXT)", p![]).map(|_| ()))
         .await
         .unwrap();
     // Hold the writer so the panicking job and a good one land in ONE batch.
@@ -114,16 +113,19 @@ async fn a_panicking_job_is_rolled_back_alone_and_the_writer_goes_on() {
         .unwrap()
         .expect("the blocking job runs");
     let panicking = poll_once(Box::pin(store.write_for_test(|c| -> StoreResult<()> {
-        c.execute("INSERT INTO scratch VALUES ('from the panicking job')", [])
-            .unwrap();
+        c.exec(
+            "INSERT INTO scratch VALUES ('from the panicking job')",
+            p![],
+        )
+        .unwrap();
         panic!("boom in a write job");
     })))
     .await;
-    let good = poll_once(Box::pin(store.write_for_test(|c| {
-        c.execute("INSERT INTO scratch VALUES ('good')", [])
-            .map_err(|e| StoreError::Database(e.to_string()))
-    })))
-    .await;
+    let good =
+        poll_once(Box::pin(store.write_for_test(|c| {
+            c.exec("INSERT INTO scratch VALUES ('good')", p![])
+        })))
+        .await;
     release.send(()).unwrap();
     bounded(hold).await.unwrap();
     match bounded(panicking).await {
@@ -132,11 +134,7 @@ async fn a_panicking_job_is_rolled_back_alone_and_the_writer_goes_on() {
     }
     assert_eq!(bounded(good).await.unwrap(), 1, "its batch-mate committed");
     let rows: Vec<String> = store
-        .write_for_test(|c| {
-            let mut s = c.prepare("SELECT x FROM scratch").unwrap();
-            let rows = s.query_map([], |r| r.get(0)).unwrap();
-            Ok(rows.map(|r| r.unwrap()).collect())
-        })
+        .write_for_test(|c| c.rows("SELECT x FROM scratch", p![], |r| r.get(0)))
         .await
         .unwrap();
     assert_eq!(
@@ -243,11 +241,9 @@ async fn a_full_disk_is_unavailable_and_rolls_the_write_back() {
     // Simulate a full disk: the writer's connection may not grow the file any more.
     store
         .write_for_test(|c| {
-            let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
-            let _: i64 = c
-                .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
-                    r.get(0)
-                })
+            let pages: i64 = c.value("PRAGMA page_count", p![]).unwrap().unwrap();
+            let _: Option<i64> = c
+                .value(&format!("PRAGMA max_page_count = {pages}"), p![])
                 .unwrap();
             Ok(())
         })
@@ -267,9 +263,7 @@ async fn a_full_disk_is_unavailable_and_rolls_the_write_back() {
     assert_eq!(n, 0, "no partial state");
     store
         .write_for_test(|c| {
-            let _: i64 = c
-                .query_row("PRAGMA max_page_count = 1073741823", [], |r| r.get(0))
-                .unwrap();
+            let _: Option<i64> = c.value("PRAGMA max_page_count = 1073741823", p![]).unwrap();
             Ok(())
         })
         .await

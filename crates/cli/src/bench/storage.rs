@@ -37,10 +37,11 @@ pub async fn run(duration: Duration, writers: usize, row_bytes: usize, dir: &Pat
                 let t = Instant::now();
                 writer
                     .write(move |c| {
-                        c.prepare_cached("INSERT INTO rows (k, v) VALUES (?1, ?2)")
-                            .and_then(|mut s| s.execute(rusqlite::params![key, &row[..]]))
-                            .map(|_| ())
-                            .map_err(|e| tb_store::StoreError::Database(e.to_string()))
+                        c.exec(
+                            "INSERT INTO rows (k, v) VALUES (?1, ?2)",
+                            tb_store::p![key, row[..]],
+                        )
+                        .map(|_| ())
                     })
                     .await
                     .expect("baseline write");

@@ -329,6 +329,25 @@ impl dyn Db + '_ {
     }
 }
 
+/// The PostgreSQL text of a statement written for both dialects: `?N` placeholders become `$N`, and the
+/// SQLite planner hint `INDEXED BY <index>` is dropped (PostgreSQL picks indexes by statistics and has no
+/// such clause). Quoted text and identifiers are left untouched.
+pub fn to_postgres(sql: &str) -> String {
+    let dollar = numbered_to_dollar(sql);
+    let mut out = String::with_capacity(dollar.len());
+    let mut rest = dollar.as_str();
+    while let Some(i) = rest.find(" INDEXED BY ") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + " INDEXED BY ".len()..];
+        let end = after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
+        rest = &after[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Rewrites `?N` placeholders to `$N` for PostgreSQL, leaving quoted text and identifiers untouched.
 pub fn numbered_to_dollar(sql: &str) -> String {
     let mut out = String::with_capacity(sql.len() + 8);
@@ -366,6 +385,10 @@ mod tests {
             "SELECT a FROM t WHERE b = $1 AND c = '?2' AND \"?3\" = $12"
         );
         assert_eq!(numbered_to_dollar("json ? 'k'"), "json ? 'k'");
+        assert_eq!(
+            to_postgres("SELECT id FROM deliveries INDEXED BY deliveries_due WHERE due_at <= ?1"),
+            "SELECT id FROM deliveries WHERE due_at <= $1"
+        );
     }
 
     #[test]

@@ -1,5 +1,13 @@
-//! Backend-neutral data access: every query of the store, written once against [`Db`].
+//! Backend-neutral data access: every query of the store, written once against [`Db`]. A backend
+//! (`crate::sqlite`, `crate::postgres`) supplies the connection and the transaction; the code here loads
+//! what a rule in `tb_core` needs, calls the rule, and writes what it returned.
 
 mod db;
+pub(crate) mod read;
+pub(crate) mod session;
+mod store;
+pub(crate) mod write;
 
-pub use db::{numbered_to_dollar, Db, Dialect, FromValue, Param, Row, ToParam, Value};
+pub use db::{numbered_to_dollar, to_postgres, Db, Dialect, FromValue, Param, Row, ToParam, Value};
+pub use session::waits::wait_view;
+pub use store::{Backend, SqlStore};

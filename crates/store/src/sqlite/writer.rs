@@ -19,6 +19,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
+
+use super::classify;
+use crate::sql::Db;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{StoreError, StoreResult};
@@ -56,7 +59,7 @@ trait Job: Send {
 }
 
 struct TypedJob<T, F> {
-    f: Option<F>,
+    f: F,
     out: Option<StoreResult<T>>,
     reply: oneshot::Sender<StoreResult<T>>,
 }
@@ -64,13 +67,12 @@ struct TypedJob<T, F> {
 impl<T, F> Job for TypedJob<T, F>
 where
     T: Send + 'static,
-    F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
 {
     fn run(&mut self, conn: &Connection) -> Result<(), StoreError> {
-        let f = self.f.take().expect("job runs once");
         // A panicking job must not take the writer (and with it the whole store) down: its caller gets
         // an error and its savepoint is rolled back.
-        let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(conn))).unwrap_or_else(|p| {
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| (self.f)(conn))).unwrap_or_else(|p| {
             let what = p
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
@@ -178,11 +180,11 @@ impl Writer {
     pub async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
         self.enqueue(Box::new(TypedJob {
-            f: Some(f),
+            f,
             out: None,
             reply,
         }))?;
@@ -233,20 +235,6 @@ fn batch_error(e: rusqlite::Error) -> StoreError {
     match classify(&e) {
         StoreError::Database(m) => StoreError::Database(format!("commit failed: {m}")),
         other => other,
-    }
-}
-
-/// Maps a SQLite error onto a typed store error: a locked/busy database is [`StoreError::Busy`]
-/// (transient: retry), a full disk or database [`StoreError::Unavailable`], anything else
-/// [`StoreError::Database`].
-pub(crate) fn classify(e: &rusqlite::Error) -> StoreError {
-    use rusqlite::ErrorCode as C;
-    match e.sqlite_error_code() {
-        Some(C::DatabaseBusy | C::DatabaseLocked) => {
-            StoreError::Busy(format!("the database is locked: {e}"))
-        }
-        Some(C::DiskFull) => StoreError::Unavailable(format!("the disk or database is full: {e}")),
-        _ => StoreError::Database(e.to_string()),
     }
 }
 

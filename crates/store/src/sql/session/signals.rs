@@ -1,13 +1,15 @@
 //! Signals on SQLite: the per-run FIFO mailbox, dedup by `signalId`, overflow policy, large payloads.
 
 use super::*;
+use crate::p;
+use crate::sql::{Db, Dialect, Row};
 
-pub(super) fn mailbox_of(c: &Connection, run_id: &str) -> StoreResult<MailboxPolicy> {
+pub(super) fn mailbox_of(c: &dyn Db, run_id: &str) -> StoreResult<MailboxPolicy> {
     let m: Option<String> = c
-        .prepare_cached("SELECT mailbox FROM runs WHERE id = ?1")
-        .map_err(db)?
-        .query_row([run_id], |r| r.get(0))
-        .map_err(db)?;
+        .row("SELECT mailbox FROM runs WHERE id = ?1", p![run_id], |r| {
+            r.get(0)
+        })?
+        .ok_or_else(no_row)?;
     Ok(m.and_then(|m| serde_json::from_str(&m).ok())
         .unwrap_or_default())
 }
@@ -21,7 +23,7 @@ pub(super) fn mailbox_of(c: &Connection, run_id: &str) -> StoreResult<MailboxPol
 /// is where `tb_signals_total{outcome, source}` is counted (issue #9): `outcome` is `queued`,
 /// `queued_with_drop`, `duplicate`, `rejected_full` or `refused` (terminal run, conflict, unknown run).
 pub(crate) fn raise_signal(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     s: &NewSignal,
     now: i64,
@@ -39,14 +41,13 @@ pub(crate) fn raise_signal(
     out
 }
 
-fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<RaiseOutcome> {
+fn raise(c: &dyn Db, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<RaiseOutcome> {
     live_run(c, run_id)?;
-    let existing: Option<String> = c
-        .prepare_cached("SELECT envelope FROM signals WHERE run_id = ?1 AND signal_id = ?2")
-        .map_err(db)?
-        .query_row(params![run_id, s.signal_id], |r| r.get(0))
-        .optional()
-        .map_err(db)?;
+    let existing: Option<String> = c.row(
+        "SELECT envelope FROM signals WHERE run_id = ?1 AND signal_id = ?2",
+        p![run_id, s.signal_id],
+        |r| r.get(0),
+    )?;
     if let Some(env) = existing {
         let first = json_col(Some(env.clone())).unwrap_or(Value::Null);
         if !same_signal(c, run_id, &first, s)? {
@@ -70,10 +71,12 @@ fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<R
         });
     }
     let buffered: u32 = c
-        .prepare_cached("SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND state = 'buffered'")
-        .map_err(db)?
-        .query_row([run_id], |r| r.get(0))
-        .map_err(db)?;
+        .row(
+            "SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND state = 'buffered'",
+            p![run_id],
+            |r| r.get(0),
+        )?
+        .ok_or_else(no_row)?;
     let mut dropped = Vec::new();
     match admit(mailbox_of(c, run_id)?, buffered) {
         Admit::Buffer => {}
@@ -84,25 +87,20 @@ fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<R
             ))
         }
         Admit::DropOldest(n) => {
-            let mut st = c
-                .prepare_cached(
-                    "UPDATE signals SET state = 'dropped', settled_at = ?3 WHERE rowid IN \
-                     (SELECT rowid FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq LIMIT ?2) \
-                     RETURNING signal_id, name, seq, delivery_id",
-                )
-                .map_err(db)?;
-            let rows = st
-                .query_map(params![run_id, n, now], |r| {
+            let rows = c.rows(
+                "UPDATE signals SET state = 'dropped', settled_at = ?3 WHERE run_id = ?1 AND seq IN \
+                 (SELECT seq FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq LIMIT ?2) \
+                 RETURNING signal_id, name, seq, delivery_id",
+                p![run_id, n, now],
+                |r| {
                     Ok((
-                        r.get::<_, String>(0)?,
-                        r.get::<_, String>(1)?,
-                        r.get::<_, i64>(2)?,
-                        r.get::<_, Option<String>>(3)?,
+                        r.get::<String>(0)?,
+                        r.get::<String>(1)?,
+                        r.get::<i64>(2)?,
+                        r.get::<Option<String>>(3)?,
                     ))
-                })
-                .map_err(db)?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(db)?;
+                },
+            )?;
             for (id, name, seq, delivery) in rows {
                 append_event(
                     c,
@@ -113,10 +111,7 @@ fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<R
                 )?;
                 if let Some(d) = delivery {
                     // Its receipt can no longer be consumed: it ends `expired`.
-                    c.prepare_cached("UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE id = (SELECT receipt_id FROM deliveries WHERE id = ?1)")
-                        .map_err(db)?
-                        .execute(params![d, now])
-                        .map_err(db)?;
+                    c.exec("UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE id = (SELECT receipt_id FROM deliveries WHERE id = ?1)", p![d, now])?;
                 }
                 dropped.push(id);
             }
@@ -127,12 +122,8 @@ fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<R
         DataPlacement::Inline(v) => (Some(v.clone()), None),
         DataPlacement::Reference(bytes) => {
             let r = format!("sigp_{}", &new_id(IdKind::Signal)[4..]);
-            c.prepare_cached(
-                "INSERT INTO signal_payloads (ref, run_id, data, created_at) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .map_err(db)?
-            .execute(params![r, run_id, bytes, now])
-            .map_err(db)?;
+            c.exec(
+                "INSERT INTO signal_payloads (ref, run_id, data, created_at) VALUES (?1, ?2, ?3, ?4)", p![r, run_id, bytes, now])?;
             (None, Some(r))
         }
     };
@@ -148,17 +139,10 @@ fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<R
     };
     let env_json = serde_json::to_value(&env).expect("serializable");
     let seq: i64 = c
-        .prepare_cached(
+        .row(
             "INSERT INTO signals (run_id, seq, signal_id, name, envelope, state, delivery_id, raised_at) \
              VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE run_id = ?1), ?2, ?3, ?4, 'buffered', ?5, ?6) \
-             RETURNING seq",
-        )
-        .map_err(db)?
-        .query_row(
-            params![run_id, s.signal_id, s.name, env_json.to_string(), s.delivery_id, now],
-            |r| r.get(0),
-        )
-        .map_err(db)?;
+             RETURNING seq", p![run_id, s.signal_id, s.name, env_json.to_string(), s.delivery_id, now], |r| r.get(0),)?.ok_or_else(no_row)?;
     append_event(
         c,
         run_id,
@@ -179,10 +163,12 @@ fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<R
     }
     resolve_step(c, run_id, now, false)?;
     let consumed_by: Option<String> = c
-        .prepare_cached("SELECT consumed_by FROM signals WHERE run_id = ?1 AND seq = ?2")
-        .map_err(db)?
-        .query_row(params![run_id, seq], |r| r.get(0))
-        .map_err(db)?;
+        .row(
+            "SELECT consumed_by FROM signals WHERE run_id = ?1 AND seq = ?2",
+            p![run_id, seq],
+            |r| r.get(0),
+        )?
+        .ok_or_else(no_row)?;
     Ok(RaiseOutcome {
         status: "queued",
         signal: env_json,
@@ -194,7 +180,7 @@ fn raise(c: &Connection, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<R
 /// Whether a repeated `signalId` carries the same name and data as the stored envelope (then it is a
 /// duplicate; otherwise a conflict).
 pub(super) fn same_signal(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     first: &Value,
     s: &NewSignal,
@@ -212,7 +198,7 @@ pub(super) fn same_signal(
     )
 }
 
-pub(super) fn signal_row(r: &Row) -> rusqlite::Result<SignalRecord> {
+pub(super) fn signal_row(r: &Row) -> StoreResult<SignalRecord> {
     Ok(SignalRecord {
         run_id: r.get(0)?,
         seq: r.get(1)?,
@@ -226,28 +212,26 @@ pub(super) fn signal_row(r: &Row) -> rusqlite::Result<SignalRecord> {
 /// One page of a run's mailbox, newest first: signals with `seq < before` (all when `None`), at most
 /// `limit`, plus the count of buffered signals. Errors: `NotFound` (no such run).
 pub(crate) fn list_signals(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     before: Option<u64>,
     limit: u32,
 ) -> StoreResult<SignalPage> {
     read::get_run(c, run_id)?;
     let before = before.map_or(i64::MAX, |b| b.min(i64::MAX as u64) as i64);
-    let signals = c
-        .prepare_cached(
-            "SELECT run_id, seq, state, envelope, consumed_by, settled_at FROM signals \
-             WHERE run_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
-        )
-        .map_err(db)?
-        .query_map(params![run_id, before, limit], signal_row)
-        .map_err(db)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(db)?;
+    let signals = c.rows(
+        "SELECT run_id, seq, state, envelope, consumed_by, settled_at FROM signals \
+         WHERE run_id = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+        p![run_id, before, limit],
+        signal_row,
+    )?;
     let buffered: i64 = c
-        .prepare_cached("SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND state = 'buffered'")
-        .map_err(db)?
-        .query_row([run_id], |r| r.get(0))
-        .map_err(db)?;
+        .row(
+            "SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND state = 'buffered'",
+            p![run_id],
+            |r| r.get(0),
+        )?
+        .ok_or_else(no_row)?;
     Ok(SignalPage {
         signals,
         buffered: buffered as u64,
@@ -257,40 +241,43 @@ pub(crate) fn list_signals(
 /// Deletes at most `batch` settled signal records (consumed, dropped or expired) settled before
 /// `before` (ms), with their large payloads. The newest signal of each run is kept so arrival numbers
 /// (`seq`) are never reused. Returns how many were deleted.
-pub(crate) fn sweep_signals(c: &Connection, before: i64, batch: u32) -> StoreResult<u64> {
-    let doomed: Vec<(String, i64, Option<String>)> = c
-        .prepare_cached(
-            "SELECT run_id, seq, json_extract(envelope, '$.payloadRef') FROM signals s \
+pub(crate) fn sweep_signals(c: &dyn Db, before: i64, batch: u32) -> StoreResult<u64> {
+    let doomed: Vec<(String, i64, Option<String>)> = c.rows(
+        match c.dialect() {
+            Dialect::Sqlite => {
+                "SELECT run_id, seq, json_extract(envelope, '$.payloadRef') FROM signals s \
              WHERE state <> 'buffered' AND settled_at IS NOT NULL AND settled_at < ?1 \
-             AND seq < (SELECT MAX(seq) FROM signals m WHERE m.run_id = s.run_id) LIMIT ?2",
-        )
-        .map_err(db)?
-        .query_map(params![before, batch], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-        })
-        .map_err(db)?
-        .collect::<Result<_, _>>()
-        .map_err(db)?;
+             AND seq < (SELECT MAX(seq) FROM signals m WHERE m.run_id = s.run_id) LIMIT ?2"
+            }
+            Dialect::Postgres => {
+                "SELECT run_id, seq, envelope::jsonb ->> 'payloadRef' FROM signals s \
+             WHERE state <> 'buffered' AND settled_at IS NOT NULL AND settled_at < ?1 \
+             AND seq < (SELECT MAX(seq) FROM signals m WHERE m.run_id = s.run_id) LIMIT ?2"
+            }
+        },
+        p![before, batch],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )?;
     for (run, seq, payload) in &doomed {
         if let Some(p) = payload {
-            c.prepare_cached("DELETE FROM signal_payloads WHERE ref = ?1 AND run_id = ?2")
-                .map_err(db)?
-                .execute(params![p, run])
-                .map_err(db)?;
+            c.exec(
+                "DELETE FROM signal_payloads WHERE ref = ?1 AND run_id = ?2",
+                p![p, run],
+            )?;
         }
-        c.prepare_cached("DELETE FROM signals WHERE run_id = ?1 AND seq = ?2")
-            .map_err(db)?
-            .execute(params![run, seq])
-            .map_err(db)?;
+        c.exec(
+            "DELETE FROM signals WHERE run_id = ?1 AND seq = ?2",
+            p![run, seq],
+        )?;
     }
     Ok(doomed.len() as u64)
 }
 
-pub(crate) fn signal_payload(c: &Connection, run_id: &str, r: &str) -> StoreResult<Vec<u8>> {
-    c.prepare_cached("SELECT data FROM signal_payloads WHERE ref = ?1 AND run_id = ?2")
-        .map_err(db)?
-        .query_row(params![r, run_id], |r| r.get(0))
-        .optional()
-        .map_err(db)?
-        .ok_or_else(|| StoreError::NotFound("signal payload".into()))
+pub(crate) fn signal_payload(c: &dyn Db, run_id: &str, r: &str) -> StoreResult<Vec<u8>> {
+    c.row(
+        "SELECT data FROM signal_payloads WHERE ref = ?1 AND run_id = ?2",
+        p![r, run_id],
+        |r| r.get(0),
+    )?
+    .ok_or_else(|| StoreError::NotFound("signal payload".into()))
 }

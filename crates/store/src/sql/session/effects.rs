@@ -2,33 +2,34 @@
 //! attempt's transaction.
 
 use super::*;
+use crate::p;
+use crate::sql::{Db, Dialect};
 
 /// Resolves a target to a run id. Errors: `Rejected(not_found)` "target_missing" when no live session
 /// holds the key.
-pub(super) fn target_run(c: &Connection, t: &Target) -> StoreResult<String> {
+pub(super) fn target_run(c: &dyn Db, t: &Target) -> StoreResult<String> {
     let (workflow_id, key) = match t {
         Target::Run(r) => return Ok(r.clone()),
         Target::Session { workflow_id, key } => (workflow_id, key),
     };
-    let held: Option<String> = c
-        .prepare_cached("SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2")
-        .map_err(db)?
-        .query_row(params![workflow_id, key], |r| r.get(0))
-        .optional()
-        .map_err(db)?;
+    let held: Option<String> = c.row(
+        "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2",
+        p![workflow_id, key],
+        |r| r.get(0),
+    )?;
     if let Some(run) = held {
         return Ok(run);
     }
     // The session's own start may still be queued or in flight (an `opened` and a `synchronize`
     // arriving together): then the signal waits for it (a retryable refusal), never lost.
-    let starting: bool = c
-        .prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending', 'retrying') \
+    // The coalesce key inside a delivery's JSON params: json_extract in SQLite, ->> in PostgreSQL.
+    let sql = match c.dialect() {
+        Dialect::Sqlite => "SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending', 'retrying') \
              AND action = 'start_run' AND workflow_id = ?1 AND json_extract(params, '$.coalesceKey') = ?2)",
-        )
-        .map_err(db)?
-        .query_row(params![workflow_id, key], |r| r.get(0))
-        .map_err(db)?;
+        Dialect::Postgres => "SELECT EXISTS (SELECT 1 FROM deliveries WHERE state IN ('pending', 'retrying') \
+             AND action = 'start_run' AND workflow_id = ?1 AND params::jsonb ->> 'coalesceKey' = ?2)",
+    };
+    let starting: bool = c.value(sql, p![workflow_id, key])?.ok_or_else(no_row)?;
     Err(if starting {
         rejected(
             ErrorCode::Unavailable,
@@ -48,18 +49,15 @@ pub(crate) struct EffectDone {
 }
 
 /// Performs a delivery's local effect (see [`Effect`]).
-pub(crate) fn apply_effect(c: &Connection, e: &Effect, now: i64) -> StoreResult<EffectDone> {
+pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<EffectDone> {
     match e {
         Effect::StartSession { run, coalesce } => {
             if let Some(co) = coalesce {
-                let held: Option<String> = c
-                    .prepare_cached(
-                        "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2",
-                    )
-                    .map_err(db)?
-                    .query_row(params![co.workflow_id, co.key], |r| r.get(0))
-                    .optional()
-                    .map_err(db)?;
+                let held: Option<String> = c.row(
+                    "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2",
+                    p![co.workflow_id, co.key],
+                    |r| r.get(0),
+                )?;
                 let live = match &held {
                     Some(r) => !read::get_run(c, r)?.status.is_terminal(),
                     None => false,
@@ -95,13 +93,9 @@ pub(crate) fn apply_effect(c: &Connection, e: &Effect, now: i64) -> StoreResult<
                     });
                 }
                 // First event for the key, or the session holding it has ended: this run takes it.
-                c.prepare_cached(
+                c.exec(
                     "INSERT INTO coalesce_keys (workflow_id, key, run_id, created_at) VALUES (?1, ?2, ?3, ?4) \
-                     ON CONFLICT (workflow_id, key) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at",
-                )
-                .map_err(db)?
-                .execute(params![co.workflow_id, co.key, run.id, now])
-                .map_err(db)?;
+                     ON CONFLICT (workflow_id, key) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at", p![co.workflow_id, co.key, run.id, now])?;
             }
             Ok(EffectDone {
                 run_id: run.id.clone(),
@@ -133,19 +127,16 @@ pub(crate) fn apply_effect(c: &Connection, e: &Effect, now: i64) -> StoreResult<
 
 /// Writes a new session run's start turn and its mailbox policy (after the run row exists).
 pub(crate) fn start_session(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     content: &Value,
     mailbox: &MailboxPolicy,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached("UPDATE runs SET mailbox = ?2 WHERE id = ?1")
-        .map_err(db)?
-        .execute(params![
-            run_id,
-            serde_json::to_string(mailbox).expect("json")
-        ])
-        .map_err(db)?;
+    c.exec(
+        "UPDATE runs SET mailbox = ?2 WHERE id = ?1",
+        p![run_id, serde_json::to_string(mailbox).expect("json")],
+    )?;
     insert_turn(c, run_id, TurnKind::Start, content, None, false, now)?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! Write transactions of the SQLite backend. Each function runs inside the writer's batch transaction (in
 //! its own savepoint); an `Err` rolls back just that function's writes.
 
-use rusqlite::{params, Connection, OptionalExtension};
+use crate::p;
+use crate::sql::{Db, Dialect};
 use serde_json::Value;
 use tb_core::delivery::{AttemptOutcome, DeliveryState};
 use tb_core::events::{self, DeliveryAttempted, RunStarted, SubscriptionStateChanged};
@@ -13,31 +14,27 @@ use tb_core::subscription::{
     transition, FailureStreak, SubscriptionInput, SubscriptionState, Transition,
 };
 
-use super::read::{self, db};
+use super::read::{self, no_row};
 use crate::model::*;
 use crate::{StoreError, StoreResult};
 
 pub(crate) fn upsert_subscription(
-    c: &Connection,
+    c: &dyn Db,
     d: &SubscriptionDef,
     now: i64,
 ) -> StoreResult<SubscriptionRecord> {
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO subscriptions (id, source, connector, config, state, failure_threshold, created_at, updated_at) \
          VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?6) \
          ON CONFLICT(id) DO UPDATE SET source = excluded.source, connector = excluded.connector, \
-         config = excluded.config, failure_threshold = excluded.failure_threshold, updated_at = excluded.updated_at",
-    )
-    .map_err(db)?
-    .execute(params![d.id, read::source_str(d.source), d.connector, d.config.to_string(), d.failure_threshold, now])
-    .map_err(db)?;
+         config = excluded.config, failure_threshold = excluded.failure_threshold, updated_at = excluded.updated_at", p![d.id, read::source_str(d.source), d.connector, d.config.to_string(), d.failure_threshold, now])?;
     read::get_subscription(c, &d.id)
 }
 
 /// `normalized` and `inputs` (one per delivery) are the JSON texts, serialized by the caller so the
 /// writer thread does no serialization.
 pub(crate) fn commit_receipt(
-    c: &Connection,
+    c: &dyn Db,
     r: &NewReceipt,
     normalized: &str,
     inputs: &[String],
@@ -46,14 +43,11 @@ pub(crate) fn commit_receipt(
         super::session::use_capability(c, cap, r.received_at)?;
     }
     let inserted = c
-        .prepare_cached(
+        .exec(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
              content_type, body_bytes, received_at, updated_at, dedup_until) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11) \
-             ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING",
-        )
-        .map_err(db)?
-        .execute(params![
+             ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING", p![
             r.id,
             r.subscription_id,
             r.dedup_key,
@@ -65,55 +59,50 @@ pub(crate) fn commit_receipt(
             r.body.len() as i64,
             r.received_at,
             r.dedup_until
-        ])
-        .map_err(db)?;
+        ])?;
     if inserted == 0 {
         // The key is taken. If its window has passed, release it and take it (rare path).
-        let released = c
-            .prepare_cached(
-                "UPDATE receipts SET dedup_live = 0 WHERE subscription_id = ?1 AND dedup_key = ?2 \
+        let released = c.exec(
+            "UPDATE receipts SET dedup_live = 0 WHERE subscription_id = ?1 AND dedup_key = ?2 \
                  AND dedup_live = 1 AND dedup_until <= ?3",
-            )
-            .map_err(db)?
-            .execute(params![r.subscription_id, r.dedup_key, r.received_at])
-            .map_err(db)?;
+            p![r.subscription_id, r.dedup_key, r.received_at],
+        )?;
         if released > 0 {
             return commit_receipt(c, r, normalized, inputs);
         }
         return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
-    c.prepare_cached("INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)")
-        .map_err(db)?
-        .execute(params![r.id, &r.body[..]])
-        .map_err(db)?;
-    let mut ins = c
-        .prepare_cached(
-            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-             inputs, state, due_at, dead_letter_reason, created_at, updated_at, params) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14)",
-        )
-        .map_err(db)?;
+    c.exec(
+        "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)",
+        p![r.id, &r.body[..]],
+    )?;
+    const INSERT_DELIVERY: &str =
+        "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14)";
     let mut refs = Vec::with_capacity(r.deliveries.len());
     for (d, inputs) in r.deliveries.iter().zip(inputs) {
         let due = (d.state == DeliveryState::Pending).then_some(r.received_at);
-        ins.execute(params![
-            d.id,
-            r.id,
-            r.subscription_id,
-            d.binding_id,
-            r.dedup_key,
-            d.action,
-            d.workflow_id,
-            d.run_id,
-            inputs,
-            d.state.as_str(),
-            due,
-            d.dead_letter_reason,
-            r.received_at,
-            d.params.as_ref().map(|p| p.to_string())
-        ])
-        .map_err(db)?;
+        c.exec(
+            INSERT_DELIVERY,
+            p![
+                d.id,
+                r.id,
+                r.subscription_id,
+                d.binding_id,
+                r.dedup_key,
+                d.action,
+                d.workflow_id,
+                d.run_id,
+                inputs,
+                d.state.as_str(),
+                due,
+                d.dead_letter_reason,
+                r.received_at,
+                d.params.as_ref().map(|p| p.to_string())
+            ],
+        )?;
         if d.state == DeliveryState::DeadLettered {
             dead_letter_at_ingest(c, r, d)?;
         }
@@ -132,19 +121,15 @@ pub(crate) fn commit_receipt(
 /// A delivery created dead-lettered (its subscription is dead-lettered) is recorded as attempt 1 with
 /// outcome `dead-lettered` and its `trigger.delivery.attempted` event, so it appears in the dead-letter
 /// read like any other (RFC 0232) and a replay continues at attempt 2.
-fn dead_letter_at_ingest(c: &Connection, r: &NewReceipt, d: &NewDelivery) -> StoreResult<()> {
+fn dead_letter_at_ingest(c: &dyn Db, r: &NewReceipt, d: &NewDelivery) -> StoreResult<()> {
     let event_id = new_id(IdKind::Event);
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at) \
-         VALUES (?1, 1, ?2, 'dead-lettered', ?4, ?3, 0, NULL)",
-    )
-    .map_err(db)?
-    .execute(params![d.id, event_id, r.received_at, d.dead_letter_reason.as_deref().unwrap_or("subscription_dead_lettered")])
-    .map_err(db)?;
-    c.prepare_cached("UPDATE deliveries SET attempts = 1, first_attempt_at = ?2 WHERE id = ?1")
-        .map_err(db)?
-        .execute(params![d.id, r.received_at])
-        .map_err(db)?;
+         VALUES (?1, 1, ?2, 'dead-lettered', ?4, ?3, 0, NULL)", p![d.id, event_id, r.received_at, d.dead_letter_reason.as_deref().unwrap_or("subscription_dead_lettered")])?;
+    c.exec(
+        "UPDATE deliveries SET attempts = 1, first_attempt_at = ?2 WHERE id = ?1",
+        p![d.id, r.received_at],
+    )?;
     let payload = serde_json::to_value(DeliveryAttempted {
         subscription_id: r.subscription_id.clone(),
         dedup_key: r.dedup_key.clone(),
@@ -165,33 +150,37 @@ fn dead_letter_at_ingest(c: &Connection, r: &NewReceipt, d: &NewDelivery) -> Sto
 }
 
 pub(crate) fn lease_due(
-    c: &Connection,
+    c: &dyn Db,
     owner: &str,
     now: i64,
     lease_ms: u64,
     limit: u32,
 ) -> StoreResult<Vec<Lease>> {
     let until = now + lease_ms as i64;
-    let mut st = c
-        .prepare_cached(&format!(
-            // A lease moves `due_at` to the lease's end: a leased delivery is simply not due until its
-            // lease lapses, so the due index alone finds work and never rescans work in flight. The index
-            // is named: without statistics the planner prefers deliveries_by_state and sorts every open row.
-            "UPDATE deliveries SET lease_owner = ?1, lease_until = ?2, due_at = ?2 WHERE id IN ( \
-               SELECT id FROM deliveries INDEXED BY deliveries_due \
-               WHERE state IN ('pending','retrying') AND due_at <= ?3 \
-               ORDER BY due_at LIMIT ?4) \
-             RETURNING {}",
-            read::DELIVERY_COLS
-        ))
-        .map_err(db)?;
-    let rows = st
-        .query_map(params![owner, until, now, limit], read::delivery_row)
-        .map_err(db)?;
-    let mut out = Vec::new();
-    for r in rows {
+    // A lease moves `due_at` to the lease's end: a leased delivery is simply not due until its lease
+    // lapses, so the due index alone finds work and never rescans work in flight. On SQLite the index is
+    // named (without statistics the planner prefers deliveries_by_state and sorts every open row); on
+    // PostgreSQL the rows are taken with SKIP LOCKED so replicas leasing at once take disjoint batches.
+    let pick = match c.dialect() {
+        Dialect::Sqlite => {
+            "SELECT id FROM deliveries INDEXED BY deliveries_due \
+             WHERE state IN ('pending','retrying') AND due_at <= ?3 ORDER BY due_at LIMIT ?4"
+        }
+        Dialect::Postgres => {
+            "SELECT id FROM deliveries \
+             WHERE state IN ('pending','retrying') AND due_at <= ?3 ORDER BY due_at LIMIT ?4 \
+             FOR UPDATE SKIP LOCKED"
+        }
+    };
+    let sql = format!(
+        "UPDATE deliveries SET lease_owner = ?1, lease_until = ?2, due_at = ?2 WHERE id IN ({pick}) RETURNING {}",
+        read::DELIVERY_COLS
+    );
+    let rows = c.rows(&sql, p![owner, until, now, limit], read::delivery_row)?;
+    let mut out = Vec::with_capacity(rows.len());
+    for delivery in rows {
         out.push(Lease {
-            delivery: r.map_err(db)?,
+            delivery,
             owner: owner.to_string(),
             lease_until: until,
             lease_ms,
@@ -201,7 +190,7 @@ pub(crate) fn lease_due(
 }
 
 pub(crate) fn renew_lease(
-    c: &Connection,
+    c: &dyn Db,
     id: &str,
     owner: &str,
     lease_until: i64,
@@ -209,30 +198,23 @@ pub(crate) fn renew_lease(
     lease_ms: u64,
 ) -> StoreResult<Option<i64>> {
     let until = now + lease_ms as i64;
-    let n = c
-        .prepare_cached(
-            "UPDATE deliveries SET lease_until = ?4, due_at = ?4 \
+    let n = c.exec(
+        "UPDATE deliveries SET lease_until = ?4, due_at = ?4 \
              WHERE id = ?1 AND lease_owner = ?2 AND lease_until = ?3 AND lease_until > ?5 \
              AND state IN ('pending','retrying')",
-        )
-        .map_err(db)?
-        .execute(params![id, owner, lease_until, until, now])
-        .map_err(db)?;
+        p![id, owner, lease_until, until, now],
+    )?;
     Ok((n == 1).then_some(until))
 }
 
-pub(crate) fn release_lease(c: &Connection, id: &str, owner: &str, now: i64) -> StoreResult<()> {
-    c.prepare_cached(
-        "UPDATE deliveries SET lease_owner = NULL, lease_until = NULL, due_at = ?3 WHERE id = ?1 AND lease_owner = ?2",
-    )
-    .map_err(db)?
-    .execute(params![id, owner, now])
-        .map_err(db)?;
+pub(crate) fn release_lease(c: &dyn Db, id: &str, owner: &str, now: i64) -> StoreResult<()> {
+    c.exec(
+        "UPDATE deliveries SET lease_owner = NULL, lease_until = NULL, due_at = ?3 WHERE id = ?1 AND lease_owner = ?2", p![id, owner, now])?;
     Ok(())
 }
 
 fn insert_sub_event(
-    c: &Connection,
+    c: &dyn Db,
     sub: &str,
     ty: &str,
     payload: &Value,
@@ -240,18 +222,14 @@ fn insert_sub_event(
     id: &str,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )
-    .map_err(db)?
-    .execute(params![id, sub, ty, payload.to_string(), delivery, now])
-    .map_err(db)?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)", p![id, sub, ty, payload.to_string(), delivery, now])?;
     Ok(())
 }
 
 pub(crate) fn insert_run_event(
-    c: &Connection,
+    c: &dyn Db,
     run: &str,
     seq: u64,
     ty: &str,
@@ -274,7 +252,7 @@ pub(crate) fn insert_run_event(
 /// [`insert_run_event`] with a given event id (the delivered attempt's event keeps its id on the run log).
 #[allow(clippy::too_many_arguments)]
 fn insert_run_event_with_id(
-    c: &Connection,
+    c: &dyn Db,
     event_id: &str,
     run: &str,
     seq: u64,
@@ -283,45 +261,35 @@ fn insert_run_event_with_id(
     causation: Option<&str>,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .map_err(db)?
-    .execute(params![run, seq as i64, event_id, ty, payload.to_string(), causation, now])
-    .map_err(db)?;
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", p![run, seq as i64, event_id, ty, payload.to_string(), causation, now])?;
     // Outbox for outbound webhooks: one delivery per live webhook that takes this event type, written
     // with the event. The event id stands in the receipt column, so (event, webhook) is unique.
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
            inputs, state, due_at, created_at, updated_at) \
          SELECT 'dlv_' || lower(hex(randomblob(16))), e.event_id, w.id, w.id, e.event_id, 'webhook', NULL, e.run_id, \
            '{}', 'pending', ?3, ?3, ?3 \
          FROM run_events e JOIN webhooks w ON w.deleted = 0 \
            AND EXISTS (SELECT 1 FROM json_each(w.events) j WHERE j.value = e.type OR j.value = '*') \
-         WHERE e.run_id = ?1 AND e.sequence = ?2",
-    )
-    .map_err(db)?
-    .execute(params![run, seq as i64, now])
-    .map_err(db)?;
+         WHERE e.run_id = ?1 AND e.sequence = ?2", p![run, seq as i64, now])?;
     Ok(())
 }
 
 /// Persists a subscription transition and its `state.changed` event; `cause` is the delivery whose
 /// attempt caused it (so a dead-letter record can show the state change it caused).
 fn apply_transition(
-    c: &Connection,
+    c: &dyn Db,
     sub: &SubscriptionRecord,
     t: &Transition,
     cause: Option<&str>,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached(
+    c.exec(
         "UPDATE subscriptions SET state = ?2, updated_at = ?3, state_changed_at = ?3 WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute(params![sub.id, t.to.as_str(), now])
-    .map_err(db)?;
+        p![sub.id, t.to.as_str(), now],
+    )?;
     let payload = serde_json::to_value(SubscriptionStateChanged {
         subscription_id: sub.id.clone(),
         source: sub.source.as_str().to_string(),
@@ -342,7 +310,7 @@ fn apply_transition(
 }
 
 pub(crate) fn apply_subscription_input(
-    c: &Connection,
+    c: &dyn Db,
     id: &str,
     input: SubscriptionInput,
     now: i64,
@@ -352,23 +320,24 @@ pub(crate) fn apply_subscription_input(
     if let Some(t) = &t {
         apply_transition(c, &sub, t, None, now)?;
         if t.to == SubscriptionState::Active {
-            c.execute(
+            c.exec(
                 "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL WHERE id = ?1",
-                [id],
-            )
-            .map_err(db)?;
+                p![id],
+            )?;
         }
     }
     Ok(t)
 }
 
-pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<AttemptCommitted> {
+pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<AttemptCommitted> {
     let d = read::get_delivery(c, &a.delivery_id)?;
     let owner: Option<String> = c
-        .prepare_cached("SELECT lease_owner FROM deliveries WHERE id = ?1")
-        .map_err(db)?
-        .query_row([&a.delivery_id], |r| r.get(0))
-        .map_err(db)?;
+        .row(
+            "SELECT lease_owner FROM deliveries WHERE id = ?1",
+            p![&a.delivery_id],
+            |r| r.get(0),
+        )?
+        .ok_or_else(no_row)?;
     if d.state.is_terminal()
         || owner.as_deref() != Some(a.lease_owner.as_str())
         || d.attempts + 1 != a.attempt.attempt
@@ -389,12 +358,9 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         target = Some(done.run_id);
         consumed = done.consumed;
     }
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at, message) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )
-    .map_err(db)?
-    .execute(params![
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)", p![
         a.delivery_id,
         at.attempt,
         at.event_id,
@@ -404,15 +370,11 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         at.duration_ms as i64,
         at.next_due_at,
         at.message
-    ])
-    .map_err(db)?;
-    c.prepare_cached(
+    ])?;
+    c.exec(
         "UPDATE deliveries SET state = ?2, attempts = ?3, due_at = ?4, lease_owner = NULL, lease_until = NULL, \
          first_attempt_at = COALESCE(first_attempt_at, ?5), last_error = ?6, dead_letter_reason = ?7, updated_at = ?8, \
-         run_id = COALESCE(run_id, ?9), consumed_at = ?10 WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute(params![
+         run_id = COALESCE(run_id, ?9), consumed_at = ?10 WHERE id = ?1", p![
         a.delivery_id,
         a.next_state.as_str(),
         at.attempt,
@@ -423,8 +385,7 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
         a.now,
         target.as_deref(),
         consumed.then_some(a.now)
-    ])
-    .map_err(db)?;
+    ])?;
     let run_id = target.clone();
     let attempted = serde_json::to_value(DeliveryAttempted {
         subscription_id: d.subscription_id.clone(),
@@ -480,12 +441,8 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
     let mut inputs = Vec::new();
     if at.outcome == AttemptOutcome::Delivered {
         inputs.push(SubscriptionInput::AttemptDelivered);
-        c.prepare_cached(
-            "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL, last_success_at = ?2 WHERE id = ?1",
-        )
-        .map_err(db)?
-        .execute(params![sub.id, a.now])
-        .map_err(db)?;
+        c.exec(
+            "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL, last_success_at = ?2 WHERE id = ?1", p![sub.id, a.now])?;
     } else {
         let streak = FailureStreak::next(
             sub.last_success_at,
@@ -509,17 +466,13 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
             (Some(class), None) => Some(class.clone()),
             (None, m) => m.clone(),
         };
-        c.prepare_cached(
-            "UPDATE subscriptions SET consecutive_failures = ?2, first_failure_at = ?3, last_error = ?4 WHERE id = ?1",
-        )
-        .map_err(db)?
-        .execute(params![
+        c.exec(
+            "UPDATE subscriptions SET consecutive_failures = ?2, first_failure_at = ?3, last_error = ?4 WHERE id = ?1", p![
             sub.id,
             streak.failures_since,
             streak.first_failure_at,
             last_error
-        ])
-        .map_err(db)?;
+        ])?;
     }
     let mut state = sub.state;
     let mut last = None;
@@ -543,7 +496,7 @@ pub(crate) fn commit_attempt(c: &Connection, a: &AttemptCommit) -> StoreResult<A
 /// `trigger.delivery.attempted` under its own event id (seq 1; spec notes §15), and the terminal event
 /// when the run already ended (seq 2). A dead-lettered API run gets `run.dead_lettered` then `run.failed`.
 fn insert_run(
-    c: &Connection,
+    c: &dyn Db,
     run: &NewRun,
     d: &DeliveryRecord,
     causation: &str,
@@ -603,19 +556,16 @@ fn insert_run(
 }
 
 fn insert_run_row(
-    c: &Connection,
+    c: &dyn Db,
     run: &NewRun,
     d: &DeliveryRecord,
     causation: &str,
     next_seq: u64,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, causation_id, \
-         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
-    )
-    .map_err(db)?
-    .execute(params![
+         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)", p![
         run.id,
         run.workflow_id,
         run.status.as_str(),
@@ -626,28 +576,22 @@ fn insert_run_row(
         causation,
         next_seq as i64,
         now
-    ])
-    .map_err(db)?;
+    ])?;
     Ok(())
 }
 
-pub(crate) fn settle_receipt(c: &Connection, receipt_id: &str, now: i64) -> StoreResult<()> {
-    let mut st = c
-        .prepare_cached(
-            "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries WHERE receipt_id = ?1",
-        )
-        .map_err(db)?;
-    let rows = st
-        .query_map([receipt_id], |r| {
+pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreResult<()> {
+    let rows = c.rows(
+        "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries WHERE receipt_id = ?1",
+        p![receipt_id],
+        |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, Option<String>>(1)?,
-                r.get::<_, bool>(2)?,
+                r.get::<String>(0)?,
+                r.get::<Option<String>>(1)?,
+                r.get::<bool>(2)?,
             ))
-        })
-        .map_err(db)?
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(db)?;
+        },
+    )?;
     let views: Vec<receipt::DeliveryView> = rows
         .iter()
         .map(|(s, reason, consumed)| receipt::DeliveryView {
@@ -657,18 +601,16 @@ pub(crate) fn settle_receipt(c: &Connection, receipt_id: &str, now: i64) -> Stor
         })
         .collect();
     if let Some(settled) = receipt::settle(&views) {
-        c.prepare_cached(
+        c.exec(
             "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1 AND state != 'expired'",
-        )
-        .map_err(db)?
-        .execute(params![receipt_id, settled.as_str(), now])
-        .map_err(db)?;
+            p![receipt_id, settled.as_str(), now],
+        )?;
     }
     Ok(())
 }
 
 pub(crate) fn finish_run(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     status: RunStatus,
     output: Option<&Value>,
@@ -690,17 +632,13 @@ pub(crate) fn finish_run(
     // Stop / cancel wins the armed wait (DESIGN §4 Wait); its events come before the terminal one.
     super::session::on_run_end(c, run_id, now)?;
     let seq: i64 = c
-        .prepare_cached("UPDATE runs SET status = ?2, output = ?3, wait_reason = NULL, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1")
-        .map_err(db)?
-        .query_row(params![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))
-        .optional()
-        .map_err(db)?
+        .row("UPDATE runs SET status = ?2, output = ?3, wait_reason = NULL, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1", p![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))?
         .ok_or_else(|| StoreError::NotFound("run".into()))?;
     insert_run_event(c, run_id, seq as u64, ty, &serde_json::json!({}), None, now)?;
     read::get_run(c, run_id)
 }
 
-pub(crate) fn replay_delivery(c: &Connection, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
+pub(crate) fn replay_delivery(c: &dyn Db, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
     let d = read::get_delivery(c, id)?;
     if d.state != DeliveryState::DeadLettered {
         return Err(StoreError::Conflict(format!(
@@ -708,17 +646,13 @@ pub(crate) fn replay_delivery(c: &Connection, id: &str, now: i64) -> StoreResult
             d.state.as_str()
         )));
     }
-    c.prepare_cached(
+    c.exec(
         "UPDATE deliveries SET state = 'pending', due_at = ?2, replays = replays + 1, dead_letter_reason = NULL, \
-         lease_owner = NULL, lease_until = NULL, updated_at = ?2 WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute(params![id, now])
-    .map_err(db)?;
-    c.prepare_cached("UPDATE receipts SET state = 'routed', updated_at = ?2 WHERE id = ?1")
-        .map_err(db)?
-        .execute(params![d.receipt_id, now])
-        .map_err(db)?;
+         lease_owner = NULL, lease_until = NULL, updated_at = ?2 WHERE id = ?1", p![id, now])?;
+    c.exec(
+        "UPDATE receipts SET state = 'routed', updated_at = ?2 WHERE id = ?1",
+        p![d.receipt_id, now],
+    )?;
     read::get_delivery(c, id)
 }
 
@@ -736,36 +670,28 @@ type IdempotencyRow = (
 const IDEMPOTENCY_TTL_MS: i64 = 86_400_000;
 
 pub(crate) fn idempotency_claim(
-    c: &Connection,
+    c: &dyn Db,
     scope: &str,
     key: &str,
     digest: &str,
     now: i64,
     lease_ms: u64,
 ) -> StoreResult<IdempotencyClaim> {
-    c.prepare_cached(
+    c.exec(
         "DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND expires_at <= ?3",
-    )
-    .map_err(db)?
-    .execute(params![scope, key, now])
-    .map_err(db)?;
+        p![scope, key, now],
+    )?;
     let lease = now + lease_ms as i64;
-    let inserted = c
-        .prepare_cached(
-            "INSERT INTO idempotency_keys (scope, key, digest, state, lease_until, expires_at) \
+    let inserted = c.exec(
+        "INSERT INTO idempotency_keys (scope, key, digest, state, lease_until, expires_at) \
              VALUES (?1, ?2, ?3, 'pending', ?4, ?5) ON CONFLICT (scope, key) DO NOTHING",
-        )
-        .map_err(db)?
-        .execute(params![scope, key, digest, lease, now + IDEMPOTENCY_TTL_MS])
-        .map_err(db)?;
+        p![scope, key, digest, lease, now + IDEMPOTENCY_TTL_MS],
+    )?;
     if inserted == 1 {
         return Ok(IdempotencyClaim::New { lease_until: lease });
     }
     let (d, state, status, ct, body, lease_until): IdempotencyRow = c
-        .prepare_cached("SELECT digest, state, status, content_type, body, lease_until FROM idempotency_keys WHERE scope = ?1 AND key = ?2")
-        .map_err(db)?
-        .query_row(params![scope, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))
-        .map_err(db)?;
+        .row("SELECT digest, state, status, content_type, body, lease_until FROM idempotency_keys WHERE scope = ?1 AND key = ?2", p![scope, key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)))?.ok_or_else(no_row)?;
     if d != digest {
         return Ok(IdempotencyClaim::Mismatch);
     }
@@ -783,10 +709,7 @@ pub(crate) fn idempotency_claim(
     }
     // The holder's lease lapsed (it crashed): take the claim over with a compare-and-set.
     let taken = c
-        .prepare_cached("UPDATE idempotency_keys SET lease_until = ?4 WHERE scope = ?1 AND key = ?2 AND lease_until = ?3 AND state = 'pending'")
-        .map_err(db)?
-        .execute(params![scope, key, lease_until, lease])
-        .map_err(db)?;
+        .exec("UPDATE idempotency_keys SET lease_until = ?4 WHERE scope = ?1 AND key = ?2 AND lease_until = ?3 AND state = 'pending'", p![scope, key, lease_until, lease])?;
     Ok(if taken == 1 {
         IdempotencyClaim::New { lease_until: lease }
     } else {
@@ -797,47 +720,40 @@ pub(crate) fn idempotency_claim(
 }
 
 pub(crate) fn idempotency_release(
-    c: &Connection,
+    c: &dyn Db,
     scope: &str,
     key: &str,
     lease_until: i64,
 ) -> StoreResult<bool> {
     let n = c
-        .prepare_cached(
-            "DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND state = 'pending' AND lease_until = ?3",
-        )
-        .map_err(db)?
-        .execute(params![scope, key, lease_until])
-        .map_err(db)?;
+        .exec(
+            "DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND state = 'pending' AND lease_until = ?3", p![scope, key, lease_until])?;
     Ok(n == 1)
 }
 
 pub(crate) fn idempotency_finish(
-    c: &Connection,
+    c: &dyn Db,
     scope: &str,
     key: &str,
     reply: Option<&StoredReply>,
     now: i64,
 ) -> StoreResult<()> {
     match reply {
-        Some(r) => c
-            .prepare_cached(
-                "UPDATE idempotency_keys SET state = 'completed', status = ?3, content_type = ?4, body = ?5, expires_at = ?6 \
-                 WHERE scope = ?1 AND key = ?2",
-            )
-            .map_err(db)?
-            .execute(params![scope, key, r.status, r.content_type, r.body, now + IDEMPOTENCY_TTL_MS]),
-        None => c
-            .prepare_cached("DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND state = 'pending'")
-            .map_err(db)?
-            .execute(params![scope, key]),
-    }
-    .map_err(db)?;
+        Some(r) => c.exec(
+            "UPDATE idempotency_keys SET state = 'completed', status = ?3, content_type = ?4, body = ?5, expires_at = ?6 \
+             WHERE scope = ?1 AND key = ?2",
+            p![scope, key, r.status, r.content_type, r.body, now + IDEMPOTENCY_TTL_MS],
+        ),
+        None => c.exec(
+            "DELETE FROM idempotency_keys WHERE scope = ?1 AND key = ?2 AND state = 'pending'",
+            p![scope, key],
+        ),
+    }?;
     Ok(())
 }
 
 pub(crate) fn sweep(
-    c: &Connection,
+    c: &dyn Db,
     now: i64,
     bodies_before: i64,
     dead_letters_before: i64,
@@ -850,18 +766,9 @@ pub(crate) fn sweep(
     if !next.bodies_done {
         // Walk the bodies that still exist (never the receipts whose body is already gone).
         let page: Vec<(String, String, i64)> = c
-            .prepare_cached(
+            .rows(
                 "SELECT b.receipt_id, r.state, r.received_at FROM bodies b JOIN receipts r ON r.id = b.receipt_id \
-                 WHERE b.receipt_id > ?1 ORDER BY b.receipt_id LIMIT ?2",
-            )
-            .map_err(db)?
-            .query_map(
-                params![next.bodies_after.as_deref().unwrap_or(""), batch],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .map_err(db)?
-            .collect::<Result<_, _>>()
-            .map_err(db)?;
+                 WHERE b.receipt_id > ?1 ORDER BY b.receipt_id LIMIT ?2", p![next.bodies_after.as_deref().unwrap_or(""), batch], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         next.bodies_done = page.len() < batch as usize;
         for (id, state, received_at) in &page {
             if retention::body_walk_ends(*received_at, bodies_before) {
@@ -871,29 +778,16 @@ pub(crate) fn sweep(
             let due = ReceiptState::parse(state)
                 .is_some_and(|s| retention::body_expired(s, *received_at, bodies_before));
             if due {
-                counts.bodies += c
-                    .prepare_cached("DELETE FROM bodies WHERE receipt_id = ?1")
-                    .map_err(db)?
-                    .execute([id])
-                    .map_err(db)? as u64;
+                counts.bodies += c.exec("DELETE FROM bodies WHERE receipt_id = ?1", p![id])? as u64;
             }
             next.bodies_after = Some(id.clone());
         }
     }
     if !next.dead_letters_done {
         let page: Vec<(String, String, i64)> = c
-            .prepare_cached(
+            .rows(
                 "SELECT id, state, updated_at FROM deliveries WHERE state = 'dead-lettered' AND id > ?1 \
-                 ORDER BY id LIMIT ?2",
-            )
-            .map_err(db)?
-            .query_map(
-                params![next.dead_letters_after.as_deref().unwrap_or(""), batch],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .map_err(db)?
-            .collect::<Result<_, _>>()
-            .map_err(db)?;
+                 ORDER BY id LIMIT ?2", p![next.dead_letters_after.as_deref().unwrap_or(""), batch], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
         for (id, state, updated_at) in &page {
             let due = DeliveryState::parse(state).is_some_and(|s| {
                 retention::dead_letter_expired(s, *updated_at, dead_letters_before)
@@ -901,15 +795,8 @@ pub(crate) fn sweep(
             if !due {
                 continue;
             }
-            c.prepare_cached("DELETE FROM attempts WHERE delivery_id = ?1")
-                .map_err(db)?
-                .execute([id])
-                .map_err(db)?;
-            counts.dead_letters += c
-                .prepare_cached("DELETE FROM deliveries WHERE id = ?1")
-                .map_err(db)?
-                .execute([id])
-                .map_err(db)? as u64;
+            c.exec("DELETE FROM attempts WHERE delivery_id = ?1", p![id])?;
+            counts.dead_letters += c.exec("DELETE FROM deliveries WHERE id = ?1", p![id])? as u64;
         }
         next.dead_letters_done = page.len() < batch as usize;
         next.dead_letters_after = page.last().map(|(id, _, _)| id.clone());
@@ -917,10 +804,7 @@ pub(crate) fn sweep(
     if !next.idempotency_done {
         // Deleted rows leave the candidate set, so "fewer than a batch" means none is left.
         counts.idempotency = c
-            .prepare_cached("DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)")
-            .map_err(db)?
-            .execute(params![now, batch])
-            .map_err(db)? as u64;
+            .exec("DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)", p![now, batch])? as u64;
         next.idempotency_done = counts.idempotency < batch as u64;
     }
     if !next.signals_done {
@@ -937,17 +821,14 @@ pub(crate) fn sweep(
 }
 
 pub(crate) fn create_webhook(
-    c: &Connection,
+    c: &dyn Db,
     w: &WebhookRecord,
     sub: &SubscriptionDef,
 ) -> StoreResult<()> {
     upsert_subscription(c, sub, w.created_at)?;
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO webhooks (id, url, events, tenant_id, secret_file, created_at, standard_secret_file) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .map_err(db)?
-    .execute(params![
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", p![
         w.id,
         w.url,
         serde_json::to_string(&w.events).expect("json"),
@@ -955,19 +836,15 @@ pub(crate) fn create_webhook(
         w.secret_file,
         w.created_at,
         w.standard_secret_file
-    ])
-    .map_err(db)?;
+    ])?;
     Ok(())
 }
 
-pub(crate) fn delete_webhook(c: &Connection, id: &str, tenant: &str) -> StoreResult<()> {
-    let n = c
-        .prepare_cached(
-            "UPDATE webhooks SET deleted = 1 WHERE id = ?1 AND tenant_id = ?2 AND deleted = 0",
-        )
-        .map_err(db)?
-        .execute(params![id, tenant])
-        .map_err(db)?;
+pub(crate) fn delete_webhook(c: &dyn Db, id: &str, tenant: &str) -> StoreResult<()> {
+    let n = c.exec(
+        "UPDATE webhooks SET deleted = 1 WHERE id = ?1 AND tenant_id = ?2 AND deleted = 0",
+        p![id, tenant],
+    )?;
     if n == 0 {
         return Err(StoreError::NotFound("webhook".into()));
     }
@@ -975,40 +852,41 @@ pub(crate) fn delete_webhook(c: &Connection, id: &str, tenant: &str) -> StoreRes
 }
 
 pub(crate) fn revoke_binding(
-    c: &Connection,
+    c: &dyn Db,
     id: &str,
     by: Option<&str>,
     now: i64,
 ) -> StoreResult<bool> {
-    let n = c
-        .prepare_cached(
-            "INSERT INTO binding_revocations (binding_id, revoked_at, revoked_by) VALUES (?1, ?2, ?3) \
+    let n = c.exec(
+        "INSERT INTO binding_revocations (binding_id, revoked_at, revoked_by) VALUES (?1, ?2, ?3) \
              ON CONFLICT (binding_id) DO NOTHING",
-        )
-        .map_err(db)?
-        .execute(params![id, now, by])
-        .map_err(db)?;
+        p![id, now, by],
+    )?;
     Ok(n == 1)
 }
 
-pub(crate) fn restore_binding(c: &Connection, id: &str) -> StoreResult<bool> {
-    let n = c
-        .prepare_cached("DELETE FROM binding_revocations WHERE binding_id = ?1")
-        .map_err(db)?
-        .execute([id])
-        .map_err(db)?;
+pub(crate) fn restore_binding(c: &dyn Db, id: &str) -> StoreResult<bool> {
+    let n = c.exec(
+        "DELETE FROM binding_revocations WHERE binding_id = ?1",
+        p![id],
+    )?;
     Ok(n == 1)
 }
 
-pub(crate) fn add_duplicates(c: &Connection, counts: &[(String, u64, i64)]) -> StoreResult<()> {
-    let mut st = c
-        .prepare_cached(
+pub(crate) fn add_duplicates(c: &dyn Db, counts: &[(String, u64, i64)]) -> StoreResult<()> {
+    // The larger of two values: a scalar MAX() in SQLite, GREATEST() in PostgreSQL.
+    let sql = match c.dialect() {
+        Dialect::Sqlite => {
             "UPDATE receipts SET duplicates = duplicates + ?2, \
-             last_duplicate_at = MAX(COALESCE(last_duplicate_at, 0), ?3) WHERE id = ?1",
-        )
-        .map_err(db)?;
+             last_duplicate_at = MAX(COALESCE(last_duplicate_at, 0), ?3) WHERE id = ?1"
+        }
+        Dialect::Postgres => {
+            "UPDATE receipts SET duplicates = duplicates + ?2, \
+             last_duplicate_at = GREATEST(COALESCE(last_duplicate_at, 0), ?3) WHERE id = ?1"
+        }
+    };
     for (id, n, at) in counts {
-        st.execute(params![id, *n as i64, at]).map_err(db)?;
+        c.exec(sql, p![id, *n as i64, at])?;
     }
     Ok(())
 }

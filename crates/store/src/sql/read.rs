@@ -1,6 +1,7 @@
 //! Row mapping and read queries of the SQLite backend.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use crate::p;
+use crate::sql::{Db, Param, Row, ToParam};
 use serde_json::Value;
 use tb_core::delivery::{AttemptOutcome, DeliveryState};
 use tb_core::receipt::ReceiptState;
@@ -10,26 +11,23 @@ use tb_core::subscription::{Source, SubscriptionState};
 use crate::model::*;
 use crate::{StoreError, StoreResult};
 
-/// A SQLite error as a typed store error (busy/locked -> `Busy`, disk full -> `Unavailable`).
-pub(crate) fn db(e: rusqlite::Error) -> StoreError {
-    super::writer::classify(&e)
-}
-
 pub(crate) fn json(s: String) -> Value {
     serde_json::from_str(&s).unwrap_or(Value::Null)
 }
 
-fn bad(what: &str, v: &str) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        0,
-        rusqlite::types::Type::Text,
-        format!("bad {what}: {v}").into(),
-    )
+/// A stored value no rule knows (a schema or data bug): reported, never guessed.
+pub(crate) fn bad(what: &str, v: &str) -> StoreError {
+    StoreError::Database(format!("bad {what} in the store: {v}"))
+}
+
+/// A query that must return a row returned none (a schema or data bug).
+pub(crate) fn no_row() -> StoreError {
+    StoreError::Database("the query returned no row".into())
 }
 
 pub(crate) const SUB_COLS: &str = "id, source, connector, config, state, failure_threshold, consecutive_failures, last_success_at, created_at, updated_at, first_failure_at, state_changed_at, last_error";
 
-pub(crate) fn sub_row(r: &Row) -> rusqlite::Result<SubscriptionRecord> {
+pub(crate) fn sub_row(r: &Row) -> StoreResult<SubscriptionRecord> {
     let source: String = r.get(1)?;
     let state: String = r.get(4)?;
     Ok(SubscriptionRecord {
@@ -45,7 +43,7 @@ pub(crate) fn sub_row(r: &Row) -> rusqlite::Result<SubscriptionRecord> {
         created_at: r.get(8)?,
         updated_at: r.get(9)?,
         first_failure_at: r.get(10)?,
-        state_since: r.get::<_, Option<i64>>(11)?.map_or_else(|| r.get(8), Ok)?,
+        state_since: r.get::<Option<i64>>(11)?.map_or_else(|| r.get(8), Ok)?,
         last_error: r.get(12)?,
     })
 }
@@ -56,7 +54,7 @@ pub(crate) fn source_str(s: Source) -> &'static str {
 
 pub(crate) const RECEIPT_COLS: &str = "id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at, duplicates, last_duplicate_at";
 
-fn receipt_row(r: &Row) -> rusqlite::Result<ReceiptRecord> {
+fn receipt_row(r: &Row) -> StoreResult<ReceiptRecord> {
     let state: String = r.get(6)?;
     Ok(ReceiptRecord {
         id: r.get(0)?,
@@ -75,21 +73,17 @@ fn receipt_row(r: &Row) -> rusqlite::Result<ReceiptRecord> {
     })
 }
 
-pub(crate) fn revoked_bindings(c: &Connection) -> StoreResult<Vec<(String, i64)>> {
-    let mut st = c
-        .prepare_cached(
-            "SELECT binding_id, revoked_at FROM binding_revocations ORDER BY binding_id",
-        )
-        .map_err(db)?;
-    let rows = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+pub(crate) fn revoked_bindings(c: &dyn Db) -> StoreResult<Vec<(String, i64)>> {
+    c.rows(
+        "SELECT binding_id, revoked_at FROM binding_revocations ORDER BY binding_id",
+        p![],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
 }
 
 pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays, params, consumed_at";
 
-pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
+pub(crate) fn delivery_row(r: &Row) -> StoreResult<DeliveryRecord> {
     let state: String = r.get(9)?;
     Ok(DeliveryRecord {
         id: r.get(0)?,
@@ -112,14 +106,14 @@ pub(crate) fn delivery_row(r: &Row) -> rusqlite::Result<DeliveryRecord> {
         dead_letter_reason: r.get(15)?,
         created_at: r.get(16)?,
         updated_at: r.get(17)?,
-        params: r.get::<_, Option<String>>(20)?.map(json),
+        params: r.get::<Option<String>>(20)?.map(json),
         consumed_at: r.get(21)?,
     })
 }
 
 const RUN_COLS: &str = "id, workflow_id, status, inputs, output, delivery_id, receipt_id, subscription_id, causation_id, created_at, updated_at, wait_reason";
 
-pub(crate) fn run_row(r: &Row) -> rusqlite::Result<RunRecord> {
+pub(crate) fn run_row(r: &Row) -> StoreResult<RunRecord> {
     let status: String = r.get(2)?;
     let output: Option<String> = r.get(4)?;
     Ok(RunRecord {
@@ -138,7 +132,7 @@ pub(crate) fn run_row(r: &Row) -> rusqlite::Result<RunRecord> {
     })
 }
 
-fn attempt_row(r: &Row) -> rusqlite::Result<AttemptRecord> {
+fn attempt_row(r: &Row) -> StoreResult<AttemptRecord> {
     let outcome: String = r.get(3)?;
     Ok(AttemptRecord {
         delivery_id: r.get(0)?,
@@ -154,7 +148,7 @@ fn attempt_row(r: &Row) -> rusqlite::Result<AttemptRecord> {
     })
 }
 
-pub(crate) fn get_subscription(c: &Connection, id: &str) -> StoreResult<SubscriptionRecord> {
+pub(crate) fn get_subscription(c: &dyn Db, id: &str) -> StoreResult<SubscriptionRecord> {
     one(
         c,
         &format!("SELECT {SUB_COLS} FROM subscriptions WHERE id = ?1"),
@@ -165,43 +159,38 @@ pub(crate) fn get_subscription(c: &Connection, id: &str) -> StoreResult<Subscrip
 }
 
 pub(crate) fn subscriptions_in_state(
-    c: &Connection,
+    c: &dyn Db,
     state: SubscriptionState,
 ) -> StoreResult<Vec<SubscriptionRecord>> {
-    let mut st = c
-        .prepare_cached(&format!(
-            "SELECT {SUB_COLS} FROM subscriptions WHERE state = ?1 ORDER BY id"
-        ))
-        .map_err(db)?;
-    let rows = st.query_map([state.as_str()], sub_row).map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+    c.rows(
+        &format!("SELECT {SUB_COLS} FROM subscriptions WHERE state = ?1 ORDER BY id"),
+        p![state.as_str()],
+        sub_row,
+    )
 }
 
-pub(crate) fn list_subscriptions(c: &Connection) -> StoreResult<Vec<SubscriptionRecord>> {
-    let mut st = c
-        .prepare_cached(&format!("SELECT {SUB_COLS} FROM subscriptions ORDER BY id"))
-        .map_err(db)?;
-    let rows = st.query_map([], sub_row).map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+pub(crate) fn list_subscriptions(c: &dyn Db) -> StoreResult<Vec<SubscriptionRecord>> {
+    c.rows(
+        &format!("SELECT {SUB_COLS} FROM subscriptions ORDER BY id"),
+        p![],
+        sub_row,
+    )
 }
 
 /// The receipt holding `(subscription, dedup_key)` within its dedup window at `now`, and its
 /// deliveries, as a `Duplicate` outcome.
 pub(crate) fn duplicate_of(
-    c: &Connection,
+    c: &dyn Db,
     sub: &str,
     key: &str,
     now: i64,
 ) -> StoreResult<Option<IngestOutcome>> {
-    let id: Option<String> = c
-        .prepare_cached(
-            "SELECT id FROM receipts WHERE subscription_id = ?1 AND dedup_key = ?2 \
+    let id: Option<String> = c.row(
+        "SELECT id FROM receipts WHERE subscription_id = ?1 AND dedup_key = ?2 \
              AND dedup_live = 1 AND dedup_until > ?3",
-        )
-        .map_err(db)?
-        .query_row(params![sub, key, now], |r| r.get(0))
-        .optional()
-        .map_err(db)?;
+        p![sub, key, now],
+        |r| r.get(0),
+    )?;
     let Some(receipt_id) = id else {
         return Ok(None);
     };
@@ -212,58 +201,47 @@ pub(crate) fn duplicate_of(
     }))
 }
 
-fn delivery_refs(c: &Connection, receipt_id: &str) -> StoreResult<Vec<DeliveryRef>> {
-    let mut st = c
-        .prepare_cached(
-            "SELECT id, binding_id, CASE WHEN state = 'dead-lettered' THEN NULL ELSE run_id END \
+fn delivery_refs(c: &dyn Db, receipt_id: &str) -> StoreResult<Vec<DeliveryRef>> {
+    c.rows(
+        "SELECT id, binding_id, CASE WHEN state = 'dead-lettered' THEN NULL ELSE run_id END \
              FROM deliveries WHERE receipt_id = ?1 ORDER BY binding_id",
-        )
-        .map_err(db)?;
-    let rows = st
-        .query_map([receipt_id], |r| {
+        p![receipt_id],
+        |r| {
             Ok(DeliveryRef {
                 delivery_id: r.get(0)?,
                 binding_id: r.get(1)?,
                 run_id: r.get(2)?,
             })
-        })
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+        },
+    )
 }
 
 /// One row by a single key, or `NotFound(what)`.
 fn one<T>(
-    c: &Connection,
+    c: &dyn Db,
     sql: &str,
     key: &str,
-    map: fn(&Row) -> rusqlite::Result<T>,
+    map: fn(&Row) -> StoreResult<T>,
     what: &str,
 ) -> StoreResult<T> {
-    c.prepare_cached(sql)
-        .map_err(db)?
-        .query_row([key], map)
-        .optional()
-        .map_err(db)?
+    c.row(sql, p![key], map)?
         .ok_or_else(|| StoreError::NotFound(what.into()))
 }
 
 /// A newest-first page of a table (see [`list_sql`]).
 fn page<T>(
-    c: &Connection,
+    c: &dyn Db,
     cols: &str,
     table: &str,
     q: &ListQuery,
-    map: fn(&Row) -> rusqlite::Result<T>,
+    map: fn(&Row) -> StoreResult<T>,
 ) -> StoreResult<Vec<T>> {
     let (sql, args) = list_sql(cols, table, q, true);
-    let mut st = c.prepare(&sql).map_err(db)?;
-    let rows = st
-        .query_map(rusqlite::params_from_iter(args.iter()), map)
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+    let params: Vec<Param<'_>> = args.iter().map(|a| a.to_param()).collect();
+    c.rows(&sql, &params, map)
 }
 
-pub(crate) fn get_receipt(c: &Connection, id: &str) -> StoreResult<ReceiptRecord> {
+pub(crate) fn get_receipt(c: &dyn Db, id: &str) -> StoreResult<ReceiptRecord> {
     one(
         c,
         &format!("SELECT {RECEIPT_COLS} FROM receipts WHERE id = ?1"),
@@ -300,20 +278,20 @@ fn list_sql(cols: &str, table: &str, q: &ListQuery, state_col: bool) -> (String,
     (sql, args)
 }
 
-pub(crate) fn list_receipts(c: &Connection, q: &ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
+pub(crate) fn list_receipts(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
     page(c, RECEIPT_COLS, "receipts", q, receipt_row)
 }
 
-pub(crate) fn get_body(c: &Connection, receipt_id: &str) -> StoreResult<Vec<u8>> {
-    c.prepare_cached("SELECT body FROM bodies WHERE receipt_id = ?1")
-        .map_err(db)?
-        .query_row([receipt_id], |r| r.get(0))
-        .optional()
-        .map_err(db)?
-        .ok_or_else(|| StoreError::NotFound("receipt body".into()))
+pub(crate) fn get_body(c: &dyn Db, receipt_id: &str) -> StoreResult<Vec<u8>> {
+    c.row(
+        "SELECT body FROM bodies WHERE receipt_id = ?1",
+        p![receipt_id],
+        |r| r.get(0),
+    )?
+    .ok_or_else(|| StoreError::NotFound("receipt body".into()))
 }
 
-pub(crate) fn get_delivery(c: &Connection, id: &str) -> StoreResult<DeliveryRecord> {
+pub(crate) fn get_delivery(c: &dyn Db, id: &str) -> StoreResult<DeliveryRecord> {
     one(
         c,
         &format!("SELECT {DELIVERY_COLS} FROM deliveries WHERE id = ?1"),
@@ -323,35 +301,30 @@ pub(crate) fn get_delivery(c: &Connection, id: &str) -> StoreResult<DeliveryReco
     )
 }
 
-pub(crate) fn list_deliveries(c: &Connection, q: &ListQuery) -> StoreResult<Vec<DeliveryRecord>> {
+pub(crate) fn list_deliveries(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<DeliveryRecord>> {
     page(c, DELIVERY_COLS, "deliveries", q, delivery_row)
 }
 
 pub(crate) fn deliveries_of_receipt(
-    c: &Connection,
+    c: &dyn Db,
     receipt_id: &str,
 ) -> StoreResult<Vec<DeliveryRecord>> {
-    let mut st = c
-        .prepare_cached(&format!(
+    c.rows(
+        &format!(
             "SELECT {DELIVERY_COLS} FROM deliveries WHERE receipt_id = ?1 ORDER BY binding_id"
-        ))
-        .map_err(db)?;
-    let rows = st.query_map([receipt_id], delivery_row).map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+        ),
+        p![receipt_id],
+        delivery_row,
+    )
 }
 
-pub(crate) fn attempts(c: &Connection, delivery_id: &str) -> StoreResult<Vec<AttemptRecord>> {
-    let mut st = c
-        .prepare_cached(
+pub(crate) fn attempts(c: &dyn Db, delivery_id: &str) -> StoreResult<Vec<AttemptRecord>> {
+    c.rows(
             "SELECT delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at, message \
-             FROM attempts WHERE delivery_id = ?1 ORDER BY attempt",
-        )
-        .map_err(db)?;
-    let rows = st.query_map([delivery_id], attempt_row).map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+             FROM attempts WHERE delivery_id = ?1 ORDER BY attempt", p![delivery_id], attempt_row)
 }
 
-pub(crate) fn get_run(c: &Connection, id: &str) -> StoreResult<RunRecord> {
+pub(crate) fn get_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
     one(
         c,
         &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
@@ -361,25 +334,20 @@ pub(crate) fn get_run(c: &Connection, id: &str) -> StoreResult<RunRecord> {
     )
 }
 
-pub(crate) fn list_runs(c: &Connection, q: &ListQuery) -> StoreResult<Vec<RunRecord>> {
+pub(crate) fn list_runs(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<RunRecord>> {
     page(c, RUN_COLS, "runs", q, run_row)
 }
 
 pub(crate) fn run_events(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     after: Option<u64>,
     limit: u32,
 ) -> StoreResult<Vec<RunEventRecord>> {
     let after: i64 = after.map(|a| a as i64).unwrap_or(-1);
-    let mut st = c
-        .prepare_cached(
+    c.rows(
             "SELECT run_id, sequence, event_id, type, payload, causation_id, timestamp FROM run_events \
-             WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3",
-        )
-        .map_err(db)?;
-    let rows = st
-        .query_map(params![run_id, after, limit.clamp(1, 10_000)], |r| {
+             WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3", p![run_id, after, limit.clamp(1, 10_000)], |r| {
             Ok(RunEventRecord {
                 run_id: r.get(0)?,
                 sequence: r.get(1)?,
@@ -390,23 +358,16 @@ pub(crate) fn run_events(
                 timestamp: r.get(6)?,
             })
         })
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
 }
 
 pub(crate) fn subscription_events(
-    c: &Connection,
+    c: &dyn Db,
     sub: &str,
     limit: u32,
 ) -> StoreResult<Vec<SubscriptionEventRecord>> {
-    let mut st = c
-        .prepare_cached(
+    c.rows(
             "SELECT event_id, subscription_id, type, payload, delivery_id, timestamp FROM subscription_events \
-             WHERE subscription_id = ?1 ORDER BY timestamp, event_id LIMIT ?2",
-        )
-        .map_err(db)?;
-    let rows = st
-        .query_map(params![sub, limit.clamp(1, 10_000)], |r| {
+             WHERE subscription_id = ?1 ORDER BY timestamp, event_id LIMIT ?2", p![sub, limit.clamp(1, 10_000)], |r| {
             Ok(SubscriptionEventRecord {
                 event_id: r.get(0)?,
                 subscription_id: r.get(1)?,
@@ -416,20 +377,16 @@ pub(crate) fn subscription_events(
                 timestamp: r.get(5)?,
             })
         })
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
 }
 
-pub(crate) fn queue_depth(c: &Connection) -> StoreResult<QueueDepth> {
-    let mut st = c
-        .prepare_cached("SELECT state, COUNT(*) FROM deliveries WHERE state IN ('pending','retrying','dead-lettered') GROUP BY state")
-        .map_err(db)?;
+pub(crate) fn queue_depth(c: &dyn Db) -> StoreResult<QueueDepth> {
+    let rows = c.rows(
+        "SELECT state, COUNT(*) FROM deliveries WHERE state IN ('pending','retrying','dead-lettered') GROUP BY state",
+        p![],
+        |r| Ok((r.get::<String>(0)?, r.get::<u64>(1)?)),
+    )?;
     let mut d = QueueDepth::default();
-    let rows = st
-        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, u64>(1)?)))
-        .map_err(db)?;
-    for row in rows {
-        let (s, n) = row.map_err(db)?;
+    for (s, n) in rows {
         match s.as_str() {
             "pending" => d.pending = n,
             "retrying" => d.retrying = n,
@@ -439,104 +396,87 @@ pub(crate) fn queue_depth(c: &Connection) -> StoreResult<QueueDepth> {
     Ok(d)
 }
 
-pub(crate) fn next_due_at(c: &Connection) -> StoreResult<Option<i64>> {
-    c.prepare_cached(
-        "SELECT MIN(due_at) FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending','retrying')",
-    )
-    .map_err(db)?
-    .query_row([], |r| r.get(0))
-    .map_err(db)
+pub(crate) fn next_due_at(c: &dyn Db) -> StoreResult<Option<i64>> {
+    // `INDEXED BY` is a SQLite planner hint (the PostgreSQL adapter drops it, see `sql::to_postgres`).
+    Ok(c
+        .value::<Option<i64>>(
+            "SELECT MIN(due_at) FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending','retrying')",
+            p![],
+        )?
+        .flatten())
 }
 
 /// Dead-lettered deliveries of a subscription, newest first (by `(updated_at, id)`), with their last
 /// attempt and the state change that attempt caused, if any. Only records dead-lettered at or after
 /// `q.not_before` (retention).
-pub(crate) fn dead_letters(
-    c: &Connection,
-    q: &DeadLetterQuery,
-) -> StoreResult<Vec<DeadLetterRecord>> {
+pub(crate) fn dead_letters(c: &dyn Db, q: &DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>> {
     let (bt, bid) = q.before.clone().unwrap_or((i64::MAX, String::new()));
-    let mut st = c
-        .prepare_cached(
-            "SELECT d.id, d.subscription_id, d.dedup_key, d.attempts, a.event_id, d.dead_letter_reason, d.updated_at, \
+    let sql = "SELECT d.id, d.subscription_id, d.dedup_key, d.attempts, a.event_id, d.dead_letter_reason, d.updated_at, \
                (SELECT e.payload FROM subscription_events e WHERE e.delivery_id = d.id \
                   AND e.type = 'trigger.subscription.state.changed' ORDER BY e.timestamp DESC LIMIT 1) \
              FROM deliveries d JOIN attempts a ON a.delivery_id = d.id AND a.attempt = d.attempts \
              WHERE d.subscription_id = ?1 AND d.state = 'dead-lettered' AND d.updated_at >= ?2 \
                AND (d.updated_at < ?3 OR (d.updated_at = ?3 AND d.id < ?4)) \
-             ORDER BY d.updated_at DESC, d.id DESC LIMIT ?5",
-        )
-        .map_err(db)?;
+             ORDER BY d.updated_at DESC, d.id DESC LIMIT ?5";
     let before_id = if q.before.is_some() {
         bid
     } else {
         "\u{10FFFF}".to_string()
     };
-    let rows = st
-        .query_map(
-            params![q.subscription_id, q.not_before, bt, before_id, q.limit],
-            |r| {
-                let change: Option<String> = r.get(7)?;
-                Ok(DeadLetterRecord {
-                    delivery_id: r.get(0)?,
-                    subscription_id: r.get(1)?,
-                    dedup_key: r.get(2)?,
-                    attempt: r.get(3)?,
-                    attempt_event_id: r.get(4)?,
-                    reason: r.get(5)?,
-                    dead_lettered_at: r.get(6)?,
-                    state_change: change.map(json),
-                })
-            },
-        )
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+    c.rows(
+        sql,
+        p![q.subscription_id, q.not_before, bt, before_id, q.limit],
+        |r| {
+            let change: Option<String> = r.get(7)?;
+            Ok(DeadLetterRecord {
+                delivery_id: r.get(0)?,
+                subscription_id: r.get(1)?,
+                dedup_key: r.get(2)?,
+                attempt: r.get(3)?,
+                attempt_event_id: r.get(4)?,
+                reason: r.get(5)?,
+                dead_lettered_at: r.get(6)?,
+                state_change: change.map(json),
+            })
+        },
+    )
 }
 
 /// The dead letters a bulk replay selects: count and the first `q.limit` ids, oldest first, in one
 /// statement (the window count and the ids come from the same snapshot). The filter is the last
 /// attempt's error class and the dead-lettering time (`updated_at`), `from` inclusive, `to` exclusive.
 pub(crate) fn dead_letter_selection(
-    c: &Connection,
+    c: &dyn Db,
     q: &DeadLetterSelect,
 ) -> StoreResult<DeadLetterSelection> {
-    let mut st = c
-        .prepare_cached(
-            "SELECT d.id, COUNT(*) OVER () FROM deliveries d \
+    let rows = c.query(
+        "SELECT d.id, COUNT(*) OVER () FROM deliveries d \
                JOIN attempts a ON a.delivery_id = d.id AND a.attempt = d.attempts \
              WHERE d.subscription_id = ?1 AND d.state = 'dead-lettered' AND d.updated_at >= ?2 \
                AND (?3 IS NULL OR d.updated_at >= ?3) AND (?4 IS NULL OR d.updated_at < ?4) \
                AND (?5 IS NULL OR a.error_class = ?5) \
              ORDER BY d.updated_at ASC, d.id ASC LIMIT ?6",
-        )
-        .map_err(db)?;
-    let mut out = DeadLetterSelection::default();
-    let mut rows = st
-        .query(params![
+        p![
             q.subscription_id,
             q.not_before,
             q.from,
             q.to,
             q.error_class,
             q.limit
-        ])
-        .map_err(db)?;
-    while let Some(r) = rows.next().map_err(db)? {
-        out.delivery_ids.push(r.get(0).map_err(db)?);
-        out.count = r.get::<_, i64>(1).map_err(db)? as u64;
+        ],
+    )?;
+    let mut out = DeadLetterSelection::default();
+    for r in &rows {
+        out.delivery_ids.push(r.get(0)?);
+        out.count = r.get::<u64>(1)?;
     }
     Ok(out)
 }
 
-pub(crate) fn list_webhooks(c: &Connection) -> StoreResult<Vec<WebhookRecord>> {
-    let mut st = c
-        .prepare_cached(
+pub(crate) fn list_webhooks(c: &dyn Db) -> StoreResult<Vec<WebhookRecord>> {
+    c.rows(
             "SELECT id, url, events, tenant_id, secret_file, created_at, standard_secret_file FROM webhooks \
-             WHERE deleted = 0 ORDER BY id",
-        )
-        .map_err(db)?;
-    let rows = st
-        .query_map([], |r| {
+             WHERE deleted = 0 ORDER BY id", p![], |r| {
             let events: String = r.get(2)?;
             Ok(WebhookRecord {
                 id: r.get(0)?,
@@ -548,16 +488,11 @@ pub(crate) fn list_webhooks(c: &Connection) -> StoreResult<Vec<WebhookRecord>> {
                 standard_secret_file: r.get(6)?,
             })
         })
-        .map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
 }
 
-pub(crate) fn get_run_event(c: &Connection, event_id: &str) -> StoreResult<RunEventRecord> {
-    c.prepare_cached(
-        "SELECT run_id, sequence, event_id, type, payload, causation_id, timestamp FROM run_events WHERE event_id = ?1",
-    )
-    .map_err(db)?
-    .query_row([event_id], |r| {
+pub(crate) fn get_run_event(c: &dyn Db, event_id: &str) -> StoreResult<RunEventRecord> {
+    c.row(
+        "SELECT run_id, sequence, event_id, type, payload, causation_id, timestamp FROM run_events WHERE event_id = ?1", p![event_id], |r| {
         Ok(RunEventRecord {
             run_id: r.get(0)?,
             sequence: r.get(1)?,
@@ -567,8 +502,6 @@ pub(crate) fn get_run_event(c: &Connection, event_id: &str) -> StoreResult<RunEv
             causation_id: r.get(5)?,
             timestamp: r.get(6)?,
         })
-    })
-    .optional()
-    .map_err(db)?
+    })?
     .ok_or_else(|| StoreError::NotFound("run event".into()))
 }

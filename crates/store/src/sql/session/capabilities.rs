@@ -1,10 +1,12 @@
 //! Capability endpoints on SQLite: minted records (token hash only), use counts, revocation.
 
 use super::*;
+use crate::p;
+use crate::sql::{Db, Row};
 
 pub(super) const CAP_COLS: &str = "id, run_id, signal, label, wake, hmac_file, created_by, created_at, expires_at, max_uses, use_count, revoked_at";
 
-pub(super) fn cap_row(r: &Row) -> rusqlite::Result<CapabilityRecord> {
+pub(super) fn cap_row(r: &Row) -> StoreResult<CapabilityRecord> {
     let hmac_file: Option<String> = r.get(5)?;
     Ok(CapabilityRecord {
         id: r.get(0)?,
@@ -26,16 +28,14 @@ pub(super) fn cap_row(r: &Row) -> rusqlite::Result<CapabilityRecord> {
 /// Stores a minted endpoint (its token only as `token_hash`). Errors: `NotFound` for an unknown run;
 /// `Rejected(target_terminal)` for an ended one.
 pub(crate) fn create_capability(
-    c: &Connection,
+    c: &dyn Db,
     cap: &CapabilityRecord,
     token_hash: &str,
 ) -> StoreResult<()> {
     live_run(c, &cap.run_id)?;
-    c.prepare_cached(&format!(
+    c.exec(&format!(
         "INSERT INTO capabilities ({CAP_COLS}, token_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, 0, NULL, ?11)"
-    ))
-    .map_err(db)?
-    .execute(params![
+    ), p![
         cap.id,
         cap.run_id,
         cap.signal,
@@ -47,45 +47,35 @@ pub(crate) fn create_capability(
         cap.expires_at,
         cap.max_uses,
         token_hash
-    ])
-    .map_err(db)?;
+    ])?;
     Ok(())
 }
 
-pub(crate) fn list_capabilities(c: &Connection) -> StoreResult<Vec<CapabilityRecord>> {
-    let mut st = c
-        .prepare_cached(&format!(
-            "SELECT {CAP_COLS} FROM capabilities ORDER BY created_at DESC, id DESC"
-        ))
-        .map_err(db)?;
-    let rows = st.query_map([], cap_row).map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+pub(crate) fn list_capabilities(c: &dyn Db) -> StoreResult<Vec<CapabilityRecord>> {
+    c.rows(
+        &format!("SELECT {CAP_COLS} FROM capabilities ORDER BY created_at DESC, id DESC"),
+        p![],
+        cap_row,
+    )
 }
 
 /// A usable endpoint by token hash: not revoked, not expired, uses left. `None` for all four failures
 /// alike (signals-and-connectors §4.2: the same 404).
 pub(crate) fn capability_by_hash(
-    c: &Connection,
+    c: &dyn Db,
     token_hash: &str,
     now: i64,
 ) -> StoreResult<Option<CapabilityRecord>> {
-    c.prepare_cached(&format!(
+    c.row(&format!(
         "SELECT {CAP_COLS} FROM capabilities WHERE token_hash = ?1 AND revoked_at IS NULL AND expires_at > ?2 AND use_count < max_uses"
-    ))
-    .map_err(db)?
-    .query_row(params![token_hash, now], cap_row)
-    .optional()
-    .map_err(db)
+    ), p![token_hash, now], cap_row)
 }
 
 /// Counts one use inside the receipt's transaction. Errors: `Rejected(not_found)` when the endpoint was
 /// revoked, expired or used up meanwhile (nothing is committed).
-pub(crate) fn use_capability(c: &Connection, id: &str, now: i64) -> StoreResult<()> {
+pub(crate) fn use_capability(c: &dyn Db, id: &str, now: i64) -> StoreResult<()> {
     let n = c
-        .prepare_cached("UPDATE capabilities SET use_count = use_count + 1 WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?2 AND use_count < max_uses")
-        .map_err(db)?
-        .execute(params![id, now])
-        .map_err(db)?;
+        .exec("UPDATE capabilities SET use_count = use_count + 1 WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?2 AND use_count < max_uses", p![id, now])?;
     if n == 0 {
         return Err(rejected(ErrorCode::NotFound, "no such endpoint"));
     }
@@ -93,23 +83,15 @@ pub(crate) fn use_capability(c: &Connection, id: &str, now: i64) -> StoreResult<
 }
 
 /// Revokes an endpoint at once; revoking again keeps the first `revoked_at`. Errors: `NotFound`.
-pub(crate) fn revoke_capability(
-    c: &Connection,
-    id: &str,
-    now: i64,
-) -> StoreResult<CapabilityRecord> {
-    c.prepare_cached(
+pub(crate) fn revoke_capability(c: &dyn Db, id: &str, now: i64) -> StoreResult<CapabilityRecord> {
+    c.exec(
         "UPDATE capabilities SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL",
-    )
-    .map_err(db)?
-    .execute(params![id, now])
-    .map_err(db)?;
-    c.prepare_cached(&format!(
-        "SELECT {CAP_COLS} FROM capabilities WHERE id = ?1"
-    ))
-    .map_err(db)?
-    .query_row([id], cap_row)
-    .optional()
-    .map_err(db)?
+        p![id, now],
+    )?;
+    c.row(
+        &format!("SELECT {CAP_COLS} FROM capabilities WHERE id = ?1"),
+        p![id],
+        cap_row,
+    )?
     .ok_or_else(|| StoreError::NotFound("capability endpoint".into()))
 }

@@ -1,19 +1,20 @@
 //! Waits on SQLite: arming, cancelling, and the one resolution step (rule: `tb_core::wait::resolve`).
 
 use super::*;
+use crate::p;
+use crate::sql::{Db, Row};
 
 pub(super) const WAIT_COLS: &str =
     "id, run_id, spec, deadline, state, interrupted_by, winner, losers, created_at, settled_at";
 
-pub(super) fn wait_row(r: &Row) -> rusqlite::Result<WaitRecord> {
+pub(super) fn wait_row(r: &Row) -> StoreResult<WaitRecord> {
     let spec: String = r.get(2)?;
     let state: String = r.get(4)?;
     Ok(WaitRecord {
         id: r.get(0)?,
         run_id: r.get(1)?,
-        spec: serde_json::from_str(&spec).map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(2, rusqlite::types::Type::Text, e.into())
-        })?,
+        spec: serde_json::from_str(&spec)
+            .map_err(|e| StoreError::Database(format!("bad wait spec in the store: {e}")))?,
         deadline: r.get(3)?,
         state: WaitState::parse(&state).unwrap_or(WaitState::Armed),
         interrupted_by: r.get(5)?,
@@ -24,7 +25,7 @@ pub(super) fn wait_row(r: &Row) -> rusqlite::Result<WaitRecord> {
     })
 }
 
-pub(crate) fn get_wait(c: &Connection, run_id: &str, id: &str) -> StoreResult<WaitRecord> {
+pub(crate) fn get_wait(c: &dyn Db, run_id: &str, id: &str) -> StoreResult<WaitRecord> {
     one_of_run(
         c,
         &format!("SELECT {WAIT_COLS} FROM waits WHERE id = ?1 AND run_id = ?2"),
@@ -35,7 +36,7 @@ pub(crate) fn get_wait(c: &Connection, run_id: &str, id: &str) -> StoreResult<Wa
     )
 }
 
-pub(crate) fn list_waits(c: &Connection, run_id: &str) -> StoreResult<Vec<WaitRecord>> {
+pub(crate) fn list_waits(c: &dyn Db, run_id: &str) -> StoreResult<Vec<WaitRecord>> {
     all_of_run(
         c,
         &format!("SELECT {WAIT_COLS} FROM waits WHERE run_id = ?1 ORDER BY created_at, id"),
@@ -44,21 +45,19 @@ pub(crate) fn list_waits(c: &Connection, run_id: &str) -> StoreResult<Vec<WaitRe
     )
 }
 
-pub(super) fn armed_wait(c: &Connection, run_id: &str) -> StoreResult<Option<WaitRecord>> {
-    c.prepare_cached(&format!(
-        "SELECT {WAIT_COLS} FROM waits WHERE run_id = ?1 AND state = 'armed'"
-    ))
-    .map_err(db)?
-    .query_row([run_id], wait_row)
-    .optional()
-    .map_err(db)
+pub(super) fn armed_wait(c: &dyn Db, run_id: &str) -> StoreResult<Option<WaitRecord>> {
+    c.row(
+        &format!("SELECT {WAIT_COLS} FROM waits WHERE run_id = ?1 AND state = 'armed'"),
+        p![run_id],
+        wait_row,
+    )
 }
 
 /// Arms a wait on a run (replacing, i.e. cancelling, an armed one), with its absolute deadline, and
 /// runs one resolution step at once: a buffered match (oldest first), queued user input or an
 /// already-past deadline resolves it immediately. Errors: `NotFound`; `Rejected(target_terminal)`.
 pub(crate) fn create_wait(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     wait_id: &str,
     spec: &WaitSpec,
@@ -76,18 +75,14 @@ pub(crate) fn create_wait(
         )?;
     }
     let deadline = spec.timeout_ms.map(|t| now + t as i64);
-    c.prepare_cached(
-        "INSERT INTO waits (id, run_id, spec, deadline, state, created_at) VALUES (?1, ?2, ?3, ?4, 'armed', ?5)",
-    )
-    .map_err(db)?
-    .execute(params![
+    c.exec(
+        "INSERT INTO waits (id, run_id, spec, deadline, state, created_at) VALUES (?1, ?2, ?3, ?4, 'armed', ?5)", p![
         wait_id,
         run_id,
         serde_json::to_string(spec).expect("serializable"),
         deadline,
         now
-    ])
-    .map_err(db)?;
+    ])?;
     set_status(
         c,
         run_id,
@@ -109,7 +104,7 @@ pub(crate) fn create_wait(
 /// Cancels an armed wait (the driver's `{action: "cancel"}`). Errors: `NotFound`; `Conflict` when the
 /// wait is no longer armed.
 pub(crate) fn cancel_wait(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     wait_id: &str,
     now: i64,
@@ -134,25 +129,21 @@ pub(crate) fn cancel_wait(
 }
 
 pub(super) fn settle_wait(
-    c: &Connection,
+    c: &dyn Db,
     w: &WaitRecord,
     state: WaitState,
     winner: Option<&Value>,
     losers: &Value,
     now: i64,
 ) -> StoreResult<()> {
-    c.prepare_cached(
-        "UPDATE waits SET state = ?2, winner = ?3, losers = ?4, settled_at = ?5, interrupted_by = NULL WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute(params![
+    c.exec(
+        "UPDATE waits SET state = ?2, winner = ?3, losers = ?4, settled_at = ?5, interrupted_by = NULL WHERE id = ?1", p![
         w.id,
         state.as_str(),
         winner.map(|v| v.to_string()),
         losers.to_string(),
         now
-    ])
-    .map_err(db)?;
+    ])?;
     Ok(())
 }
 
@@ -161,7 +152,7 @@ pub(super) fn settle_wait(
 /// [`tb_core::wait::resolve`], and applies the outcome with the losers' dispositions. Returns the wait
 /// it resolved or interrupted.
 pub(crate) fn resolve_step(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     now: i64,
     stop: bool,
@@ -170,11 +161,7 @@ pub(crate) fn resolve_step(
         return Ok(None);
     };
     let input: Option<String> = c
-        .prepare_cached("SELECT id FROM turns WHERE run_id = ?1 AND user_input = 1 AND state != 'acked' AND seen_by IS NULL ORDER BY seq LIMIT 1")
-        .map_err(db)?
-        .query_row([run_id], |r| r.get(0))
-        .optional()
-        .map_err(db)?;
+        .row("SELECT id FROM turns WHERE run_id = ?1 AND user_input = 1 AND state != 'acked' AND seen_by IS NULL ORDER BY seq LIMIT 1", p![run_id], |r| r.get(0))?;
     let signal = oldest_match(c, run_id, &w.spec)?;
     let cand = Candidates {
         stop,
@@ -193,10 +180,10 @@ pub(crate) fn resolve_step(
         Resolution::Interrupt => {
             let turn = input.expect("interrupt implies input");
             mark_seen(c, &turn, &w.id)?;
-            c.prepare_cached("UPDATE waits SET interrupted_by = ?2 WHERE id = ?1")
-                .map_err(db)?
-                .execute(params![w.id, turn])
-                .map_err(db)?;
+            c.exec(
+                "UPDATE waits SET interrupted_by = ?2 WHERE id = ?1",
+                p![w.id, turn],
+            )?;
             set_status(c, run_id, RunStatus::Running, None, now)?;
             append_event(
                 c,
@@ -222,10 +209,7 @@ pub(crate) fn resolve_step(
             match winner {
                 WinnerKind::Signal => {
                     let (seq, env, delivery) = signal.expect("signal winner");
-                    c.prepare_cached("UPDATE signals SET state = 'consumed', consumed_by = ?3, settled_at = ?4 WHERE run_id = ?1 AND seq = ?2")
-                        .map_err(db)?
-                        .execute(params![run_id, seq, w.id, now])
-                        .map_err(db)?;
+                    c.exec("UPDATE signals SET state = 'consumed', consumed_by = ?3, settled_at = ?4 WHERE run_id = ?1 AND seq = ?2", p![run_id, seq, w.id, now])?;
                     append_event(
                         c,
                         run_id,
@@ -283,31 +267,31 @@ pub(crate) fn resolve_step(
     }
 }
 
-pub(super) fn mark_seen(c: &Connection, turn: &str, wait: &str) -> StoreResult<()> {
-    c.prepare_cached("UPDATE turns SET seen_by = ?2 WHERE id = ?1")
-        .map_err(db)?
-        .execute(params![turn, wait])
-        .map_err(db)?;
+pub(super) fn mark_seen(c: &dyn Db, turn: &str, wait: &str) -> StoreResult<()> {
+    c.exec(
+        "UPDATE turns SET seen_by = ?2 WHERE id = ?1",
+        p![turn, wait],
+    )?;
     Ok(())
 }
 
 /// The oldest buffered signal whose name the wait takes: (seq, envelope, delivery id).
 pub(super) fn oldest_match(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     spec: &WaitSpec,
 ) -> StoreResult<Option<(i64, Value, Option<String>)>> {
-    let mut st = c
-        .prepare_cached("SELECT seq, name, envelope, delivery_id FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq")
-        .map_err(db)?;
-    let mut rows = st.query([run_id]).map_err(db)?;
-    while let Some(r) = rows.next().map_err(db)? {
-        let name: String = r.get(1).map_err(db)?;
+    let rows = c.query(
+        "SELECT seq, name, envelope, delivery_id FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq",
+        p![run_id],
+    )?;
+    for r in &rows {
+        let name: String = r.get(1)?;
         if spec.takes(&name) {
             return Ok(Some((
-                r.get(0).map_err(db)?,
-                json_col(r.get(2).map_err(db)?).unwrap_or(Value::Null),
-                r.get(3).map_err(db)?,
+                r.get(0)?,
+                json_col(r.get(2)?).unwrap_or(Value::Null),
+                r.get(3)?,
             )));
         }
     }
@@ -344,14 +328,9 @@ pub fn wait_view(w: &WaitRecord) -> Value {
 }
 
 /// Resolves armed waits whose deadline has passed (at most `limit`); returns how many resolved.
-pub(crate) fn fire_timers(c: &Connection, now: i64, limit: u32) -> StoreResult<u32> {
+pub(crate) fn fire_timers(c: &dyn Db, now: i64, limit: u32) -> StoreResult<u32> {
     let runs: Vec<String> = c
-        .prepare_cached("SELECT run_id FROM waits INDEXED BY waits_due WHERE state = 'armed' AND deadline IS NOT NULL AND deadline <= ?1 AND interrupted_by IS NULL ORDER BY deadline LIMIT ?2")
-        .map_err(db)?
-        .query_map(params![now, limit], |r| r.get(0))
-        .map_err(db)?
-        .collect::<Result<_, _>>()
-        .map_err(db)?;
+        .rows("SELECT run_id FROM waits INDEXED BY waits_due WHERE state = 'armed' AND deadline IS NOT NULL AND deadline <= ?1 AND interrupted_by IS NULL ORDER BY deadline LIMIT ?2", p![now, limit], |r| r.get(0))?;
     let mut n = 0;
     for r in runs {
         if resolve_step(c, &r, now, false)?.is_some() {
@@ -361,44 +340,30 @@ pub(crate) fn fire_timers(c: &Connection, now: i64, limit: u32) -> StoreResult<u
     Ok(n)
 }
 
-pub(crate) fn next_timer_at(c: &Connection) -> StoreResult<Option<i64>> {
-    c.prepare_cached("SELECT MIN(deadline) FROM waits WHERE state = 'armed' AND deadline IS NOT NULL AND interrupted_by IS NULL")
-        .map_err(db)?
-        .query_row([], |r| r.get(0))
-        .map_err(db)
+pub(crate) fn next_timer_at(c: &dyn Db) -> StoreResult<Option<i64>> {
+    Ok(c
+        .value::<Option<i64>>(
+            "SELECT MIN(deadline) FROM waits WHERE state = 'armed' AND deadline IS NOT NULL AND interrupted_by IS NULL",
+            p![],
+        )?
+        .flatten())
 }
 
 /// On a run's end: its armed wait resolves with winner `stop`; signals still buffered, turns not yet
 /// acknowledged, and their receipts, end `expired`.
-pub(crate) fn on_run_end(c: &Connection, run_id: &str, now: i64) -> StoreResult<()> {
+pub(crate) fn on_run_end(c: &dyn Db, run_id: &str, now: i64) -> StoreResult<()> {
     resolve_step(c, run_id, now, true)?;
-    c.prepare_cached(
+    c.exec(
         "UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE state = 'queued' AND id IN \
-         (SELECT d.receipt_id FROM signals s JOIN deliveries d ON d.id = s.delivery_id WHERE s.run_id = ?1 AND s.state = 'buffered')",
-    )
-    .map_err(db)?
-    .execute(params![run_id, now])
-    .map_err(db)?;
+         (SELECT d.receipt_id FROM signals s JOIN deliveries d ON d.id = s.delivery_id WHERE s.run_id = ?1 AND s.state = 'buffered')", p![run_id, now])?;
     // Prompts (and wake-ups) never acknowledged can no longer be: their receipts end `expired` too.
-    c.prepare_cached(
+    c.exec(
         "UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE state = 'queued' AND id IN \
-         (SELECT d.receipt_id FROM turns t JOIN deliveries d ON d.id = t.delivery_id WHERE t.run_id = ?1 AND t.state != 'acked')",
-    )
-    .map_err(db)?
-    .execute(params![run_id, now])
-    .map_err(db)?;
+         (SELECT d.receipt_id FROM turns t JOIN deliveries d ON d.id = t.delivery_id WHERE t.run_id = ?1 AND t.state != 'acked')", p![run_id, now])?;
     // What is still buffered or queued can never be consumed now.
-    c.prepare_cached(
-        "UPDATE signals SET state = 'expired', settled_at = ?2 WHERE run_id = ?1 AND state = 'buffered'",
-    )
-    .map_err(db)?
-    .execute(params![run_id, now])
-    .map_err(db)?;
-    c.prepare_cached(
-        "UPDATE turns SET state = 'expired', lease_until = NULL WHERE run_id = ?1 AND state != 'acked'",
-    )
-    .map_err(db)?
-    .execute(params![run_id])
-    .map_err(db)?;
+    c.exec(
+        "UPDATE signals SET state = 'expired', settled_at = ?2 WHERE run_id = ?1 AND state = 'buffered'", p![run_id, now])?;
+    c.exec(
+        "UPDATE turns SET state = 'expired', lease_until = NULL WHERE run_id = ?1 AND state != 'acked'", p![run_id])?;
     Ok(())
 }

@@ -1,9 +1,11 @@
 //! Turns on SQLite: the per-run queue a session's driver claims one at a time (leased, acknowledged).
 
 use super::*;
+use crate::p;
+use crate::sql::{Db, Row};
 
 pub(super) fn insert_turn(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     kind: TurnKind,
     content: &Value,
@@ -12,13 +14,9 @@ pub(super) fn insert_turn(
     now: i64,
 ) -> StoreResult<String> {
     let id = new_id(IdKind::Turn);
-    c.prepare_cached(
+    c.exec(
         "INSERT INTO turns (id, run_id, seq, kind, content, state, delivery_id, user_input, created_at) \
-         VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE run_id = ?2), ?3, ?4, 'queued', ?5, ?6, ?7)",
-    )
-    .map_err(db)?
-    .execute(params![id, run_id, kind.as_str(), content.to_string(), delivery_id, user_input, now])
-    .map_err(db)?;
+         VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE run_id = ?2), ?3, ?4, 'queued', ?5, ?6, ?7)", p![id, run_id, kind.as_str(), content.to_string(), delivery_id, user_input, now])?;
     append_event(
         c,
         run_id,
@@ -32,7 +30,7 @@ pub(super) fn insert_turn(
 pub(super) const TURN_COLS: &str =
     "id, run_id, seq, kind, content, state, lease_until, claims, created_at, acked_at";
 
-pub(super) fn turn_row(r: &Row) -> rusqlite::Result<TurnRecord> {
+pub(super) fn turn_row(r: &Row) -> StoreResult<TurnRecord> {
     let kind: String = r.get(3)?;
     let state: String = r.get(5)?;
     Ok(TurnRecord {
@@ -51,7 +49,7 @@ pub(super) fn turn_row(r: &Row) -> rusqlite::Result<TurnRecord> {
 
 /// Enqueues a prompt as accepted user input, then lets it interrupt or win the run's armed wait.
 pub(crate) fn enqueue_prompt(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     p: &NewPrompt,
     now: i64,
@@ -71,7 +69,7 @@ pub(crate) fn enqueue_prompt(
     get_turn(c, run_id, &id)
 }
 
-pub(crate) fn get_turn(c: &Connection, run_id: &str, id: &str) -> StoreResult<TurnRecord> {
+pub(crate) fn get_turn(c: &dyn Db, run_id: &str, id: &str) -> StoreResult<TurnRecord> {
     one_of_run(
         c,
         &format!("SELECT {TURN_COLS} FROM turns WHERE id = ?1 AND run_id = ?2"),
@@ -82,7 +80,7 @@ pub(crate) fn get_turn(c: &Connection, run_id: &str, id: &str) -> StoreResult<Tu
     )
 }
 
-pub(crate) fn list_turns(c: &Connection, run_id: &str) -> StoreResult<Vec<TurnRecord>> {
+pub(crate) fn list_turns(c: &dyn Db, run_id: &str) -> StoreResult<Vec<TurnRecord>> {
     all_of_run(
         c,
         &format!("SELECT {TURN_COLS} FROM turns WHERE run_id = ?1 ORDER BY seq"),
@@ -93,63 +91,50 @@ pub(crate) fn list_turns(c: &Connection, run_id: &str) -> StoreResult<Vec<TurnRe
 
 /// One row of a run's table by `(id, run_id)`, or `NotFound(what)`.
 pub(super) fn one_of_run<T>(
-    c: &Connection,
+    c: &dyn Db,
     sql: &str,
     run_id: &str,
     id: &str,
-    map: fn(&Row) -> rusqlite::Result<T>,
+    map: fn(&Row) -> StoreResult<T>,
     what: &str,
 ) -> StoreResult<T> {
-    c.prepare_cached(sql)
-        .map_err(db)?
-        .query_row(params![id, run_id], map)
-        .optional()
-        .map_err(db)?
+    c.row(sql, p![id, run_id], map)?
         .ok_or_else(|| StoreError::NotFound(what.into()))
 }
 
 /// Every row of a run's table (`?1` = run id); `NotFound("run")` for an unknown run.
 pub(super) fn all_of_run<T>(
-    c: &Connection,
+    c: &dyn Db,
     sql: &str,
     run_id: &str,
-    map: fn(&Row) -> rusqlite::Result<T>,
+    map: fn(&Row) -> StoreResult<T>,
 ) -> StoreResult<Vec<T>> {
     read::get_run(c, run_id)?;
-    let mut st = c.prepare_cached(sql).map_err(db)?;
-    let rows = st.query_map([run_id], map).map_err(db)?;
-    rows.collect::<Result<_, _>>().map_err(db)
+    c.rows(sql, p![run_id], map)
 }
 
 /// Claims the run's next turn in order: one turn at a time, so a turn still leased (lease not lapsed)
 /// blocks the next. A lapsed lease is redelivered (`claims` grows). `None` when nothing is claimable.
 pub(crate) fn claim_turn(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     lease_ms: u64,
     now: i64,
 ) -> StoreResult<Option<TurnRecord>> {
     live_run(c, run_id)?;
     let next: Option<(String, String, Option<i64>)> = c
-        .prepare_cached(
-            "SELECT id, state, lease_until FROM turns WHERE run_id = ?1 AND state IN ('queued', 'leased') ORDER BY seq LIMIT 1",
-        )
-        .map_err(db)?
-        .query_row([run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .optional()
-        .map_err(db)?;
+        .row(
+            "SELECT id, state, lease_until FROM turns WHERE run_id = ?1 AND state IN ('queued', 'leased') ORDER BY seq LIMIT 1", p![run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
     let Some((id, state, lease_until)) = next else {
         return Ok(None);
     };
     if state == "leased" && lease_until.is_some_and(|l| l > now) {
         return Ok(None);
     }
-    c.prepare_cached(
+    c.exec(
         "UPDATE turns SET state = 'leased', lease_until = ?2, claims = claims + 1 WHERE id = ?1",
-    )
-    .map_err(db)?
-    .execute(params![id, now + lease_ms as i64])
-    .map_err(db)?;
+        p![id, now + lease_ms as i64],
+    )?;
     get_turn(c, run_id, &id).map(Some)
 }
 
@@ -157,7 +142,7 @@ pub(crate) fn claim_turn(
 /// interrupted re-arms with its original absolute deadline (then resolves at once if it can).
 /// Errors: `NotFound`; `Conflict` when the turn is not leased (never claimed, or already acked).
 pub(crate) fn ack_turn(
-    c: &Connection,
+    c: &dyn Db,
     run_id: &str,
     turn_id: &str,
     claim: u32,
@@ -183,10 +168,7 @@ pub(crate) fn ack_turn(
         )));
     }
     let delivery: Option<String> = c
-        .prepare_cached("UPDATE turns SET state = 'acked', acked_at = ?2, lease_until = NULL WHERE id = ?1 RETURNING delivery_id")
-        .map_err(db)?
-        .query_row(params![turn_id, now], |r| r.get(0))
-        .map_err(db)?;
+        .row("UPDATE turns SET state = 'acked', acked_at = ?2, lease_until = NULL WHERE id = ?1 RETURNING delivery_id", p![turn_id, now], |r| r.get(0))?.ok_or_else(no_row)?;
     append_event(
         c,
         run_id,
@@ -197,11 +179,7 @@ pub(crate) fn ack_turn(
     consume_delivery(c, delivery.as_deref(), now)?;
     // Re-arm a wait this turn interrupted.
     let rearm: Option<(String, String)> = c
-        .prepare_cached("UPDATE waits SET interrupted_by = NULL WHERE run_id = ?1 AND state = 'armed' AND interrupted_by = ?2 RETURNING id, spec")
-        .map_err(db)?
-        .query_row(params![run_id, turn_id], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()
-        .map_err(db)?;
+        .row("UPDATE waits SET interrupted_by = NULL WHERE run_id = ?1 AND state = 'armed' AND interrupted_by = ?2 RETURNING id, spec", p![run_id, turn_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     if let Some((wait_id, spec)) = rearm {
         let spec: WaitSpec =
             serde_json::from_str(&spec).map_err(|e| StoreError::Database(e.to_string()))?;

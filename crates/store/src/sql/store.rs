@@ -1,0 +1,491 @@
+//! `impl Store` written once for every backend: each method is one backend transaction running the shared
+//! data-access code of [`read`], [`write`] and [`session`].
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde_json::Value;
+use tb_core::run::RunStatus;
+use tb_core::subscription::{SubscriptionInput, Transition};
+
+use super::{read, session, write, Db};
+use crate::model::*;
+use crate::session::*;
+use crate::{Store, StoreError, StoreResult, StoredResult};
+
+/// How a backend runs the shared data-access code. The backend owns connections and transactions and
+/// maps driver errors onto [`StoreError`]; it decides nothing.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Runs `f` in a write transaction and answers after COMMIT returned (durably). `f` may run more than
+    /// once when the backend retries a transaction that lost a race ([`StoreError::Retryable`]), so it
+    /// must not have effects outside the transaction. An `Err` from `f` rolls its writes back.
+    async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static;
+
+    /// Runs `f` in a read-only transaction (one consistent snapshot).
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static;
+
+    /// Runs a short point read (an index lookup of a few µs, the ingest path's dedup probe) on the calling
+    /// thread when the backend can without blocking the runtime for long (SQLite); otherwise as
+    /// [`Backend::read`].
+    async fn read_now<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static;
+
+    /// Whether the backend can take writes (its writer or pool is running).
+    fn is_alive(&self) -> bool;
+
+    /// Lets queued writes commit, then stops.
+    async fn close(&self);
+}
+
+/// The store over a [`Backend`]: every [`Store`] method, backend-neutral.
+pub struct SqlStore<B> {
+    pub(crate) backend: B,
+}
+
+impl<B: Backend> SqlStore<B> {
+    /// The store over `backend`.
+    pub fn new(backend: B) -> Self {
+        SqlStore { backend }
+    }
+
+    /// The backend (for backend-specific inspection and test hooks).
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+}
+
+#[async_trait]
+impl<B: Backend> Store for SqlStore<B> {
+    async fn upsert_subscription(
+        &self,
+        def: SubscriptionDef,
+        now: i64,
+    ) -> StoreResult<SubscriptionRecord> {
+        self.backend
+            .write(move |c| write::upsert_subscription(c, &def, now))
+            .await
+    }
+    async fn list_subscriptions(&self) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.backend.read(read::list_subscriptions).await
+    }
+    async fn subscriptions_in_state(
+        &self,
+        state: tb_core::subscription::SubscriptionState,
+    ) -> StoreResult<Vec<SubscriptionRecord>> {
+        self.backend
+            .read(move |c| read::subscriptions_in_state(c, state))
+            .await
+    }
+    async fn get_subscription(&self, id: &str) -> StoreResult<SubscriptionRecord> {
+        let id = id.to_string();
+        self.backend
+            .read(move |c| read::get_subscription(c, &id))
+            .await
+    }
+    async fn apply_subscription_input(
+        &self,
+        id: &str,
+        input: SubscriptionInput,
+        now: i64,
+    ) -> StoreResult<Option<Transition>> {
+        let id = id.to_string();
+        self.backend
+            .write(move |c| write::apply_subscription_input(c, &id, input, now))
+            .await
+    }
+    async fn find_duplicate(
+        &self,
+        subscription_id: &str,
+        dedup_key: &str,
+        now: i64,
+    ) -> StoreResult<Option<IngestOutcome>> {
+        let (sub, key) = (subscription_id.to_string(), dedup_key.to_string());
+        self.backend
+            .read_now(move |c| read::duplicate_of(c, &sub, &key, now))
+            .await
+    }
+    async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome> {
+        // Serialize here, on the caller's thread: the writer thread only executes SQL.
+        let normalized = receipt.normalized.to_string();
+        let inputs: Vec<String> = receipt
+            .deliveries
+            .iter()
+            .map(|d| d.inputs.to_string())
+            .collect();
+        self.backend
+            .write(move |c| write::commit_receipt(c, &receipt, &normalized, &inputs))
+            .await
+    }
+    async fn lease_due(
+        &self,
+        owner: &str,
+        now: i64,
+        lease_ms: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<Lease>> {
+        let owner = owner.to_string();
+        self.backend
+            .write(move |c| write::lease_due(c, &owner, now, lease_ms, limit))
+            .await
+    }
+    async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted> {
+        self.backend
+            .write(move |c| write::commit_attempt(c, &commit))
+            .await
+    }
+    async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
+        let id = id.to_string();
+        self.backend
+            .write(move |c| write::replay_delivery(c, &id, now))
+            .await
+    }
+    async fn renew_lease(
+        &self,
+        delivery_id: &str,
+        owner: &str,
+        lease_until: i64,
+        now: i64,
+        lease_ms: u64,
+    ) -> StoreResult<Option<i64>> {
+        let (d, o) = (delivery_id.to_string(), owner.to_string());
+        self.backend
+            .write(move |c| write::renew_lease(c, &d, &o, lease_until, now, lease_ms))
+            .await
+    }
+    async fn release_lease(&self, delivery_id: &str, owner: &str, now: i64) -> StoreResult<()> {
+        let (d, o) = (delivery_id.to_string(), owner.to_string());
+        self.backend
+            .write(move |c| write::release_lease(c, &d, &o, now))
+            .await
+    }
+    async fn next_due_at(&self) -> StoreResult<Option<i64>> {
+        self.backend.read(read::next_due_at).await
+    }
+    async fn finish_run(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        output: Option<Value>,
+        now: i64,
+    ) -> StoreResult<RunRecord> {
+        let id = run_id.to_string();
+        self.backend
+            .write(move |c| write::finish_run(c, &id, status, output.as_ref(), now))
+            .await
+    }
+    async fn get_run(&self, id: &str) -> StoreResult<RunRecord> {
+        let id = id.to_string();
+        self.backend.read(move |c| read::get_run(c, &id)).await
+    }
+    async fn list_runs(&self, q: ListQuery) -> StoreResult<Vec<RunRecord>> {
+        self.backend.read(move |c| read::list_runs(c, &q)).await
+    }
+    async fn run_events(
+        &self,
+        run_id: &str,
+        after: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<Vec<RunEventRecord>> {
+        let id = run_id.to_string();
+        self.backend
+            .read(move |c| read::run_events(c, &id, after, limit))
+            .await
+    }
+    async fn get_receipt(&self, id: &str) -> StoreResult<ReceiptRecord> {
+        let id = id.to_string();
+        self.backend.read(move |c| read::get_receipt(c, &id)).await
+    }
+    async fn list_receipts(&self, q: ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
+        self.backend.read(move |c| read::list_receipts(c, &q)).await
+    }
+    async fn get_body(&self, receipt_id: &str) -> StoreResult<Bytes> {
+        let id = receipt_id.to_string();
+        self.backend
+            .read(move |c| read::get_body(c, &id))
+            .await
+            .map(Bytes::from)
+    }
+    async fn get_delivery(&self, id: &str) -> StoreResult<DeliveryRecord> {
+        let id = id.to_string();
+        self.backend.read(move |c| read::get_delivery(c, &id)).await
+    }
+    async fn list_deliveries(&self, q: ListQuery) -> StoreResult<Vec<DeliveryRecord>> {
+        self.backend
+            .read(move |c| read::list_deliveries(c, &q))
+            .await
+    }
+    async fn deliveries_of_receipt(&self, receipt_id: &str) -> StoreResult<Vec<DeliveryRecord>> {
+        let id = receipt_id.to_string();
+        self.backend
+            .read(move |c| read::deliveries_of_receipt(c, &id))
+            .await
+    }
+    async fn attempts(&self, delivery_id: &str) -> StoreResult<Vec<AttemptRecord>> {
+        let id = delivery_id.to_string();
+        self.backend.read(move |c| read::attempts(c, &id)).await
+    }
+    async fn subscription_events(
+        &self,
+        subscription_id: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<SubscriptionEventRecord>> {
+        let id = subscription_id.to_string();
+        self.backend
+            .read(move |c| read::subscription_events(c, &id, limit))
+            .await
+    }
+    async fn queue_depth(&self) -> StoreResult<QueueDepth> {
+        self.backend.read(read::queue_depth).await
+    }
+    async fn dead_letters(&self, q: DeadLetterQuery) -> StoreResult<Vec<DeadLetterRecord>> {
+        self.backend.read(move |c| read::dead_letters(c, &q)).await
+    }
+    async fn dead_letter_selection(&self, q: DeadLetterSelect) -> StoreResult<DeadLetterSelection> {
+        self.backend
+            .read(move |c| read::dead_letter_selection(c, &q))
+            .await
+    }
+    async fn idempotency_claim(
+        &self,
+        scope: &str,
+        key: &str,
+        digest: &str,
+        now: i64,
+        lease_ms: u64,
+    ) -> StoreResult<IdempotencyClaim> {
+        let (s, k, d) = (scope.to_string(), key.to_string(), digest.to_string());
+        self.backend
+            .write(move |c| write::idempotency_claim(c, &s, &k, &d, now, lease_ms))
+            .await
+    }
+    async fn idempotency_release(
+        &self,
+        scope: &str,
+        key: &str,
+        lease_until: i64,
+    ) -> StoreResult<bool> {
+        let (s, k) = (scope.to_string(), key.to_string());
+        self.backend
+            .write(move |c| write::idempotency_release(c, &s, &k, lease_until))
+            .await
+    }
+    async fn idempotency_finish(
+        &self,
+        scope: &str,
+        key: &str,
+        reply: Option<StoredReply>,
+        now: i64,
+    ) -> StoredResult {
+        let (s, k) = (scope.to_string(), key.to_string());
+        self.backend
+            .write(move |c| write::idempotency_finish(c, &s, &k, reply.as_ref(), now))
+            .await
+    }
+    async fn sweep(
+        &self,
+        now: i64,
+        bodies_before: i64,
+        dead_letters_before: i64,
+        batch: u32,
+        cursor: SweepCursor,
+    ) -> StoreResult<SweepPage> {
+        self.backend
+            .write(move |c| {
+                write::sweep(
+                    c,
+                    now,
+                    bodies_before,
+                    dead_letters_before,
+                    batch,
+                    cursor.clone(),
+                )
+            })
+            .await
+    }
+    async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()> {
+        self.backend
+            .write(move |c| write::create_webhook(c, &w, &sub))
+            .await
+    }
+    async fn delete_webhook(&self, id: &str, tenant: &str) -> StoreResult<()> {
+        let (i, t) = (id.to_string(), tenant.to_string());
+        self.backend
+            .write(move |c| write::delete_webhook(c, &i, &t))
+            .await
+    }
+    async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>> {
+        self.backend.read(read::list_webhooks).await
+    }
+    async fn get_run_event(&self, event_id: &str) -> StoreResult<RunEventRecord> {
+        let id = event_id.to_string();
+        self.backend
+            .read(move |c| read::get_run_event(c, &id))
+            .await
+    }
+    async fn raise_signal(
+        &self,
+        run_id: &str,
+        signal: NewSignal,
+        now: i64,
+    ) -> StoreResult<RaiseOutcome> {
+        let r = run_id.to_string();
+        self.backend
+            .write(move |c| session::raise_signal(c, &r, &signal, now))
+            .await
+    }
+    async fn list_signals(
+        &self,
+        run_id: &str,
+        before: Option<u64>,
+        limit: u32,
+    ) -> StoreResult<SignalPage> {
+        let r = run_id.to_string();
+        self.backend
+            .read(move |c| session::list_signals(c, &r, before, limit))
+            .await
+    }
+    async fn signal_payload(&self, run_id: &str, payload_ref: &str) -> StoreResult<Bytes> {
+        let (r, p) = (run_id.to_string(), payload_ref.to_string());
+        self.backend
+            .read(move |c| session::signal_payload(c, &r, &p))
+            .await
+            .map(Bytes::from)
+    }
+    async fn create_wait(
+        &self,
+        run_id: &str,
+        wait_id: &str,
+        spec: tb_core::wait::WaitSpec,
+        now: i64,
+    ) -> StoreResult<WaitRecord> {
+        let (r, w) = (run_id.to_string(), wait_id.to_string());
+        self.backend
+            .write(move |c| session::create_wait(c, &r, &w, &spec, now))
+            .await
+    }
+    async fn cancel_wait(&self, run_id: &str, wait_id: &str, now: i64) -> StoreResult<WaitRecord> {
+        let (r, w) = (run_id.to_string(), wait_id.to_string());
+        self.backend
+            .write(move |c| session::cancel_wait(c, &r, &w, now))
+            .await
+    }
+    async fn get_wait(&self, run_id: &str, wait_id: &str) -> StoreResult<WaitRecord> {
+        let (r, w) = (run_id.to_string(), wait_id.to_string());
+        self.backend
+            .read(move |c| session::get_wait(c, &r, &w))
+            .await
+    }
+    async fn list_waits(&self, run_id: &str) -> StoreResult<Vec<WaitRecord>> {
+        let r = run_id.to_string();
+        self.backend.read(move |c| session::list_waits(c, &r)).await
+    }
+    async fn fire_timers(&self, now: i64, limit: u32) -> StoreResult<u32> {
+        self.backend
+            .write(move |c| session::fire_timers(c, now, limit))
+            .await
+    }
+    async fn next_timer_at(&self) -> StoreResult<Option<i64>> {
+        self.backend.read(session::next_timer_at).await
+    }
+    async fn enqueue_prompt(
+        &self,
+        run_id: &str,
+        prompt: NewPrompt,
+        now: i64,
+    ) -> StoreResult<TurnRecord> {
+        let r = run_id.to_string();
+        self.backend
+            .write(move |c| session::enqueue_prompt(c, &r, &prompt, now))
+            .await
+    }
+    async fn claim_turn(
+        &self,
+        run_id: &str,
+        lease_ms: u64,
+        now: i64,
+    ) -> StoreResult<Option<TurnRecord>> {
+        let r = run_id.to_string();
+        self.backend
+            .write(move |c| session::claim_turn(c, &r, lease_ms, now))
+            .await
+    }
+    async fn ack_turn(
+        &self,
+        run_id: &str,
+        turn_id: &str,
+        claim: u32,
+        now: i64,
+    ) -> StoreResult<TurnRecord> {
+        let (r, t) = (run_id.to_string(), turn_id.to_string());
+        self.backend
+            .write(move |c| session::ack_turn(c, &r, &t, claim, now))
+            .await
+    }
+    async fn list_turns(&self, run_id: &str) -> StoreResult<Vec<TurnRecord>> {
+        let r = run_id.to_string();
+        self.backend.read(move |c| session::list_turns(c, &r)).await
+    }
+    async fn create_capability(&self, cap: CapabilityRecord, token_hash: String) -> StoredResult {
+        self.backend
+            .write(move |c| session::create_capability(c, &cap, &token_hash))
+            .await
+    }
+    async fn list_capabilities(&self) -> StoreResult<Vec<CapabilityRecord>> {
+        self.backend.read(session::list_capabilities).await
+    }
+    async fn capability_by_hash(
+        &self,
+        token_hash: &str,
+        now: i64,
+    ) -> StoreResult<Option<CapabilityRecord>> {
+        let hash = token_hash.to_string();
+        self.backend
+            .read_now(move |c| session::capability_by_hash(c, &hash, now))
+            .await
+    }
+    async fn revoke_capability(&self, id: &str, now: i64) -> StoreResult<CapabilityRecord> {
+        let i = id.to_string();
+        self.backend
+            .write(move |c| session::revoke_capability(c, &i, now))
+            .await
+    }
+    async fn revoke_binding(&self, id: &str, by: Option<String>, now: i64) -> StoreResult<bool> {
+        let i = id.to_string();
+        self.backend
+            .write(move |c| write::revoke_binding(c, &i, by.as_deref(), now))
+            .await
+    }
+    async fn restore_binding(&self, id: &str) -> StoreResult<bool> {
+        let i = id.to_string();
+        self.backend
+            .write(move |c| write::restore_binding(c, &i))
+            .await
+    }
+    async fn revoked_bindings(&self) -> StoreResult<Vec<(String, i64)>> {
+        self.backend.read(read::revoked_bindings).await
+    }
+    async fn add_duplicates(&self, counts: Vec<(String, u64, i64)>) -> StoredResult {
+        self.backend
+            .write(move |c| write::add_duplicates(c, &counts))
+            .await
+    }
+    async fn ping_writer(&self) -> StoredResult {
+        if !self.backend.is_alive() {
+            return Err(StoreError::Unavailable(
+                "the writer thread is not running".into(),
+            ));
+        }
+        self.backend.write(|_| Ok(())).await
+    }
+    async fn close(&self) {
+        self.backend.close().await;
+    }
+}
