@@ -172,6 +172,25 @@ impl FailureStreak {
     }
 }
 
+/// How fresh `last_success_at` is kept, in ms: a success refreshes it only when the stored value is at
+/// least this old. It is shown to operators and never judged by a rule, and this keeps a busy
+/// subscription's row from being rewritten (and, on PostgreSQL, locked) by every attempt.
+pub const LAST_SUCCESS_RESOLUTION_MS: i64 = 1_000;
+
+/// After a delivered attempt: whether the subscription row must be written. It must when a failure
+/// streak is to be reset (`consecutive_failures > 0` or a `first_failure_at`), or when `last_success_at`
+/// is unset or at least [`LAST_SUCCESS_RESOLUTION_MS`] older than `now` (ms).
+pub fn success_needs_write(
+    last_success_at: Option<i64>,
+    consecutive_failures: u32,
+    first_failure_at: Option<i64>,
+    now: i64,
+) -> bool {
+    consecutive_failures > 0
+        || first_failure_at.is_some()
+        || last_success_at.is_none_or(|t| now.saturating_sub(t) >= LAST_SUCCESS_RESOLUTION_MS)
+}
+
 /// What happened to a subscription, as input to [`transition`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SubscriptionInput {
@@ -285,6 +304,19 @@ pub fn admission(state: SubscriptionState) -> Admission {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_success_writes_the_row_only_when_something_changes() {
+        // A streak to reset: always written.
+        assert!(success_needs_write(Some(9_900), 2, Some(9_000), 10_000));
+        assert!(success_needs_write(Some(9_900), 0, Some(9_000), 10_000));
+        // No streak: written only when last_success_at is unset or a resolution old.
+        assert!(success_needs_write(None, 0, None, 10_000));
+        assert!(!success_needs_write(Some(9_001), 0, None, 10_000));
+        assert!(success_needs_write(Some(9_000), 0, None, 10_000));
+        // A clock that went back never forces a write.
+        assert!(!success_needs_write(Some(11_000), 0, None, 10_000));
+    }
+
     use super::*;
     use SubscriptionInput as I;
     use SubscriptionState as S;

@@ -158,6 +158,36 @@ pub(crate) fn get_subscription(c: &dyn Db, id: &str) -> StoreResult<Subscription
     )
 }
 
+/// The subscription, its row locked until the transaction ends (`FOR UPDATE` on PostgreSQL): taken
+/// before its counters or state are read to be rewritten. Errors: `NotFound("subscription")`.
+pub(crate) fn lock_subscription(c: &dyn Db, id: &str) -> StoreResult<SubscriptionRecord> {
+    one(
+        c,
+        &format!(
+            "SELECT {SUB_COLS} FROM subscriptions WHERE id = ?1{}",
+            c.dialect().for_update()
+        ),
+        id,
+        sub_row,
+        "subscription",
+    )
+}
+
+/// The delivery, its row locked until the transaction ends (`FOR UPDATE` on PostgreSQL): an attempt's
+/// commit, a replay and a lease renewal decide from its state and lease. Errors: `NotFound("delivery")`.
+pub(crate) fn lock_delivery(c: &dyn Db, id: &str) -> StoreResult<DeliveryRecord> {
+    one(
+        c,
+        &format!(
+            "SELECT {DELIVERY_COLS} FROM deliveries WHERE id = ?1{}",
+            c.dialect().for_update()
+        ),
+        id,
+        delivery_row,
+        "delivery",
+    )
+}
+
 pub(crate) fn subscriptions_in_state(
     c: &dyn Db,
     state: SubscriptionState,
@@ -328,6 +358,23 @@ pub(crate) fn get_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
     one(
         c,
         &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
+        id,
+        run_row,
+        "run",
+    )
+}
+
+/// The run, its row locked until the transaction ends (`FOR UPDATE` on PostgreSQL; SQLite's one writer
+/// already serializes). Every write that reads a run's state to decide (a signal raise, a wait step, a
+/// turn claim or ack, the run's end) takes this lock first, so two replicas acting on one run serialize
+/// and each decides from the other's committed result. Errors: `NotFound("run")`.
+pub(crate) fn lock_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
+    one(
+        c,
+        &format!(
+            "SELECT {RUN_COLS} FROM runs WHERE id = ?1{}",
+            c.dialect().for_update()
+        ),
         id,
         run_row,
         "run",

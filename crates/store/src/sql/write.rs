@@ -11,7 +11,7 @@ use tb_core::receipt::{self, ReceiptState};
 use tb_core::retention;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{
-    transition, FailureStreak, SubscriptionInput, SubscriptionState, Transition,
+    self, transition, FailureStreak, SubscriptionInput, SubscriptionState, Transition,
 };
 
 use super::read::{self, no_row};
@@ -330,7 +330,7 @@ pub(crate) fn apply_subscription_input(
 }
 
 pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<AttemptCommitted> {
-    let d = read::get_delivery(c, &a.delivery_id)?;
+    let d = read::lock_delivery(c, &a.delivery_id)?;
     let owner: Option<String> = c
         .row(
             "SELECT lease_owner FROM deliveries WHERE id = ?1",
@@ -436,6 +436,23 @@ pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<Attem
         }
         Err(e) => return Err(e),
     };
+    if at.outcome == AttemptOutcome::Delivered
+        && sub.state == SubscriptionState::Active
+        && !subscription::success_needs_write(
+            sub.last_success_at,
+            sub.consecutive_failures,
+            sub.first_failure_at,
+            a.now,
+        )
+    {
+        // Nothing to change: the busy subscription's row is neither written nor locked.
+        return Ok(AttemptCommitted {
+            subscription_transition: None,
+            run_id: target,
+        });
+    }
+    // Counters and state are read, then rewritten: read them again under the row's lock.
+    let sub = read::lock_subscription(c, &sub.id)?;
     // The store supplies the inputs (last success, failures since, first failure time); the rules
     // that judge them live in tb_core::subscription.
     let mut inputs = Vec::new();
@@ -581,6 +598,15 @@ fn insert_run_row(
 }
 
 pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreResult<()> {
+    // Two deliveries of one receipt finishing at once on two replicas must not each see the other as
+    // still open: lock the receipt, then read its deliveries (each statement sees what committed).
+    c.query(
+        &format!(
+            "SELECT id FROM receipts WHERE id = ?1{}",
+            c.dialect().for_update()
+        ),
+        p![receipt_id],
+    )?;
     let rows = c.rows(
         "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries WHERE receipt_id = ?1",
         p![receipt_id],
@@ -622,7 +648,7 @@ pub(crate) fn finish_run(
             status.as_str()
         )));
     };
-    let run = read::get_run(c, run_id)?;
+    let run = read::lock_run(c, run_id)?;
     if run.status.is_terminal() {
         return Err(StoreError::Conflict(format!(
             "the run is already {}",

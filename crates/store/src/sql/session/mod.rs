@@ -44,9 +44,10 @@ pub(super) fn json_col(s: Option<String>) -> Option<Value> {
 
 pub(super) use crate::model::rfc3339;
 
-/// The run, which must exist and not be terminal. Errors: `NotFound`; `Rejected(target_terminal)`.
+/// The run, which must exist and not be terminal, locked for the rest of the transaction
+/// ([`read::lock_run`]). Errors: `NotFound`; `Rejected(target_terminal)`.
 pub(super) fn live_run(c: &dyn Db, run_id: &str) -> StoreResult<RunRecord> {
-    let run = read::get_run(c, run_id)?;
+    let run = read::lock_run(c, run_id)?;
     if run.status.is_terminal() {
         return Err(rejected(
             ErrorCode::TargetTerminal,

@@ -109,6 +109,7 @@ pub(crate) fn cancel_wait(
     wait_id: &str,
     now: i64,
 ) -> StoreResult<WaitRecord> {
+    read::lock_run(c, run_id)?;
     let w = get_wait(c, run_id, wait_id)?;
     if w.state != WaitState::Armed {
         return Err(StoreError::Conflict(format!(
@@ -157,6 +158,8 @@ pub(crate) fn resolve_step(
     now: i64,
     stop: bool,
 ) -> StoreResult<Option<String>> {
+    // Callers inside a run operation hold the lock already; the timer loop comes here first.
+    read::lock_run(c, run_id)?;
     let Some(w) = armed_wait(c, run_id)? else {
         return Ok(None);
     };
