@@ -112,8 +112,11 @@ fn concurrent_migrations_from_three_clients_apply_once_and_none_fails() {
     assert_eq!(rows, pg::MIGRATIONS.len() as i64);
 }
 
+/// Columns `(name, type)` of each table, by table name.
+type Tables = BTreeMap<String, Vec<(String, String)>>;
+
 /// Table -> columns in order, with the SQLite declared type, from a migrated in-memory SQLite database.
-fn sqlite_schema() -> (BTreeMap<String, Vec<(String, String)>>, BTreeSet<String>) {
+fn sqlite_schema() -> (Tables, BTreeSet<String>) {
     let conn = rusqlite::Connection::open_in_memory().unwrap();
     trigger_bridge_store::sqlite::migrate(&conn).unwrap();
     let tables: Vec<String> = conn
@@ -153,7 +156,7 @@ fn the_schema_has_sqlites_tables_columns_and_indexes() {
     };
     let mut c = client(&db);
     pg::migrate(&mut c).unwrap();
-    let mut tables: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    let mut tables = Tables::new();
     for r in c
         .query(
             "SELECT table_name::TEXT, column_name::TEXT, data_type::TEXT \

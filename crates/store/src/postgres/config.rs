@@ -28,14 +28,14 @@ pub fn parse_url(url: &str) -> StoreResult<postgres::Config> {
 }
 
 /// Opens one client (without TLS) on `cfg`. Must not be called on a Tokio runtime thread (the driver
-/// runs its own runtime): call it from a plain thread or `spawn_blocking`. Errors: typed by
-/// [`classify`](super::error::classify); an unreachable server is [`StoreError::Unavailable`].
+/// runs its own runtime): call it from a plain thread or `spawn_blocking`. Errors: every failure
+/// (unreachable server, refused login, unknown database) is [`StoreError::Unavailable`] with the
+/// server's or the socket's reason.
 pub fn connect(cfg: &postgres::Config) -> StoreResult<postgres::Client> {
-    cfg.connect(postgres::NoTls)
-        .map_err(|e| match super::error::classify(&e) {
-            StoreError::Database(m) => {
-                StoreError::Unavailable(format!("cannot connect to PostgreSQL: {m}"))
-            }
-            other => other,
-        })
+    cfg.connect(postgres::NoTls).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "cannot connect to PostgreSQL: {}",
+            super::error::text(&e)
+        ))
+    })
 }

@@ -66,7 +66,7 @@ pub fn connection_lost(e: &postgres::Error) -> bool {
 
 /// The error's text: the server's message with its detail and constraint when it is a server error,
 /// else the driver's description with its cause.
-fn text(e: &postgres::Error) -> String {
+pub(crate) fn text(e: &postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         let mut s = db.message().to_owned();
         if let Some(d) = db.detail() {
