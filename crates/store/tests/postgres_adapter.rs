@@ -534,6 +534,59 @@ async fn a_deadlock_is_retried_and_both_jobs_succeed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serialization_failure_is_retried_on_a_fresh_snapshot() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let pool = pool(&db, 2, 16);
+    pool.write(|d| {
+        exec_all(
+            d,
+            &[
+                "CREATE TABLE counter (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)",
+                "INSERT INTO counter VALUES (1, 0)",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    // Job A reads under REPEATABLE READ, then (first run only) waits while another job updates the
+    // row and commits: A's update then fails with 40001, and its second run reads the new value.
+    let (read_tx, read_rx) = std_mpsc::channel::<()>();
+    let (go_tx, go_rx) = std_mpsc::channel::<()>();
+    let mut run = 0;
+    let a = pool.write(move |d| {
+        run += 1;
+        d.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", p![])?;
+        let n: i64 = d
+            .value("SELECT n FROM counter WHERE id = 1", p![])?
+            .unwrap();
+        if run == 1 {
+            let _ = read_tx.send(());
+            go_rx
+                .recv_timeout(BOUND)
+                .map_err(|_| StoreError::Database("no go".into()))?;
+        }
+        d.exec("UPDATE counter SET n = ?1 WHERE id = 1", p![n + 10])?;
+        Ok((run, n))
+    });
+    let mut a = Box::pin(a);
+    assert!(poll_once(a.as_mut()).is_pending());
+    blocking(move || read_rx.recv_timeout(BOUND).expect("a read")).await;
+    pool.write(|d| d.exec("UPDATE counter SET n = n + 1 WHERE id = 1", p![]))
+        .await
+        .unwrap();
+    go_tx.send(()).unwrap();
+    let (runs, seen) = tokio::time::timeout(BOUND, a).await.unwrap().unwrap();
+    assert_eq!((runs, seen), (2, 1), "retried once, on the committed value");
+    let n = pool
+        .read(|d| d.value::<i64>("SELECT n FROM counter WHERE id = 1", p![]))
+        .await
+        .unwrap();
+    assert_eq!(n, Some(11));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_keeps_losing_gets_retryable_after_five_retries() {
     let Some(db) = TestDatabase::create() else {
         return;
