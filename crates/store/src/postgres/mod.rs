@@ -1,6 +1,6 @@
 //! The PostgreSQL backend's adapter: [`Db`](crate::sql::Db) over a PostgreSQL transaction
 //! ([`db`]), a pool of connection threads running jobs as READ COMMITTED transactions ([`pool`]),
-//! versioned migrations ([`migrate`]), connection settings from a URL ([`config`]) and the test
+//! versioned migrations ([`mod@migrate`]), connection settings from a URL ([`config`]) and the test
 //! harness ([`testing`]).
 //!
 //! The driver is the `postgres` crate: the synchronous face of `tokio-postgres`, each client driven by

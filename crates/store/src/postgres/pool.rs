@@ -223,7 +223,9 @@ impl PgPool {
         match first_err {
             None => Ok(pool),
             Some(e) => {
-                pool.shut();
+                for t in pool.shut() {
+                    let _ = t.join(); // connected threads see the closed queue and end at once
+                }
                 Err(e)
             }
         }
