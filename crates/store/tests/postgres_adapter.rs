@@ -408,6 +408,40 @@ async fn a_placeholder_may_be_used_twice_and_statements_are_prepared_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_gone_stale_after_a_schema_change_is_prepared_again() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let pool = pool(&db, 1, 16);
+    let select = |pool: Arc<PgPool>| async move {
+        pool.read(|d| d.query("SELECT * FROM evolving", p![])).await
+    };
+    pool.write(|d| {
+        exec_all(
+            d,
+            &[
+                "CREATE TABLE evolving (a BIGINT)",
+                "INSERT INTO evolving VALUES (1)",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        select(pool.clone()).await.unwrap()[0].0,
+        vec![Value::Int(1)]
+    );
+    // A newer replica adds a column: the cached `SELECT *` now has another result type.
+    pool.write(|d| exec_all(d, &["ALTER TABLE evolving ADD COLUMN b TEXT DEFAULT 'x'"]))
+        .await
+        .unwrap();
+    assert_eq!(
+        select(pool.clone()).await.unwrap()[0].0,
+        vec![Value::Int(1), Value::Text("x".into())]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_racing_writers_locking_one_counter_lose_no_update() {
     let Some(db) = TestDatabase::create() else {
         return;
@@ -887,4 +921,29 @@ fn a_bad_url_or_an_unreachable_server_is_a_typed_error() {
     let cfg = pg::parse_url(&with_path).unwrap();
     assert_eq!(cfg.get_options(), Some("-c search_path=s1"));
     assert_eq!(cfg.get_application_name(), Some("trigger-bridge"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_migrates_then_serves() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let url = db.url().to_string();
+    let opts = PoolOptions {
+        connections: 2,
+        queue_capacity: 8,
+    };
+    let pool = blocking(move || pg::open(&url, opts)).await.expect("open");
+    assert_eq!(pool.live_connections(), 2);
+    let version = pool
+        .read(|d| d.value::<i64>("SELECT MAX(version) FROM schema_migrations", p![]))
+        .await
+        .unwrap();
+    assert_eq!(version, Some(pg::MIGRATIONS.last().unwrap().0));
+    let n = pool
+        .read(|d| d.value::<i64>("SELECT COUNT(*) FROM receipts", p![]))
+        .await
+        .unwrap();
+    assert_eq!(n, Some(0));
+    pool.close().await;
 }

@@ -93,12 +93,22 @@ impl<'c> PgDb<'c> {
         Ok(st)
     }
 
-    /// Drops `sql`'s statement after a failure that may have made it stale (the schema changed under
-    /// it: SQLSTATE `0A000` "cached plan must not change result type"), so the retry prepares it anew.
-    fn forget_on(&self, sql: &str, e: &postgres::Error) {
-        if e.code() == Some(&postgres::error::SqlState::FEATURE_NOT_SUPPORTED) {
+    /// Types the failure of `sql`'s statement. A statement the schema changed under (a column added
+    /// by a newer replica's migration: SQLSTATE `0A000` "cached plan must not change result type") is
+    /// dropped from the cache and the failure is [`StoreError::Retryable`], so the transaction runs
+    /// again and prepares it anew; anything else is typed by [`classify`].
+    fn failed(&self, sql: &str, e: &postgres::Error) -> crate::StoreError {
+        let stale = e.code() == Some(&postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
+            && e.as_db_error()
+                .is_some_and(|d| d.message().contains("cached plan"));
+        if stale {
             self.cache.borrow_mut().map.remove(sql);
+            return crate::StoreError::Retryable(format!(
+                "a prepared statement went stale after a schema change: {}",
+                super::error::text(e)
+            ));
         }
+        classify(e)
     }
 }
 
@@ -116,10 +126,7 @@ impl Db for PgDb<'_> {
         self.tx
             .borrow_mut()
             .execute(&st, &bind(params))
-            .map_err(|e| {
-                self.forget_on(sql, &e);
-                classify(&e)
-            })
+            .map_err(|e| self.failed(sql, &e))
     }
 
     fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
@@ -128,10 +135,7 @@ impl Db for PgDb<'_> {
             .tx
             .borrow_mut()
             .query(&st, &bind(params))
-            .map_err(|e| {
-                self.forget_on(sql, &e);
-                classify(&e)
-            })?;
+            .map_err(|e| self.failed(sql, &e))?;
         rows.iter().map(row).collect()
     }
 }
@@ -259,4 +263,96 @@ fn out_of_range(i: i64, ty: &Type) -> BoxError {
 
 fn mismatch(what: &str, ty: &Type) -> BoxError {
     format!("cannot bind {what} to a parameter of type {ty}").into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bind(p: Param<'_>, ty: &Type) -> Result<Vec<u8>, String> {
+        let mut out = BytesMut::new();
+        match p.to_sql_checked(ty, &mut out) {
+            Ok(IsNull::No) => Ok(out.to_vec()),
+            Ok(IsNull::Yes) => Ok(b"NULL".to_vec()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn integers_bind_to_every_integer_width_range_checked() {
+        assert_eq!(
+            bind(Param::Int(-2), &Type::INT8).unwrap(),
+            (-2i64).to_be_bytes()
+        );
+        assert_eq!(
+            bind(Param::Int(70_000), &Type::INT4).unwrap(),
+            70_000i32.to_be_bytes()
+        );
+        assert_eq!(
+            bind(Param::Int(-300), &Type::INT2).unwrap(),
+            (-300i16).to_be_bytes()
+        );
+        assert_eq!(bind(Param::Int(1), &Type::BOOL).unwrap(), [1]);
+        assert_eq!(bind(Param::Int(0), &Type::BOOL).unwrap(), [0]);
+        assert_eq!(
+            bind(Param::Int(3), &Type::FLOAT8).unwrap(),
+            3f64.to_be_bytes()
+        );
+        assert_eq!(
+            bind(Param::Int(1 << 31), &Type::INT4).unwrap_err(),
+            "integer 2147483648 does not fit a parameter of type int4"
+        );
+        assert_eq!(
+            bind(Param::Int(-40_000), &Type::INT2).unwrap_err(),
+            "integer -40000 does not fit a parameter of type int2"
+        );
+        assert!(bind(Param::Int(2), &Type::BOOL).is_err());
+    }
+
+    #[test]
+    fn text_bytes_floats_and_null_bind_to_their_types_only() {
+        assert_eq!(bind(Param::Text("é"), &Type::TEXT).unwrap(), "é".as_bytes());
+        assert_eq!(bind(Param::Text("v"), &Type::VARCHAR).unwrap(), b"v");
+        assert_eq!(bind(Param::Text("n"), &Type::NAME).unwrap(), b"n");
+        assert_eq!(bind(Param::Text("u"), &Type::UNKNOWN).unwrap(), b"u");
+        assert_eq!(bind(Param::Blob(&[0, 9]), &Type::BYTEA).unwrap(), [0, 9]);
+        assert_eq!(
+            bind(Param::Real(0.5), &Type::FLOAT8).unwrap(),
+            0.5f64.to_be_bytes()
+        );
+        for ty in [Type::INT8, Type::TEXT, Type::BYTEA, Type::BOOL, Type::JSONB] {
+            assert_eq!(bind(Param::Null, &ty).unwrap(), b"NULL", "{ty}");
+        }
+        assert_eq!(
+            bind(Param::Text("1"), &Type::INT8).unwrap_err(),
+            "cannot bind text to a parameter of type int8"
+        );
+        assert_eq!(
+            bind(Param::Blob(b"x"), &Type::TEXT).unwrap_err(),
+            "cannot bind bytes to a parameter of type text"
+        );
+        assert_eq!(
+            bind(Param::Real(1.0), &Type::INT8).unwrap_err(),
+            "cannot bind a float to a parameter of type int8"
+        );
+    }
+
+    #[test]
+    fn cells_read_each_supported_type() {
+        let read = |ty: &Type, raw: &[u8]| Cell::from_sql(ty, raw).unwrap().0;
+        assert_eq!(read(&Type::INT2, &7i16.to_be_bytes()), Value::Int(7));
+        assert_eq!(read(&Type::INT4, &(-7i32).to_be_bytes()), Value::Int(-7));
+        assert_eq!(
+            read(&Type::INT8, &i64::MAX.to_be_bytes()),
+            Value::Int(i64::MAX)
+        );
+        assert_eq!(read(&Type::BOOL, &[1]), Value::Int(1));
+        assert_eq!(read(&Type::FLOAT4, &0.5f32.to_be_bytes()), Value::Real(0.5));
+        assert_eq!(read(&Type::FLOAT8, &2.5f64.to_be_bytes()), Value::Real(2.5));
+        assert_eq!(read(&Type::TEXT, b"t"), Value::Text("t".into()));
+        assert_eq!(read(&Type::BYTEA, &[1, 2]), Value::Blob(vec![1, 2]));
+        assert_eq!(Cell::from_sql_null(&Type::INT8).unwrap().0, Value::Null);
+        assert!(!Cell::accepts(&Type::NUMERIC));
+        assert!(!Cell::accepts(&Type::JSONB));
+    }
 }

@@ -28,3 +28,17 @@ pub(crate) fn random_u64() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }
+
+/// Opens the PostgreSQL store's pool for `url` (see [`parse_url`]): applies the missing migrations on
+/// one connection first (see [`migrate()`]; safe while other replicas do the same), then starts the
+/// pool's connections. Blocking (connects and migrates): call it outside async code or in
+/// `spawn_blocking`. Errors: a bad URL (`Database`), an unreachable server (`Unavailable`), a failed
+/// migration (typed by [`classify`]).
+pub fn open(url: &str, opts: PoolOptions) -> crate::StoreResult<PgPool> {
+    let cfg = parse_url(url)?;
+    let (from, to) = migrate(&mut connect(&cfg)?)?;
+    if from != to {
+        tracing::info!(from, to, "PostgreSQL schema migrated");
+    }
+    PgPool::start(&cfg, opts)
+}
