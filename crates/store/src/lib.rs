@@ -7,6 +7,7 @@
 //! work with `FOR UPDATE SKIP LOCKED`. One behaviour suite (`tests/behaviour.rs`) runs against every backend.
 
 pub mod model;
+pub mod postgres;
 pub mod session;
 pub mod sql;
 pub mod sqlite;
