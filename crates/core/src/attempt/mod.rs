@@ -6,9 +6,12 @@
 //! state transition. A backend loads an [`AttemptSnapshot`] under lock, calls it, and writes the
 //! returned [`AttemptWrites`] in the same transaction; it decides nothing itself.
 //!
-//! Lock order (every backend, every rule touching these rows): delivery row, then receipt row, then
-//! subscription row, then run row, so two transactions never wait on each other in a circle.
+//! Lock order: the delivery row, then the run a local effect acts on (the session rules lock it), then
+//! the receipt row, then the subscription row. Session paths that consume a delivery lock the run, then
+//! the delivery, then the receipt; both orders agree on run -> receipt and delivery -> receipt, and a
+//! delivery is consumed only after its attempt committed, so no two transactions wait in a circle.
 
+mod ingest;
 mod run_log;
 mod streak;
 #[cfg(test)]
@@ -23,6 +26,7 @@ use crate::receipt::{self, DeliveryView, ReceiptState};
 use crate::run::RunStatus;
 use crate::subscription::{FailurePolicy, Source, SubscriptionState, Transition};
 
+pub use ingest::{dead_lettered_at_ingest, IngestDeadLetter, SUBSCRIPTION_DEAD_LETTERED};
 pub use run_log::first_events;
 
 /// The delivery row, loaded `FOR UPDATE` (first lock of the attempt).
