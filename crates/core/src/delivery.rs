@@ -135,8 +135,47 @@ pub fn decide(
     }
 }
 
+/// Dead-letter reason of a delivery whose retries ran out.
+pub const RETRIES_EXHAUSTED: &str = "retries_exhausted";
+
+/// The dead-letter reason a delivery is stored with after `decision`: `None` unless it dead-letters; a
+/// `permanent` failure keeps its own `error_class` (e.g. `target_terminal`, `workflow_missing`, which
+/// [`crate::receipt::settle`] reads), anything else is [`RETRIES_EXHAUSTED`].
+pub fn dead_letter_reason(
+    decision: AttemptDecision,
+    error_class: Option<&str>,
+    permanent: bool,
+) -> Option<String> {
+    if decision != AttemptDecision::DeadLetter {
+        return None;
+    }
+    Some(match (error_class, permanent) {
+        (Some(class), true) => class.to_string(),
+        _ => RETRIES_EXHAUSTED.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_dead_letter_keeps_a_permanent_class_else_retries_exhausted() {
+        use super::*;
+        let dl = AttemptDecision::DeadLetter;
+        let reason = |d, class, permanent| dead_letter_reason(d, class, permanent);
+        assert_eq!(
+            reason(dl, Some("target_terminal"), true).as_deref(),
+            Some("target_terminal")
+        );
+        assert_eq!(
+            reason(dl, Some("http_500"), false).as_deref(),
+            Some("retries_exhausted")
+        );
+        assert_eq!(reason(dl, None, true).as_deref(), Some("retries_exhausted"));
+        assert_eq!(reason(AttemptDecision::Delivered, None, false), None);
+        let retry = AttemptDecision::Retry { delay_ms: 5 };
+        assert_eq!(reason(retry, Some("http_500"), true), None);
+    }
+
     #[test]
     fn a_leased_open_delivery_reads_in_flight() {
         use super::{shown_state, DeliveryState as D};

@@ -42,6 +42,23 @@ pub struct SubscriptionStateChanged {
     pub reason: Option<StateChangeReason>,
 }
 
+impl SubscriptionStateChanged {
+    /// The payload announcing transition `t` of subscription `subscription_id` (of kind `source`).
+    pub fn of(
+        subscription_id: &str,
+        source: crate::subscription::Source,
+        t: &crate::subscription::Transition,
+    ) -> Self {
+        SubscriptionStateChanged {
+            subscription_id: subscription_id.to_string(),
+            source: source.as_str().to_string(),
+            from_state: t.from,
+            to_state: t.to,
+            reason: t.reason,
+        }
+    }
+}
+
 /// Payload of `run.started` (open object; `workflowId` required).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

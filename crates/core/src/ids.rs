@@ -1,6 +1,7 @@
 //! Identifiers: a short type prefix plus a UUIDv7 in lowercase hex (time-ordered, so ids sort by creation).
 //!
-//! Shapes: `rcpt_<32 hex>` receipt, `dlv_<32 hex>` delivery, `run_<32 hex>` run, `evt_<32 hex>` event.
+//! Shapes: `rcpt_<32 hex>` receipt, `dlv_<32 hex>` delivery, `run_<32 hex>` run, `evt_<32 hex>` event,
+//! `lse_<32 hex>` lease token.
 //! All fit the OpenWOP 1..128 character limit for `eventId` / `runId`.
 
 /// Kinds of id this host mints; the prefix makes a pasted id self-describing.
@@ -19,6 +20,8 @@ pub enum IdKind {
     Turn,
     /// A minted capability endpoint (`sgep_`, signals-and-connectors §4.1).
     Capability,
+    /// A delivery lease's fencing token (`lse_`, `crate::lease`).
+    Lease,
 }
 
 impl IdKind {
@@ -34,6 +37,7 @@ impl IdKind {
             IdKind::Wait => "wait",
             IdKind::Turn => "turn",
             IdKind::Capability => "sgep",
+            IdKind::Lease => "lse",
         }
     }
 }

@@ -4,6 +4,7 @@
 //! policy and its backoff, dedup-key derivation, the normalized event routing may look at, bindings and
 //! their matching, and the subscription / delivery / receipt / run state machines. No I/O, no async.
 
+pub mod attempt;
 pub mod binding;
 pub mod connector;
 pub mod dedup;
@@ -12,7 +13,9 @@ pub mod error;
 pub mod events;
 pub mod idempotency;
 pub mod ids;
+pub mod lease;
 pub mod normalized;
+pub mod outbox;
 pub mod receipt;
 pub mod replay;
 pub mod retention;

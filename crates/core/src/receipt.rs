@@ -183,8 +183,51 @@ pub fn settle(deliveries: &[DeliveryView<'_>]) -> Option<ReceiptState> {
     })
 }
 
+/// What a receipt's state becomes after one of its deliveries changed: [`settle`] over `deliveries`
+/// (every delivery of the receipt, the changed one with its new state), written over `current` (the
+/// receipt's stored state). `None` means write nothing: a delivery is still open, the receipt already
+/// reads the settled state, or it is `expired` (retention's word is final; nothing overwrites it).
+///
+/// A backend loads this under the receipt row's lock (`SELECT state FROM receipts WHERE id = ?1 FOR
+/// UPDATE`, taken after the delivery row's lock) and reads the deliveries in a later statement, so two
+/// deliveries of one receipt ending at once on two replicas cannot both see the other still open.
+pub fn settled_state(
+    current: ReceiptState,
+    deliveries: &[DeliveryView<'_>],
+) -> Option<ReceiptState> {
+    if current == ReceiptState::Expired {
+        return None;
+    }
+    settle(deliveries).filter(|s| *s != current)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn settled_state_writes_only_a_change_and_never_over_expired() {
+        use super::{settled_state, DeliveryView, ReceiptState as R};
+        use crate::delivery::DeliveryState as D;
+        let done = DeliveryView {
+            state: D::Delivered,
+            reason: None,
+            consumed: true,
+        };
+        let open = DeliveryView {
+            state: D::Retrying,
+            ..done
+        };
+        assert_eq!(settled_state(R::Routed, &[done, done]), Some(R::Consumed));
+        assert_eq!(settled_state(R::Routed, &[done, open]), None, "still open");
+        assert_eq!(settled_state(R::Consumed, &[done]), None, "unchanged");
+        assert_eq!(settled_state(R::Expired, &[done]), None, "expired stays");
+        let queued = DeliveryView {
+            consumed: false,
+            ..done
+        };
+        assert_eq!(settled_state(R::Queued, &[done, queued]), None);
+        assert_eq!(settled_state(R::Routed, &[done, queued]), Some(R::Queued));
+    }
+
     #[test]
     fn only_stored_states_parse_as_a_filter() {
         use super::ReceiptState;

@@ -7,6 +7,8 @@
 //! `expect` on a real call is 400 `validation_error`, so neither a bare POST nor a changed selection
 //! (new dead letters, a filter typo widening it) can replay anything by accident.
 
+use crate::delivery::DeliveryState;
+use crate::receipt::ReceiptState;
 use crate::{ErrorCode, TbError};
 
 /// Most deliveries one bulk replay call replays (and the default batch); the answer says `more: true`
@@ -103,6 +105,44 @@ pub fn decide(
 /// a previous call already put it back in the queue).
 pub const SKIP_NOT_DEAD_LETTERED: &str = "not_dead_lettered";
 
+/// The writes of replaying one dead-lettered delivery (`replay_delivery`, one or a bulk call's each).
+/// Times are Unix ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reopen {
+    /// The delivery's new state: `pending`.
+    pub state: DeliveryState,
+    /// Its new `due_at` (and `updated_at`): `now`, due at once.
+    pub due_at: i64,
+    /// Its new `replays`: one more; each replay grants one attempt beyond the retry policy's
+    /// `max_attempts` (attempt numbers never reset). `dead_letter_reason`, `lease_owner`,
+    /// `lease_token` and `lease_until` are cleared.
+    pub replays: u32,
+    /// The receipt's new state: `routed` (its work is open again; it settles anew when it ends).
+    pub receipt_state: ReceiptState,
+}
+
+/// Why a delivery cannot be replayed (the store answers `StoreError::Conflict` with this sentence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("only dead-lettered deliveries can be replayed; this one is {}", .0.as_str())]
+pub struct NotDeadLettered(pub DeliveryState);
+
+/// Replays a delivery now in `state` with `replays` replays so far, at `now` (Unix ms). The backend
+/// loads `state` and `replays` under the delivery row's lock (`FOR UPDATE`), so two replays racing on
+/// one dead letter reopen it once: the second sees `pending` and is refused. Errors:
+/// [`NotDeadLettered`] for any state but `dead-lettered` (bulk replay reports it as
+/// [`SKIP_NOT_DEAD_LETTERED`]).
+pub fn reopen(state: DeliveryState, replays: u32, now: i64) -> Result<Reopen, NotDeadLettered> {
+    if state != DeliveryState::DeadLettered {
+        return Err(NotDeadLettered(state));
+    }
+    Ok(Reopen {
+        state: DeliveryState::Pending,
+        due_at: now,
+        replays: replays.saturating_add(1),
+        receipt_state: ReceiptState::Routed,
+    })
+}
+
 fn invalid(m: impl Into<String>) -> TbError {
     TbError::new(ErrorCode::ValidationError, m)
 }
@@ -132,6 +172,30 @@ mod tests {
             ..Default::default()
         };
         assert!(f.validate().is_ok());
+    }
+
+    #[test]
+    fn only_a_dead_letter_reopens_due_now_with_one_more_replay() {
+        assert_eq!(
+            reopen(DeliveryState::DeadLettered, 2, 5_000),
+            Ok(Reopen {
+                state: DeliveryState::Pending,
+                due_at: 5_000,
+                replays: 3,
+                receipt_state: ReceiptState::Routed,
+            })
+        );
+        for s in [
+            DeliveryState::Pending,
+            DeliveryState::Retrying,
+            DeliveryState::Delivered,
+        ] {
+            assert_eq!(reopen(s, 0, 1), Err(NotDeadLettered(s)));
+        }
+        assert_eq!(
+            NotDeadLettered(DeliveryState::Retrying).to_string(),
+            "only dead-lettered deliveries can be replayed; this one is retrying"
+        );
     }
 
     #[test]

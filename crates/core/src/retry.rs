@@ -75,6 +75,16 @@ impl RetryPolicy {
         Ok(())
     }
 
+    /// The policy for a delivery replayed `replays` times by an operator: each replay grants one attempt
+    /// beyond `max_attempts` (attempt numbers never reset, so without it a replayed delivery would
+    /// dead-letter at once). Source: `replay_delivery` (`crate::replay::reopen` counts the replays).
+    pub fn with_replays(&self, replays: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.max_attempts.saturating_add(replays),
+            ..self.clone()
+        }
+    }
+
     /// The nominal (un-jittered) delay in ms before attempt `next_attempt` (2-based: the delay before
     /// attempt 2 is the first retry delay).
     pub fn base_delay_ms(&self, next_attempt: u32) -> u64 {
@@ -152,6 +162,18 @@ mod tests {
         );
         assert_eq!(p.delay_ms(2, 0.5, Some(1)), 5_000, "never below the base");
         assert_eq!(p.delay_ms(3, 0.5, Some(400_000)), 400_000);
+    }
+
+    #[test]
+    fn each_replay_grants_one_more_attempt() {
+        let p = RetryPolicy::default().with_replays(2);
+        assert_eq!(p.max_attempts, 10);
+        assert_eq!(p.schedule_ms, RetryPolicy::default().schedule_ms);
+        let top = RetryPolicy {
+            max_attempts: u32::MAX,
+            ..Default::default()
+        };
+        assert_eq!(top.with_replays(1).max_attempts, u32::MAX);
     }
 
     #[test]

@@ -83,6 +83,34 @@ pub fn parse_result_status(s: &str) -> Result<RunStatus, String> {
     }
 }
 
+/// Why a run cannot be ended as asked (`finish_run`; the store answers `StoreError::Conflict` with this
+/// sentence, the API 409).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FinishRefused {
+    /// The requested status is not `completed`, `failed` or `cancelled`.
+    #[error("{} is not a terminal status", .0.as_str())]
+    NotTerminal(RunStatus),
+    /// The run has already ended in this status (a run ends once).
+    #[error("the run is already {}", .0.as_str())]
+    AlreadyEnded(RunStatus),
+}
+
+/// Checks ending a run now in `current` with `to`, and gives the terminal event type to append
+/// (`run.completed`, `run.failed`, `run.cancelled`). The backend loads `current` under the run row's
+/// lock (`SELECT status FROM runs WHERE id = ?1 FOR UPDATE`), calls this BEFORE anything else of the
+/// run's end (the session rules' run-end expiry writes its events first), then sets `status = to`,
+/// clears `wait_reason` and appends the event at the run row's `next_sequence`. Errors:
+/// [`FinishRefused::NotTerminal`], [`FinishRefused::AlreadyEnded`].
+pub fn finish(current: RunStatus, to: RunStatus) -> Result<&'static str, FinishRefused> {
+    let Some(event) = to.terminal_event() else {
+        return Err(FinishRefused::NotTerminal(to));
+    };
+    if current.is_terminal() {
+        return Err(FinishRefused::AlreadyEnded(current));
+    }
+    Ok(event)
+}
+
 /// What a run id announced in a 202 reads as while no run row exists yet, decided from the state of
 /// the `start_run` delivery that will start it (issue #9, defect 7: an announced run id always
 /// resolves).
@@ -130,6 +158,38 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_run_ends_once_and_only_in_a_terminal_status() {
+        use RunStatus as S;
+        assert_eq!(finish(S::Running, S::Completed), Ok("run.completed"));
+        assert_eq!(
+            finish(S::WaitingExternal, S::Cancelled),
+            Ok("run.cancelled")
+        );
+        assert_eq!(finish(S::Pending, S::Failed), Ok("run.failed"));
+        assert_eq!(
+            finish(S::Running, S::Paused),
+            Err(FinishRefused::NotTerminal(S::Paused))
+        );
+        assert_eq!(
+            finish(S::Completed, S::Failed),
+            Err(FinishRefused::AlreadyEnded(S::Completed))
+        );
+        assert_eq!(
+            finish(S::Completed, S::Running),
+            Err(FinishRefused::NotTerminal(S::Running)),
+            "a bad request is named before the run's state"
+        );
+        assert_eq!(
+            FinishRefused::NotTerminal(S::Running).to_string(),
+            "running is not a terminal status"
+        );
+        assert_eq!(
+            FinishRefused::AlreadyEnded(S::Cancelled).to_string(),
+            "the run is already cancelled"
+        );
+    }
 
     #[test]
     fn terminal_statuses() {

@@ -225,6 +225,15 @@ pub struct Transition {
     pub reason: Option<StateChangeReason>,
 }
 
+impl Transition {
+    /// True when the subscription's failure streak is cleared with this change (`consecutive_failures
+    /// = 0`, `first_failure_at = NULL`): whenever it becomes `active` (an operator resume, or a
+    /// delivered attempt closing the breaker), so it starts from a clean streak.
+    pub fn resets_streak(&self) -> bool {
+        self.to == SubscriptionState::Active
+    }
+}
+
 /// True when the breaker trips: at least `threshold` (> 0) consecutive failures AND no success for the
 /// policy's `failure_window_ms`.
 pub fn breaker_trips(streak: &FailureStreak, threshold: u32, policy: &FailurePolicy) -> bool {
@@ -498,6 +507,15 @@ mod tests {
                 ..policy()
             },
         }
+    }
+
+    #[test]
+    fn becoming_active_resets_the_streak() {
+        let resume = transition(S::Failed, I::OperatorResume).unwrap();
+        assert!(resume.resets_streak());
+        assert!(!transition(S::Active, I::OperatorPause)
+            .unwrap()
+            .resets_streak());
     }
 
     #[test]

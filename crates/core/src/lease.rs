@@ -1,0 +1,293 @@
+//! Delivery leases (DESIGN §4 Delivery; architecture §9 step 2): which deliveries a worker may take, how
+//! long it holds them, and when a renewal, a release or a completion is still its to make.
+//!
+//! A lease is fenced by a **token** minted per grant ([`grant`]): the worker carries it, every later
+//! write about the lease (renew, release, the attempt's commit) must match the row's token, and a new
+//! grant after a lapse replaces it, so a worker whose lease lapsed and moved on can no longer write
+//! anything about that delivery, even when a later grant went to the same worker process. The store
+//! applies these rules on the delivery row it locked (`SELECT ... FOR UPDATE` on PostgreSQL) and fences
+//! its `UPDATE` on the token as well (`WHERE id = ?1 AND lease_token = ?2`): zero rows updated means the
+//! race was lost ([`fenced`]).
+//!
+//! **Clock.** Every `now` here is the database's clock in Unix ms (PostgreSQL:
+//! `(extract(epoch from clock_timestamp()) * 1000)::bigint`; SQLite: the process clock, as there is one
+//! process), so replicas with skewed clocks still agree on when a lease lapses.
+
+use crate::delivery::DeliveryState;
+use crate::ids::{new_id, IdKind};
+
+/// The delivery states a lease can be granted on: `pending` and `retrying` (a terminal delivery is never
+/// leased). A backend's candidate query filters on exactly these.
+pub const OPEN_STATES: [DeliveryState; 2] = [DeliveryState::Pending, DeliveryState::Retrying];
+
+/// True when a delivery in `state` due at `due_at` (Unix ms; `None` = never due) can be leased at `now`
+/// (database clock, Unix ms): it is open and `due_at <= now`. A leased delivery's `due_at` is its lease's
+/// end ([`LeaseGrant::due_at`]), so work in flight is simply not due until its lease lapses.
+pub fn is_due(state: DeliveryState, due_at: Option<i64>, now: i64) -> bool {
+    OPEN_STATES.contains(&state) && due_at.is_some_and(|d| d <= now)
+}
+
+/// A new lease: the fencing token and the lease's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseGrant {
+    /// Fencing token, `lse_<32 hex>`; written to the row's `lease_token`. Every delivery granted by one
+    /// call may share it: a later grant on the same row always mints a new one.
+    pub token: String,
+    /// Lease end, Unix ms (database clock): `now + lease_ms`.
+    pub until: i64,
+    /// The row's new `due_at`, Unix ms: the lease's end (see [`is_due`]).
+    pub due_at: i64,
+}
+
+/// Grants a lease of `lease_ms` (ms) at `now` (database clock, Unix ms) with a freshly minted token.
+pub fn grant(now: i64, lease_ms: u64) -> LeaseGrant {
+    grant_with(new_id(IdKind::Lease), now, lease_ms)
+}
+
+/// [`grant`] with a given token (tests; or a backend that mints tokens itself).
+pub fn grant_with(token: String, now: i64, lease_ms: u64) -> LeaseGrant {
+    let until = lease_end(now, lease_ms);
+    LeaseGrant {
+        token,
+        until,
+        due_at: until,
+    }
+}
+
+/// `now + lease_ms` (Unix ms), saturating.
+fn lease_end(now: i64, lease_ms: u64) -> i64 {
+    now.saturating_add(i64::try_from(lease_ms).unwrap_or(i64::MAX))
+}
+
+/// The lease columns of one delivery row, as loaded under its row lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub state: DeliveryState,
+    /// Attempts recorded so far (`deliveries.attempts`).
+    pub attempts: u32,
+    /// `deliveries.lease_token`: the token of the last grant, `None` once released or completed.
+    pub token: Option<String>,
+    /// `deliveries.lease_until`, Unix ms (database clock).
+    pub until: Option<i64>,
+}
+
+/// Why a write about a lease was refused (the store answers `StoreError::LeaseLost`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseLost {
+    /// The delivery is already `delivered` or `dead-lettered`.
+    #[error("the delivery is already {}", .0.as_str())]
+    Ended(DeliveryState),
+    /// The row carries another token (a later grant) or none (released, or completed by someone).
+    #[error("the lease is no longer held by this token")]
+    NotHeld,
+    /// The lease lapsed (`lease_until <= now`); only [`renew`] refuses for this.
+    #[error("the lease lapsed at {until} (now {now})")]
+    Lapsed { until: i64, now: i64 },
+    /// The attempt number is not the next one (`attempts + 1`): this attempt was already recorded.
+    #[error("attempt {got} is not the next attempt ({expected})")]
+    NotNextAttempt { expected: u32, got: u32 },
+    /// The fenced `UPDATE` changed no row: another transaction won the race.
+    #[error("the fenced update changed no row")]
+    RaceLost,
+}
+
+fn held(row: &LeaseRow, token: &str) -> Result<(), LeaseLost> {
+    if row.state.is_terminal() {
+        return Err(LeaseLost::Ended(row.state));
+    }
+    if row.token.as_deref() != Some(token) {
+        return Err(LeaseLost::NotHeld);
+    }
+    Ok(())
+}
+
+/// A renewal (heartbeat): the lease's new end and the row's new `due_at` (both Unix ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    pub until: i64,
+    pub due_at: i64,
+}
+
+/// Renews the lease `token` holds by `lease_ms` (ms) from `now` (database clock, Unix ms); the token is
+/// kept. Errors: [`LeaseLost::Ended`], [`LeaseLost::NotHeld`], or [`LeaseLost::Lapsed`] when the lease
+/// already ended (`until <= now`: it may have been granted again by then, so it is not extended).
+pub fn renew(row: &LeaseRow, token: &str, now: i64, lease_ms: u64) -> Result<Renewal, LeaseLost> {
+    held(row, token)?;
+    match row.until {
+        Some(until) if until > now => {
+            let until = lease_end(now, lease_ms);
+            Ok(Renewal {
+                until,
+                due_at: until,
+            })
+        }
+        until => Err(LeaseLost::Lapsed {
+            until: until.unwrap_or(i64::MIN),
+            now,
+        }),
+    }
+}
+
+/// Releases the lease `token` holds (the worker gives the delivery back without an attempt): the row's
+/// new `due_at` is `now` (Unix ms), so it is due again at once; token and end are cleared. Errors:
+/// [`LeaseLost::Ended`], [`LeaseLost::NotHeld`] (then nothing is written).
+pub fn release(row: &LeaseRow, token: &str, now: i64) -> Result<i64, LeaseLost> {
+    held(row, token)?;
+    Ok(now)
+}
+
+/// What an attempt's commit carries to prove it still holds its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    /// The token of the grant the attempt ran under.
+    pub token: String,
+    /// The attempt's number, 1-based.
+    pub attempt: u32,
+}
+
+/// Accepts the completion of an attempt only if its token equals the row's, the delivery is open, and
+/// the attempt is the next one (`attempts + 1`). A lapsed lease that nobody took again is still
+/// accepted: the work was done, and no other worker can have done it. Errors: [`LeaseLost::Ended`],
+/// [`LeaseLost::NotHeld`], [`LeaseLost::NotNextAttempt`].
+pub fn accepts_completion(row: &LeaseRow, c: &Completion) -> Result<(), LeaseLost> {
+    held(row, &c.token)?;
+    let expected = row.attempts.saturating_add(1);
+    if c.attempt != expected {
+        return Err(LeaseLost::NotNextAttempt {
+            expected,
+            got: c.attempt,
+        });
+    }
+    Ok(())
+}
+
+/// The fence on the write itself: a fenced `UPDATE ... WHERE id = ?1 AND lease_token = ?2` that changed
+/// `rows_updated` rows. Errors: [`LeaseLost::RaceLost`] for 0.
+pub fn fenced(rows_updated: u64) -> Result<(), LeaseLost> {
+    if rows_updated == 0 {
+        Err(LeaseLost::RaceLost)
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use DeliveryState as D;
+
+    fn row(state: D, token: Option<&str>, until: Option<i64>) -> LeaseRow {
+        LeaseRow {
+            state,
+            attempts: 2,
+            token: token.map(str::to_string),
+            until,
+        }
+    }
+
+    #[test]
+    fn only_open_due_deliveries_are_leasable() {
+        assert!(is_due(D::Pending, Some(1_000), 1_000));
+        assert!(is_due(D::Retrying, Some(999), 1_000));
+        assert!(!is_due(D::Retrying, Some(1_001), 1_000), "not yet due");
+        assert!(!is_due(D::Pending, None, 1_000), "never due");
+        assert!(!is_due(D::Delivered, Some(0), 1_000));
+        assert!(!is_due(D::DeadLettered, Some(0), 1_000));
+    }
+
+    #[test]
+    fn a_grant_mints_a_new_token_and_moves_due_to_the_lease_end() {
+        let a = grant(10_000, 30_000);
+        let b = grant(10_000, 30_000);
+        assert!(a.token.starts_with("lse_") && a.token.len() == 4 + 32);
+        assert_ne!(a.token, b.token);
+        assert_eq!((a.until, a.due_at), (40_000, 40_000));
+        let huge = grant_with("t".into(), i64::MAX - 5, u64::MAX);
+        assert_eq!(huge.until, i64::MAX, "saturates instead of wrapping");
+    }
+
+    #[test]
+    fn renewal_needs_the_token_an_open_row_and_a_live_lease() {
+        let r = row(D::Retrying, Some("lse_a"), Some(40_000));
+        assert_eq!(
+            renew(&r, "lse_a", 39_999, 30_000),
+            Ok(Renewal {
+                until: 69_999,
+                due_at: 69_999
+            })
+        );
+        assert_eq!(
+            renew(&r, "lse_a", 40_000, 30_000),
+            Err(LeaseLost::Lapsed {
+                until: 40_000,
+                now: 40_000
+            })
+        );
+        assert_eq!(renew(&r, "lse_b", 1, 30_000), Err(LeaseLost::NotHeld));
+        let released = row(D::Pending, None, None);
+        assert_eq!(
+            renew(&released, "lse_a", 1, 30_000),
+            Err(LeaseLost::NotHeld)
+        );
+        let done = row(D::Delivered, Some("lse_a"), Some(40_000));
+        assert_eq!(
+            renew(&done, "lse_a", 1, 30_000),
+            Err(LeaseLost::Ended(D::Delivered))
+        );
+    }
+
+    #[test]
+    fn release_makes_it_due_now_for_the_holder_only() {
+        let r = row(D::Pending, Some("lse_a"), Some(40_000));
+        assert_eq!(release(&r, "lse_a", 12_345), Ok(12_345));
+        assert_eq!(release(&r, "lse_b", 12_345), Err(LeaseLost::NotHeld));
+        let dead = row(D::DeadLettered, Some("lse_a"), None);
+        assert_eq!(
+            release(&dead, "lse_a", 1),
+            Err(LeaseLost::Ended(D::DeadLettered))
+        );
+    }
+
+    #[test]
+    fn a_completion_needs_the_token_and_the_next_attempt_number() {
+        let r = row(D::Retrying, Some("lse_a"), Some(40_000));
+        let ok = Completion {
+            token: "lse_a".into(),
+            attempt: 3,
+        };
+        assert_eq!(accepts_completion(&r, &ok), Ok(()));
+        let lapsed_not_retaken = row(D::Retrying, Some("lse_a"), Some(1));
+        assert_eq!(accepts_completion(&lapsed_not_retaken, &ok), Ok(()));
+        let retaken = Completion {
+            token: "lse_old".into(),
+            ..ok.clone()
+        };
+        assert_eq!(accepts_completion(&r, &retaken), Err(LeaseLost::NotHeld));
+        let again = Completion {
+            attempt: 2,
+            ..ok.clone()
+        };
+        assert_eq!(
+            accepts_completion(&r, &again),
+            Err(LeaseLost::NotNextAttempt {
+                expected: 3,
+                got: 2
+            })
+        );
+        let ended = row(D::Delivered, Some("lse_a"), None);
+        assert_eq!(
+            accepts_completion(&ended, &ok),
+            Err(LeaseLost::Ended(D::Delivered))
+        );
+        assert_eq!(
+            LeaseLost::Ended(D::DeadLettered).to_string(),
+            "the delivery is already dead-lettered"
+        );
+    }
+
+    #[test]
+    fn zero_rows_updated_is_a_lost_race() {
+        assert_eq!(fenced(0), Err(LeaseLost::RaceLost));
+        assert_eq!(fenced(1), Ok(()));
+    }
+}
