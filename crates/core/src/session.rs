@@ -16,6 +16,8 @@ use crate::wait::{Disposition, WaitSpec, WaitState, WinnerKind};
 
 mod end;
 mod event;
+#[cfg(test)]
+mod model_tests;
 
 pub use end::*;
 pub use event::*;
