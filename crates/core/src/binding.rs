@@ -11,6 +11,10 @@ use serde_json::{Map, Value};
 
 use crate::normalized::{FieldValue, NormalizedEvent};
 
+mod coalescing;
+
+pub use coalescing::*;
+
 /// What a coalescing `start_run` binding does when a live session already holds the key
 /// (signals-and-connectors §0.2: the match must say explicitly what happens).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

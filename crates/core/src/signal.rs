@@ -4,6 +4,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod mailbox;
+
+pub use mailbox::*;
+
 /// Who raised a signal. Stamped by the server from the authenticated caller or the receipt; a caller
 /// never supplies it (signals-and-connectors §5.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

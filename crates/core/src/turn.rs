@@ -6,6 +6,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+mod queue;
+
+pub use queue::*;
+
 /// What a turn is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

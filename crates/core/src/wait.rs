@@ -8,6 +8,11 @@
 
 use serde::{Deserialize, Serialize};
 
+mod arming;
+
+pub(crate) use arming::step_into;
+pub use arming::*;
+
 /// `signal` (`wait_for_signal`) or `any` (`wait_for_any`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,0 +1,187 @@
+//! Coalescing (signals-and-connectors §0.2; DESIGN "One session per key"): one live session per
+//! `(workflow, coalesce key)`. A coalescing `start_run` starts the session only when no live session
+//! holds the key; later deliveries take `on_existing` on the holder; a `raise_signal` /
+//! `enqueue_prompt` aimed at a key lands on its holder.
+
+use super::OnExisting;
+use crate::error::ErrorCode;
+use crate::run::RunStatus;
+use crate::session::Refusal;
+
+/// The run holding a coalesce key (`coalesce_keys` row joined to its run), loaded after the key row is
+/// claimed or locked (see [`coalesce`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub run_id: String,
+    pub status: RunStatus,
+}
+
+/// What a coalescing start does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coalesce {
+    /// No holder: the key is this new run's (the insert that claimed it stands).
+    StartNew,
+    /// The holder has ended: this new run takes the key over from `from` (update the row fenced by
+    /// `run_id = from`; zero rows = another start took it first: retry the attempt).
+    TakeOver { from: String },
+    /// A live session holds it: no new run; take `on_existing` ([`join`]) on `run_id`.
+    JoinExisting { run_id: String },
+}
+
+/// The coalescing rule: start, take over only from an ended holder, or join the live one.
+///
+/// Backend: `INSERT INTO coalesce_keys (workflow_id, key, run_id, created_at) ... ON CONFLICT DO NOTHING
+/// RETURNING run_id`; a row returned means [`Coalesce::StartNew`] without a call. Otherwise load the
+/// holder `SELECT k.run_id, r.status FROM coalesce_keys k JOIN runs r ... FOR UPDATE` (locks the key
+/// and the holder's run: a run ending concurrently commits first or waits), call this, apply.
+pub fn coalesce(holder: Option<&Holder>) -> Coalesce {
+    match holder {
+        None => Coalesce::StartNew,
+        Some(h) if h.status.is_terminal() => Coalesce::TakeOver {
+            from: h.run_id.clone(),
+        },
+        Some(h) => Coalesce::JoinExisting {
+            run_id: h.run_id.clone(),
+        },
+    }
+}
+
+/// What a delivery does to the live session it joined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Join {
+    /// Nothing: the delivery is delivered, names the existing run, and its effect is consumed.
+    Nothing,
+    /// Raise the delivery's rendered signal on it (`signal::raise`); consumed when a wait takes it.
+    RaiseSignal,
+    /// Enqueue the delivery's prompt on it (`turn::enqueue`); consumed when its turn is acknowledged.
+    EnqueuePrompt,
+}
+
+impl Join {
+    /// Whether the delivery's effect is consumed by the join itself.
+    pub fn consumed(self) -> bool {
+        self == Join::Nothing
+    }
+}
+
+/// The `on_existing` action of a joining delivery. `has_signal` / `has_prompt`: the delivery carries
+/// a rendered signal / prompt. Errors: `Rejected(validation_error)` when `signal` / `prompt` is asked
+/// for but missing (a binding configured without it).
+pub fn join(on_existing: OnExisting, has_signal: bool, has_prompt: bool) -> Result<Join, Refusal> {
+    match on_existing {
+        OnExisting::Noop => Ok(Join::Nothing),
+        OnExisting::Signal if has_signal => Ok(Join::RaiseSignal),
+        OnExisting::Signal => Err(Refusal::Rejected {
+            code: ErrorCode::ValidationError,
+            message: "on_existing = signal needs a signal name".into(),
+        }),
+        OnExisting::Prompt if has_prompt => Ok(Join::EnqueuePrompt),
+        OnExisting::Prompt => Err(Refusal::Rejected {
+            code: ErrorCode::ValidationError,
+            message: "on_existing = prompt needs a prompt".into(),
+        }),
+    }
+}
+
+/// The run a `raise_signal` / `enqueue_prompt` aimed at `(workflow, key)` lands on: the key's holder
+/// (`holder_run`, ended or not: an ended one then refuses `target_terminal` in the rule that follows).
+/// With no holder, `start_pending` (a `pending`/`retrying` `start_run` delivery of that workflow and key
+/// exists: the session's own start is still queued) makes it a retryable refusal, so the signal waits
+/// for its session and is never lost. Errors: `Rejected(unavailable)` "the target session is still
+/// starting"; `Rejected(not_found)` "no session holds this coalesce key".
+pub fn target(holder_run: Option<&str>, start_pending: bool) -> Result<String, Refusal> {
+    match (holder_run, start_pending) {
+        (Some(run), _) => Ok(run.into()),
+        (None, true) => Err(Refusal::Rejected {
+            code: ErrorCode::Unavailable,
+            message: "the target session is still starting".into(),
+        }),
+        (None, false) => Err(Refusal::Rejected {
+            code: ErrorCode::NotFound,
+            message: "no session holds this coalesce key".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(status: RunStatus) -> Holder {
+        Holder {
+            run_id: "run_1".into(),
+            status,
+        }
+    }
+
+    #[test]
+    fn start_take_over_or_join() {
+        assert_eq!(coalesce(None), Coalesce::StartNew);
+        for ended in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            assert_eq!(
+                coalesce(Some(&holder(ended))),
+                Coalesce::TakeOver {
+                    from: "run_1".into()
+                }
+            );
+        }
+        for live in [
+            RunStatus::Pending,
+            RunStatus::Running,
+            RunStatus::WaitingExternal,
+            RunStatus::Cancelling,
+        ] {
+            assert_eq!(
+                coalesce(Some(&holder(live))),
+                Coalesce::JoinExisting {
+                    run_id: "run_1".into()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn joining_takes_on_existing() {
+        assert_eq!(join(OnExisting::Noop, false, false), Ok(Join::Nothing));
+        assert!(Join::Nothing.consumed());
+        assert_eq!(join(OnExisting::Signal, true, false), Ok(Join::RaiseSignal));
+        assert!(!Join::RaiseSignal.consumed());
+        assert_eq!(
+            join(OnExisting::Prompt, false, true),
+            Ok(Join::EnqueuePrompt)
+        );
+        assert!(!Join::EnqueuePrompt.consumed());
+        assert_eq!(
+            join(OnExisting::Signal, false, true),
+            Err(Refusal::Rejected {
+                code: ErrorCode::ValidationError,
+                message: "on_existing = signal needs a signal name".into()
+            })
+        );
+        assert_eq!(
+            join(OnExisting::Prompt, true, false).unwrap_err().code(),
+            ErrorCode::ValidationError
+        );
+    }
+
+    #[test]
+    fn a_keyed_target_is_its_holder_or_waits_for_its_start() {
+        assert_eq!(target(Some("run_1"), false), Ok("run_1".to_string()));
+        assert_eq!(target(Some("run_1"), true), Ok("run_1".to_string()));
+        assert_eq!(
+            target(None, true).unwrap_err().code(),
+            ErrorCode::Unavailable
+        );
+        assert_eq!(
+            target(None, false),
+            Err(Refusal::Rejected {
+                code: ErrorCode::NotFound,
+                message: "no session holds this coalesce key".into()
+            })
+        );
+    }
+}
