@@ -10,14 +10,28 @@ use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{FailurePolicy, Source, SubscriptionInput, SubscriptionState};
+use trigger_bridge_store::postgres::testing::TestDatabase;
+use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::sqlite::SqliteStore;
 use trigger_bridge_store::*;
 
-/// Fresh stores of every backend available here. The tempdir guard keeps the SQLite file alive.
-fn backends() -> Vec<(Arc<dyn Store>, tempfile::TempDir)> {
+/// What keeps a backend's storage alive for the length of a case (a temp dir, a test schema).
+type Guard = Box<dyn std::any::Any + Send>;
+
+/// Fresh stores of every backend available here: SQLite in a temp dir, and PostgreSQL in a schema of
+/// its own (dropped with the guard; skipped with a printed reason only when the server is unreachable
+/// and `CI` is unset).
+async fn backends() -> Vec<(Arc<dyn Store>, Guard)> {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = SqliteStore::open_dir(dir.path()).expect("open sqlite");
-    vec![(Arc::new(s), dir)]
+    let mut out: Vec<(Arc<dyn Store>, Guard)> = vec![(Arc::new(s), Box::new(dir))];
+    if let Some(db) = TestDatabase::create() {
+        let pg = PgStore::connect(db.url(), PoolOptions::default())
+            .await
+            .expect("open postgres");
+        out.push((Arc::new(pg), Box::new(db)));
+    }
+    out
 }
 
 async fn sub(store: &dyn Store, id: &str, threshold: u32) {
@@ -112,7 +126,7 @@ const IMMEDIATE: FailurePolicy = FailurePolicy {
 
 #[tokio::test]
 async fn receipt_commit_dedup_and_exact_bytes() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         let body: &'static [u8] = b"{ \"b\":1,\n  \"a\" : \"\\u00e9\xc3\xa9\" }  \r\n";
         let first = receipt("s", "dk_1", body, &["b1"]);
@@ -174,7 +188,7 @@ async fn receipt_commit_dedup_and_exact_bytes() {
 
 #[tokio::test]
 async fn concurrent_commits_of_one_key_give_one_receipt() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         let mut tasks = Vec::new();
         for _ in 0..50 {
@@ -205,7 +219,7 @@ async fn concurrent_commits_of_one_key_give_one_receipt() {
 
 #[tokio::test]
 async fn delivered_attempt_starts_the_run_with_causation() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         let r = receipt("s", "dk_1", b"{}", &["b1"]);
         let rid = r.id.clone();
@@ -288,7 +302,7 @@ async fn delivered_attempt_starts_the_run_with_causation() {
 
 #[tokio::test]
 async fn lapsed_lease_moves_on_and_the_old_holder_loses() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         store
             .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
@@ -340,7 +354,7 @@ async fn lapsed_lease_moves_on_and_the_old_holder_loses() {
 
 #[tokio::test]
 async fn exhaustion_dead_letters_and_moves_the_subscription() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 2).await;
         let r = receipt("s", "dk_1", b"{}", &["b1"]);
         let rid = r.id.clone();
@@ -446,7 +460,7 @@ async fn reopening_keeps_everything() {
 
 #[tokio::test]
 async fn a_key_is_held_for_its_window_then_released() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         let mut r1 = receipt("s", "dk_w", b"1", &[]);
         r1.dedup_until = 2_500;
@@ -500,7 +514,7 @@ async fn a_key_is_held_for_its_window_then_released() {
 
 #[tokio::test]
 async fn idempotency_claims_are_atomic_replayable_and_expire() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         let reply = StoredReply {
             status: 201,
             content_type: Some("application/json".into()),
@@ -591,7 +605,7 @@ async fn idempotency_claims_are_atomic_replayable_and_expire() {
 /// over after its lease, or finished, is kept.
 #[tokio::test]
 async fn idempotency_release_drops_only_its_own_pending_claim() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         let s = "p POST /x";
         let claim = |key: &'static str, now: i64| {
             let store = store.clone();
@@ -648,7 +662,7 @@ async fn idempotency_release_drops_only_its_own_pending_claim() {
 
 #[tokio::test]
 async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         // An old settled receipt (unmatched) and an old dead-lettered delivery.
         let old = receipt("s", "dk_old", b"old body", &[]);
@@ -728,7 +742,7 @@ async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records
 
 #[tokio::test]
 async fn a_retention_batch_walks_by_cursor_past_kept_and_bodiless_rows() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         // 3 unsettled (routed) receipts, then 4 settled (unmatched) ones; batch of 2.
         let mut kept = Vec::new();
@@ -842,7 +856,7 @@ fn spec(
 #[tokio::test]
 async fn candidates_visible_together_resolve_by_precedence() {
     use tb_core::wait::{WaitKind, WaitState};
-    for (s, _dir) in backends() {
+    for (s, _dir) in backends().await {
         let run = session_run(&*s, "sessions").await;
         // Timer due and a matching signal in the same step (the timer loop had not fired yet): the
         // signal wins and the timer is tombstoned.
@@ -967,7 +981,7 @@ async fn candidates_visible_together_resolve_by_precedence() {
 
 #[tokio::test]
 async fn turns_are_claimed_in_order_leased_and_redelivered() {
-    for (s, _dir) in backends() {
+    for (s, _dir) in backends().await {
         let run = session_run(&*s, "turns").await;
         let start = s.claim_turn(&run, 1_000, 3_000).await.unwrap().unwrap();
         assert_eq!(start.kind, tb_core::turn::TurnKind::Start);
@@ -999,7 +1013,7 @@ async fn turns_are_claimed_in_order_leased_and_redelivered() {
 
 #[tokio::test]
 async fn a_signal_for_a_session_still_starting_waits_instead_of_failing() {
-    for (s, _dir) in backends() {
+    for (s, _dir) in backends().await {
         sub(&*s, "gh", 0).await;
         // The `opened` receipt: its coalescing start_run delivery is queued, not yet performed.
         let mut r = receipt("gh", "opened-1", b"{}", &["start"]);
@@ -1115,7 +1129,7 @@ async fn a_signal_for_a_session_still_starting_waits_instead_of_failing() {
 
 #[tokio::test]
 async fn a_lease_renews_only_for_its_own_grant() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         store
             .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
@@ -1187,7 +1201,7 @@ async fn a_lease_renews_only_for_its_own_grant() {
 
 #[tokio::test]
 async fn failure_streak_message_and_state_listing_are_kept() {
-    for (store, _dir) in backends() {
+    for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;
         for k in ["dk_1", "dk_2"] {
             store

@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use postgres::types::{FromSql, IsNull, ToSql, Type};
 use postgres::{Statement, Transaction};
 
-use crate::sql::{numbered_to_dollar, Db, Dialect, Param, Row, Value};
+use crate::sql::{to_postgres, Db, Dialect, Param, Row, Value};
 use crate::StoreResult;
 
 use super::error::classify;
@@ -83,7 +83,7 @@ impl<'c> PgDb<'c> {
         let st = self
             .tx
             .borrow_mut()
-            .prepare(&numbered_to_dollar(sql))
+            .prepare(&to_postgres(sql))
             .map_err(|e| classify(&e))?;
         let mut cache = self.cache.borrow_mut();
         if cache.map.len() >= STATEMENT_CACHE_CAPACITY {

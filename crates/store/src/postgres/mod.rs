@@ -8,6 +8,7 @@
 //! `crate::sql` is synchronous (the SQLite backend runs it on its writer thread), so both backends run
 //! the very same code; the async callers reach a connection through the pool's queue.
 
+pub mod backend;
 pub mod config;
 pub mod db;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod pool;
 #[doc(hidden)]
 pub mod testing;
 
+pub use backend::{PgBackend, PgStore};
 pub use config::{connect, parse_url};
 pub use db::{PgDb, StatementCache};
 pub use error::classify;

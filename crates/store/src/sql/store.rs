@@ -28,7 +28,7 @@ pub trait Backend: Send + Sync + 'static {
     async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static;
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static;
 
     /// Runs a short point read (an index lookup of a few µs, the ingest path's dedup probe) on the calling
     /// thread when the backend can without blocking the runtime for long (SQLite); otherwise as
@@ -36,7 +36,7 @@ pub trait Backend: Send + Sync + 'static {
     async fn read_now<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static;
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static;
 
     /// Whether the backend can take writes (its writer or pool is running).
     fn is_alive(&self) -> bool;

@@ -7,6 +7,7 @@ use serde_json::Value;
 use tb_core::delivery::{AttemptOutcome, DeliveryState};
 use tb_core::events::{self, DeliveryAttempted, RunStarted, SubscriptionStateChanged};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::outbox;
 use tb_core::receipt::{self, ReceiptState};
 use tb_core::retention;
 use tb_core::run::RunStatus;
@@ -265,15 +266,26 @@ fn insert_run_event_with_id(
         "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", p![run, seq as i64, event_id, ty, payload.to_string(), causation, now])?;
     // Outbox for outbound webhooks: one delivery per live webhook that takes this event type, written
-    // with the event. The event id stands in the receipt column, so (event, webhook) is unique.
-    c.exec(
-        "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-           inputs, state, due_at, created_at, updated_at) \
-         SELECT 'dlv_' || lower(hex(randomblob(16))), e.event_id, w.id, w.id, e.event_id, 'webhook', NULL, e.run_id, \
-           '{}', 'pending', ?3, ?3, ?3 \
-         FROM run_events e JOIN webhooks w ON w.deleted = 0 \
-           AND EXISTS (SELECT 1 FROM json_each(w.events) j WHERE j.value = e.type OR j.value = '*') \
-         WHERE e.run_id = ?1 AND e.sequence = ?2", p![run, seq as i64, now])?;
+    // with the event (the rule: tb_core::outbox). The event id stands in the receipt column, so
+    // (event, webhook) is unique.
+    let hooks = c.rows(
+        "SELECT id, events FROM webhooks WHERE deleted = 0",
+        p![],
+        |r| {
+            Ok(outbox::LiveWebhook {
+                id: r.get(0)?,
+                events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
+            })
+        },
+    )?;
+    for o in outbox::fan_out(&hooks, run, event_id, ty, now) {
+        c.exec(
+            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+               inputs, state, due_at, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5)",
+            p![o.id, o.event_id, o.webhook_id, o.run_id, o.due_at],
+        )?;
+    }
     Ok(())
 }
 
@@ -830,7 +842,7 @@ pub(crate) fn sweep(
     if !next.idempotency_done {
         // Deleted rows leave the candidate set, so "fewer than a batch" means none is left.
         counts.idempotency = c
-            .exec("DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)", p![now, batch])? as u64;
+            .exec("DELETE FROM idempotency_keys WHERE (scope, key) IN (SELECT scope, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)", p![now, batch])? as u64;
         next.idempotency_done = counts.idempotency < batch as u64;
     }
     if !next.signals_done {

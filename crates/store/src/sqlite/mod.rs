@@ -246,7 +246,7 @@ impl Backend for SqliteBackend {
     async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
     {
         self.read_blocking(f).await
     }
@@ -254,7 +254,7 @@ impl Backend for SqliteBackend {
     async fn read_now<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
     {
         self.read_inline(f)
     }

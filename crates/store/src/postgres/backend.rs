@@ -1,0 +1,73 @@
+//! The PostgreSQL [`Backend`]: the shared data-access code of `crate::sql`, each call one transaction on
+//! the [`PgPool`]. Several replicas share one database; correctness comes from the row locks and
+//! constraints the shared code takes (`FOR UPDATE`, `SKIP LOCKED`, unique keys), never from one writer.
+
+use async_trait::async_trait;
+
+use super::pool::{PgPool, PoolOptions};
+use crate::sql::{Backend, Db, SqlStore};
+use crate::{StoreError, StoreResult};
+
+/// The PostgreSQL backend: a pool of connection threads.
+pub struct PgBackend {
+    pool: PgPool,
+}
+
+/// The PostgreSQL store. Cheap to share behind an `Arc<dyn Store>`.
+pub type PgStore = SqlStore<PgBackend>;
+
+impl SqlStore<PgBackend> {
+    /// Connects to `url` (`postgres://user@host:port/db?options=...`, see
+    /// [`parse_url`](super::config::parse_url)), applies the missing migrations (safe while other
+    /// replicas start at once) and starts the pool. Runs the blocking driver work on its own thread, so
+    /// it may be awaited from any runtime. Errors: a bad URL (`Database`), an unreachable server
+    /// (`Unavailable`), a failed migration.
+    pub async fn connect(url: &str, opts: PoolOptions) -> StoreResult<PgStore> {
+        let url = url.to_string();
+        let pool = tokio::task::spawn_blocking(move || super::open(&url, opts))
+            .await
+            .map_err(|e| StoreError::Database(format!("opening PostgreSQL failed: {e}")))??;
+        Ok(SqlStore::new(PgBackend { pool }))
+    }
+
+    /// The pool (connection count, ping).
+    pub fn pool(&self) -> &PgPool {
+        &self.backend.pool
+    }
+}
+
+#[async_trait]
+impl Backend for PgBackend {
+    async fn write<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
+    {
+        self.pool.write(f).await
+    }
+
+    async fn read<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
+    {
+        self.pool.read(f).await
+    }
+
+    async fn read_now<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
+    {
+        // Every statement is a network round trip: there is nothing to gain from the calling thread.
+        self.pool.read(f).await
+    }
+
+    fn is_alive(&self) -> bool {
+        self.pool.live_connections() > 0
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
