@@ -93,18 +93,19 @@ pub async fn drive(o: &LoadOpts, label: &str) -> Result<LoadResult> {
     if !(0.0..=1.0).contains(&o.duplicates) {
         bail!("--duplicates must be within 0.0..=1.0");
     }
-    let url = ingest_url(&o.server, &o.subscription);
+    let servers = o.servers();
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| ingest_url(s, &o.subscription))
+        .collect();
     let http = client(o.connections)?;
-    // Fail fast with a clear message when the server is not there.
-    http.get(format!("{}/health", o.server.trim_end_matches('/')))
-        .send()
-        .await
-        .with_context(|| {
-            format!(
-                "cannot reach {} (is `trigger-bridge serve` running?)",
-                o.server
-            )
-        })?;
+    // Fail fast with a clear message when a server is not there.
+    for s in &servers {
+        http.get(format!("{s}/health"))
+            .send()
+            .await
+            .with_context(|| format!("cannot reach {s} (is `trigger-bridge serve` running?)"))?;
+    }
     let body = body_of(o.body_bytes);
     let prefix: String = rand::rng()
         .sample_iter(rand::distr::Alphanumeric)
@@ -143,7 +144,7 @@ pub async fn drive(o: &LoadOpts, label: &str) -> Result<LoadResult> {
     for w in 0..o.connections {
         let (http, url, key, body, prefix, counters) = (
             http.clone(),
-            url.clone(),
+            urls[w % urls.len()].clone(),
             key.clone(),
             body.clone(),
             prefix.clone(),
@@ -243,7 +244,7 @@ pub async fn run_started_latency(o: &LoadOpts, r: &LoadResult) -> Result<Histogr
     for (run_id, sent_us) in r.runs.iter().step_by(step) {
         let url = format!(
             "{}/v1/runs/{run_id}/events/poll?timeout=10&limit=1",
-            o.server.trim_end_matches('/')
+            o.first_server()
         );
         let v: Value = http.get(&url).send().await?.json().await?;
         let Some(ts) = v["events"][0]["timestamp"].as_str() else {

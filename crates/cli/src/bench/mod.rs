@@ -23,7 +23,8 @@ pub struct LoadOpts {
     /// Concurrent connections (each keeps one HTTP/1.1 keep-alive connection busy)
     #[arg(long, default_value_t = 32)]
     pub connections: usize,
-    /// Base URL of the server under test
+    /// Base URL of the server under test; several replicas as a comma-separated list (connection i
+    /// goes to replica i mod n, as a round-robin load balancer would spread them)
     #[arg(
         long,
         default_value = "http://127.0.0.1:8080",
@@ -55,6 +56,26 @@ pub struct LoadOpts {
 impl LoadOpts {
     fn duration(&self) -> Duration {
         Duration::from_secs_f64(self.duration.max(0.1))
+    }
+
+    /// The replicas of `--server`, each without a trailing `/` (at least one).
+    pub fn servers(&self) -> Vec<String> {
+        let list: Vec<String> = self
+            .server
+            .split(',')
+            .map(|s| s.trim().trim_end_matches('/').to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if list.is_empty() {
+            vec![self.server.clone()]
+        } else {
+            list
+        }
+    }
+
+    /// The first replica of `--server` (reads that any replica can answer go there).
+    pub fn first_server(&self) -> String {
+        self.servers().swap_remove(0)
     }
 }
 
