@@ -434,8 +434,17 @@ fn in_transaction(
     let db = PgDb::new(tx, cache);
     let r = job.run(&db);
     let tx = db.into_transaction();
+    let write = job.access() == Access::Write;
     let r = match r {
-        Ok(()) => tx.commit().map_err(|e| classify(&e)),
+        Ok(()) => tx.commit().map_err(|e| classify(&e)).inspect(|()| {
+            if write {
+                // One job, one transaction (the bench reports transactions per event from this).
+                metrics::counter!("tb_store_transactions_total", "backend" => "postgres")
+                    .increment(1);
+                metrics::counter!("tb_store_write_jobs_total", "backend" => "postgres")
+                    .increment(1);
+            }
+        }),
         Err(e) => {
             let _ = tx.rollback();
             Err(e)
