@@ -497,3 +497,64 @@ async fn turns_claimed_from_three_handles_get_one_lease_each() {
         gapless_log(&*stores[0], &run).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timer_loops_on_three_handles_step_each_due_run_once() {
+    const RUNS: usize = 10;
+    for (backend, stores, _guard) in handles(3).await {
+        subscription(&*stores[0], "gh").await;
+        let mut runs = Vec::new();
+        for k in 0..RUNS {
+            let run = session_run(&*stores[0]).await;
+            let spec = WaitSpec {
+                kind: WaitKind::Signal,
+                names: vec!["never".into()],
+                timeout_ms: Some(500 + k as u64),
+                user_input: false,
+                reason: "until the deadline".into(),
+            };
+            stores[0]
+                .create_wait(&run, &format!("wait_t{k}"), spec, 10_000)
+                .await
+                .unwrap();
+            runs.push(run);
+        }
+        assert_eq!(stores[0].next_timer_at().await.unwrap(), Some(10_500));
+        // Three replicas' timer loops come due at once; each passes until nothing is due.
+        let fired = race(3, |i| {
+            let s = stores[i].clone();
+            async move {
+                let mut n = 0;
+                for _ in 0..RUNS {
+                    let k = s.fire_timers(20_000, 3).await.expect("timers");
+                    n += k;
+                    if s.next_timer_at().await.expect("next timer").is_none() {
+                        break;
+                    }
+                }
+                n
+            }
+        })
+        .await;
+        // Whatever the three skipped while another held it and left due, one more pass takes.
+        let rest = stores[0].fire_timers(20_000, 100).await.unwrap();
+        assert_eq!(
+            fired.iter().sum::<u32>() + rest,
+            RUNS as u32,
+            "{backend}: every due run stepped exactly once ({fired:?} + {rest})"
+        );
+        for run in &runs {
+            let log = gapless_log(&*stores[0], run).await;
+            let timeouts = log
+                .iter()
+                .filter(|e| e.event_type == "tb.wait.timeout")
+                .count();
+            assert_eq!(timeouts, 1, "{backend}");
+            let waits = stores[0].list_waits(run).await.unwrap();
+            assert_eq!(waits.len(), 1);
+            assert_eq!(waits[0].state, WaitState::Resolved, "{backend}");
+            assert_eq!(waits[0].winner.as_ref().unwrap()["kind"], "timer");
+        }
+        assert_eq!(stores[0].next_timer_at().await.unwrap(), None);
+    }
+}

@@ -12,7 +12,7 @@ use tb_core::wait::WinnerKind;
 
 /// What applying the writes produced that the caller answers with.
 #[derive(Debug, Default)]
-pub(super) struct Applied {
+pub(crate) struct Applied {
     /// The envelope of the signal the writes buffered (`BufferSignal`), if any.
     pub envelope: Option<Value>,
     /// Its `seq`.
@@ -37,7 +37,9 @@ pub(super) fn apply(
     for op in &w.ops {
         apply_op(c, run_id, op, incoming, now, &mut out)?;
     }
-    if w.counters != before || !w.ops.is_empty() {
+    // Every op that numbers something (a signal, a turn, an event) moves a counter: the run row is
+    // written only then (a claim alone leaves it as it is).
+    if w.counters != before {
         c.exec(
             "UPDATE runs SET next_signal_seq = ?2, next_turn_seq = ?3, next_sequence = ?4, updated_at = ?5 WHERE id = ?1",
             p![

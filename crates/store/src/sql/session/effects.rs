@@ -64,11 +64,11 @@ pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<Effe
         }
         Effect::RaiseSignal { target, signal } => {
             let run_id = target_run(c, target)?;
-            let out = raise_signal(c, &run_id, signal, now)?;
+            let consumed = raise_for_delivery(c, &run_id, signal, now)?;
             Ok(EffectDone {
                 run_id,
                 start: false,
-                consumed: raise_consumed(&out),
+                consumed,
             })
         }
         Effect::EnqueuePrompt { target, prompt } => {
@@ -143,7 +143,7 @@ fn join_existing(c: &dyn Db, co: &Coalesce, existing: String, now: i64) -> Store
     let join =
         binding::join(co.on_existing, co.signal.is_some(), co.prompt.is_some()).map_err(refused)?;
     let consumed = match (join, &co.signal, &co.prompt) {
-        (Join::RaiseSignal, Some(s), _) => raise_consumed(&raise_signal(c, &existing, s, now)?),
+        (Join::RaiseSignal, Some(s), _) => raise_for_delivery(c, &existing, s, now)?,
         (Join::EnqueuePrompt, _, Some(p)) => {
             enqueue_prompt(c, &existing, p, now)?;
             false

@@ -21,14 +21,46 @@ pub(crate) fn raise_signal(
     s: &NewSignal,
     now: i64,
 ) -> StoreResult<RaiseOutcome> {
-    let out = raise(c, run_id, s, now);
-    let outcome = signal::outcome_label(out.as_ref().map(|(r, _)| r).map_err(|e| e.code()));
-    metrics::counter!("tb_signals_total", "outcome" => outcome, "source" => s.source.kind.as_str())
-        .increment(1);
-    out.map(|(_, o)| o)
+    raise_counted(c, run_id, s, now).map(|(o, _)| o)
 }
 
-fn raise(c: &dyn Db, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<(Raised, RaiseOutcome)> {
+/// [`raise_signal`] for a delivery's effect: also whether the raise consumed the raising delivery's
+/// effect, as its writes say: a duplicate settles it (`Raised::settles_delivery`: consumed, or still
+/// buffered, under its first delivery), and so does a `ConsumeDelivery` of it (a wait took the signal
+/// at once).
+pub(super) fn raise_for_delivery(
+    c: &dyn Db,
+    run_id: &str,
+    s: &NewSignal,
+    now: i64,
+) -> StoreResult<bool> {
+    raise_counted(c, run_id, s, now).map(|(_, consumed)| consumed)
+}
+
+fn raise_counted(
+    c: &dyn Db,
+    run_id: &str,
+    s: &NewSignal,
+    now: i64,
+) -> StoreResult<(RaiseOutcome, bool)> {
+    let out = raise(c, run_id, s, now);
+    let outcome = signal::outcome_label(out.as_ref().map(|(r, ..)| r).map_err(|e| e.code()));
+    metrics::counter!("tb_signals_total", "outcome" => outcome, "source" => s.source.kind.as_str())
+        .increment(1);
+    let (raised, answer, applied) = out?;
+    let consumed = raised.settles_delivery()
+        || s.delivery_id
+            .as_ref()
+            .is_some_and(|d| applied.consumed.contains(d));
+    Ok((answer, consumed))
+}
+
+fn raise(
+    c: &dyn Db,
+    run_id: &str,
+    s: &NewSignal,
+    now: i64,
+) -> StoreResult<(Raised, RaiseOutcome, apply::Applied)> {
     let snap = snapshot::load(c, run_id, None)?;
     let first = snapshot::first_signal(c, run_id, &s.signal_id)?;
     let incoming = IncomingSignal {
@@ -43,10 +75,10 @@ fn raise(c: &dyn Db, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<(Rais
         signal::raise(&snap, &incoming, first.as_ref().map(|(f, _)| f), ctx)
     })
     .map_err(refused)?;
-    let applied = apply::apply(c, run_id, snap.counters, &raised.writes, Some(s), now)?;
+    let mut applied = apply::apply(c, run_id, snap.counters, &raised.writes, Some(s), now)?;
     let (status, envelope) = match raised.status {
         RaiseStatus::Duplicate => ("duplicate", first.map(|(_, env)| env)),
-        RaiseStatus::Queued { .. } => ("queued", applied.envelope),
+        RaiseStatus::Queued { .. } => ("queued", applied.envelope.take()),
     };
     let outcome = RaiseOutcome {
         status,
@@ -54,14 +86,7 @@ fn raise(c: &dyn Db, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<(Rais
         consumed_by: raised.consumed_by.clone(),
         dropped: raised.dropped.clone(),
     };
-    Ok((raised, outcome))
-}
-
-/// Whether a raise consumed the raising delivery's effect: a duplicate was consumed (or is buffered)
-/// under its first delivery (`Raised::settles_delivery`), and a signal a wait took at once was consumed
-/// by that wait's writes.
-pub(super) fn raise_consumed(out: &RaiseOutcome) -> bool {
-    out.status == "duplicate" || out.consumed_by.is_some()
+    Ok((raised, outcome, applied))
 }
 
 pub(super) fn signal_row(r: &Row) -> StoreResult<SignalRecord> {
