@@ -210,7 +210,7 @@ async fn gapless_log(s: &dyn Store, run: &str) -> Vec<RunEventRecord> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn eight_first_events_for_one_key_through_eight_handles_start_one_session() {
+async fn first_events_for_one_key_through_eight_handles_start_one_session_then_one_takes_over() {
     for (backend, stores, _guard) in handles(8).await {
         let s0 = stores[0].clone();
         subscription(&*s0, "gh").await;
@@ -282,6 +282,72 @@ async fn eight_first_events_for_one_key_through_eight_handles_start_one_session(
             "{backend}: one signal per joiner"
         );
         gapless_log(&*s0, session).await;
+
+        // The session ends; four new first events race again: one takes the key over, three join it.
+        s0.finish_run(session, RunStatus::Completed, None, 4_000)
+            .await
+            .unwrap();
+        for _ in 0..4 {
+            s0.commit_receipt(start_receipt("gh", Some("o/r#7")))
+                .await
+                .unwrap();
+        }
+        let leases = Arc::new(s0.lease_due("w", 4_001, 60_000, 10).await.unwrap());
+        assert_eq!(leases.len(), 4);
+        let results = race(4, |i| {
+            let (s, leases) = (stores[i].clone(), leases.clone());
+            async move {
+                let lease = &leases[i];
+                let run_id = lease.delivery.run_id.clone().unwrap();
+                let co = Coalesce {
+                    workflow_id: "pr-session".into(),
+                    key: "o/r#7".into(),
+                    on_existing: tb_core::binding::OnExisting::Noop,
+                    signal: None,
+                    prompt: None,
+                };
+                let done = s
+                    .commit_attempt(delivered(lease, session_start(&run_id, Some(co)), 5_000))
+                    .await;
+                (run_id, done)
+            }
+        })
+        .await;
+        let targets: Vec<(String, String)> = results
+            .into_iter()
+            .map(|(own, done)| {
+                (
+                    own,
+                    done.unwrap_or_else(|e| panic!("{backend}: {e}"))
+                        .run_id
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let took_over: Vec<&String> = targets
+            .iter()
+            .filter(|(o, t)| o == t)
+            .map(|(o, _)| o)
+            .collect();
+        assert_eq!(
+            took_over.len(),
+            1,
+            "{backend}: one start takes the ended session's key over"
+        );
+        let second = took_over[0].clone();
+        assert_ne!(&second, session);
+        assert!(
+            targets.iter().all(|(_, t)| *t == second),
+            "{backend}: the others join it"
+        );
+        assert_eq!(
+            s0.get_run(&second).await.unwrap().status,
+            RunStatus::Running
+        );
+        assert_eq!(
+            s0.get_run(session).await.unwrap().status,
+            RunStatus::Completed
+        );
     }
 }
 
