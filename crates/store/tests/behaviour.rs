@@ -1128,6 +1128,52 @@ async fn a_signal_for_a_session_still_starting_waits_instead_of_failing() {
 }
 
 #[tokio::test]
+async fn a_webhook_signal_an_armed_wait_takes_at_once_settles_its_receipt() {
+    for (s, _dir) in backends().await {
+        let run = session_run(&*s, "gh").await;
+        let spec = tb_core::wait::WaitSpec {
+            kind: tb_core::wait::WaitKind::Signal,
+            names: vec!["pr.closed".into()],
+            timeout_ms: None,
+            user_input: false,
+            reason: "until the PR closes".into(),
+        };
+        s.create_wait(&run, "wait_c", spec, 3_000).await.unwrap();
+        let mut r = receipt("gh", "closed-1", b"{}", &["events"]);
+        r.deliveries[0].action = "raise_signal".into();
+        r.deliveries[0].run_id = None;
+        let receipt_id = r.id.clone();
+        s.commit_receipt(r).await.unwrap();
+        let lease = s.lease_due("w", 3_001, 60_000, 1).await.unwrap().remove(0);
+        let d = lease.delivery.id.clone();
+        let mut c = commit_for(
+            &lease,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_002,
+        );
+        c.effect = Some(Effect::RaiseSignal {
+            target: Target::Run(run.clone()),
+            signal: NewSignal {
+                delivery_id: Some(d.clone()),
+                ..api_signal("closed-1", "pr.closed")
+            },
+        });
+        s.commit_attempt(c).await.unwrap();
+        let w = s.get_wait(&run, "wait_c").await.unwrap();
+        assert_eq!(w.state, tb_core::wait::WaitState::Resolved);
+        assert_eq!(w.winner.unwrap()["signal"]["signalId"], "closed-1");
+        assert_eq!(s.get_delivery(&d).await.unwrap().consumed_at, Some(3_002));
+        assert_eq!(
+            s.get_receipt(&receipt_id).await.unwrap().state,
+            ReceiptState::Consumed,
+            "the wait consumed the signal in the attempt's own transaction"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_lease_renews_only_for_its_own_grant() {
     for (store, _dir) in backends().await {
         sub(&*store, "s", 0).await;

@@ -101,10 +101,10 @@ fn concurrent_migrations_from_three_clients_apply_once_and_none_fails() {
         .map(|t| t.join().expect("no panic").expect("no migration fails"))
         .collect();
     results.sort();
-    assert_eq!(
-        results,
-        vec![(0, latest), (latest, latest), (latest, latest)]
-    );
+    // One client starts from nothing; the others may each apply a later version between its turns
+    // (the lock is taken per version), but every client ends at the latest.
+    assert_eq!(results[0], (0, latest));
+    assert!(results.iter().all(|r| r.1 == latest), "{results:?}");
     let rows: i64 = client(&db)
         .query_one("SELECT COUNT(*) FROM schema_migrations", &[])
         .unwrap()

@@ -1,4 +1,4 @@
-//! Capability endpoints on SQLite: minted records (token hash only), use counts, revocation.
+//! Capability endpoints: minted records (token hash only), use counts, revocation.
 
 use super::*;
 use crate::p;
@@ -77,7 +77,7 @@ pub(crate) fn use_capability(c: &dyn Db, id: &str, now: i64) -> StoreResult<()> 
     let n = c
         .exec("UPDATE capabilities SET use_count = use_count + 1 WHERE id = ?1 AND revoked_at IS NULL AND expires_at > ?2 AND use_count < max_uses", p![id, now])?;
     if n == 0 {
-        return Err(rejected(ErrorCode::NotFound, "no such endpoint"));
+        return Err(rejected(tb_core::ErrorCode::NotFound, "no such endpoint"));
     }
     Ok(())
 }

@@ -1,43 +1,41 @@
-//! Webhook effects on SQLite: a delivery's session start (with coalescing), signal or prompt, inside its
-//! attempt's transaction.
+//! A delivery's local effect inside its attempt's transaction: a session start (with coalescing by
+//! constraint, rule `tb_core::binding::coalesce` / `join`), a signal or a prompt aimed at a run or at the
+//! session holding a coalesce key (rule `tb_core::binding::target`).
 
 use super::*;
 use crate::p;
 use crate::sql::{Db, Dialect};
+use tb_core::binding::{self, Holder, Join};
 
-/// Resolves a target to a run id. Errors: `Rejected(not_found)` "target_missing" when no live session
-/// holds the key.
+/// Resolves a target to a run id (rule: `tb_core::binding::target`): a fixed run, or the run holding
+/// the `(workflow, key)` coalesce key. Errors: `Rejected(unavailable)` while the session's own start is
+/// still queued; `Rejected(not_found)` when no session holds the key.
 pub(super) fn target_run(c: &dyn Db, t: &Target) -> StoreResult<String> {
     let (workflow_id, key) = match t {
         Target::Run(r) => return Ok(r.clone()),
         Target::Session { workflow_id, key } => (workflow_id, key),
     };
-    let held: Option<String> = c.row(
+    let held: Option<String> = c.value(
         "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2",
         p![workflow_id, key],
-        |r| r.get(0),
     )?;
-    if let Some(run) = held {
-        return Ok(run);
-    }
-    // The session's own start may still be queued or in flight (an `opened` and a `synchronize`
-    // arriving together): then the signal waits for it (a retryable refusal), never lost.
-    // The coalesce key inside a delivery's JSON params: json_extract in SQLite, ->> in PostgreSQL.
+    let pending = match held {
+        Some(_) => false,
+        None => start_pending(c, workflow_id, key)?,
+    };
+    binding::target(held.as_deref(), pending).map_err(refused)
+}
+
+/// Whether a `start_run` delivery of `workflow_id` for coalesce key `key` is still `pending` or
+/// `retrying` (the key inside the delivery's JSON params: `json_extract` on SQLite, `->>` on PostgreSQL).
+fn start_pending(c: &dyn Db, workflow_id: &str, key: &str) -> StoreResult<bool> {
     let sql = match c.dialect() {
         Dialect::Sqlite => "SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending', 'retrying') \
              AND action = 'start_run' AND workflow_id = ?1 AND json_extract(params, '$.coalesceKey') = ?2)",
         Dialect::Postgres => "SELECT EXISTS (SELECT 1 FROM deliveries WHERE state IN ('pending', 'retrying') \
              AND action = 'start_run' AND workflow_id = ?1 AND params::jsonb ->> 'coalesceKey' = ?2)",
     };
-    let starting: bool = c.value(sql, p![workflow_id, key])?.ok_or_else(no_row)?;
-    Err(if starting {
-        rejected(
-            ErrorCode::Unavailable,
-            "the target session is still starting",
-        )
-    } else {
-        rejected(ErrorCode::NotFound, "no session holds this coalesce key")
-    })
+    c.value(sql, p![workflow_id, key])?.ok_or_else(no_row)
 }
 
 /// What an effect did: the run it started or targeted, whether a new run is to be written, and whether
@@ -48,54 +46,15 @@ pub(crate) struct EffectDone {
     pub consumed: bool,
 }
 
-/// Performs a delivery's local effect (see [`Effect`]).
+/// Performs a delivery's local effect (see [`Effect`]). Errors: the refusals of the rules it applies
+/// (`Rejected`, `Conflict`); `Retryable` when a coalesce take-over lost its compare-and-set.
 pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<EffectDone> {
     match e {
         Effect::StartSession { run, coalesce } => {
             if let Some(co) = coalesce {
-                let held: Option<String> = c.row(
-                    "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2",
-                    p![co.workflow_id, co.key],
-                    |r| r.get(0),
-                )?;
-                let live = match &held {
-                    Some(r) => !read::get_run(c, r)?.status.is_terminal(),
-                    None => false,
-                };
-                if let (true, Some(existing)) = (live, held) {
-                    let consumed = match co.on_existing {
-                        tb_core::binding::OnExisting::Noop => true,
-                        tb_core::binding::OnExisting::Signal => {
-                            let s = co.signal.as_ref().ok_or_else(|| {
-                                rejected(
-                                    ErrorCode::ValidationError,
-                                    "on_existing = signal needs a signal name",
-                                )
-                            })?;
-                            raise_signal(c, &existing, s, now)?;
-                            false
-                        }
-                        tb_core::binding::OnExisting::Prompt => {
-                            let p = co.prompt.as_ref().ok_or_else(|| {
-                                rejected(
-                                    ErrorCode::ValidationError,
-                                    "on_existing = prompt needs a prompt",
-                                )
-                            })?;
-                            enqueue_prompt(c, &existing, p, now)?;
-                            false
-                        }
-                    };
-                    return Ok(EffectDone {
-                        run_id: existing,
-                        start: false,
-                        consumed,
-                    });
+                if let Some(existing) = claim_key(c, co, &run.id, now)? {
+                    return join_existing(c, co, existing, now);
                 }
-                // First event for the key, or the session holding it has ended: this run takes it.
-                c.exec(
-                    "INSERT INTO coalesce_keys (workflow_id, key, run_id, created_at) VALUES (?1, ?2, ?3, ?4) \
-                     ON CONFLICT (workflow_id, key) DO UPDATE SET run_id = excluded.run_id, created_at = excluded.created_at", p![co.workflow_id, co.key, run.id, now])?;
             }
             Ok(EffectDone {
                 run_id: run.id.clone(),
@@ -105,12 +64,11 @@ pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<Effe
         }
         Effect::RaiseSignal { target, signal } => {
             let run_id = target_run(c, target)?;
-            let out = raise_signal(c, &run_id, signal, now)?;
+            let consumed = raise_for_delivery(c, &run_id, signal, now)?;
             Ok(EffectDone {
                 run_id,
                 start: false,
-                // A duplicate raise was consumed (or is buffered) under its first delivery.
-                consumed: out.status == "duplicate",
+                consumed,
             })
         }
         Effect::EnqueuePrompt { target, prompt } => {
@@ -125,18 +83,76 @@ pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<Effe
     }
 }
 
-/// Writes a new session run's start turn and its mailbox policy (after the run row exists).
-pub(crate) fn start_session(
-    c: &dyn Db,
-    run_id: &str,
-    content: &Value,
-    mailbox: &MailboxPolicy,
-    now: i64,
-) -> StoreResult<()> {
-    c.exec(
-        "UPDATE runs SET mailbox = ?2 WHERE id = ?1",
-        p![run_id, serde_json::to_string(mailbox).expect("json")],
+/// Claims the coalesce key for the new run `run_id` by constraint, or finds the live holder:
+///
+/// 1. `INSERT ... ON CONFLICT DO NOTHING RETURNING run_id`: a row back means the key is this run's
+///    (`Coalesce::StartNew`); concurrent first events wait on the key's unique index, and all but one
+///    find it taken;
+/// 2. otherwise lock the key row (`FOR UPDATE`), then its run, and let `binding::coalesce` decide:
+///    take over from an ended holder (compare-and-set on that holder: zero rows = another start took
+///    it first, `Retryable`), or join the live one.
+///
+/// Returns the live holder to join, or `None` when the new run holds the key.
+fn claim_key(c: &dyn Db, co: &Coalesce, run_id: &str, now: i64) -> StoreResult<Option<String>> {
+    let claimed: Option<String> = c.value(
+        "INSERT INTO coalesce_keys (workflow_id, key, run_id, created_at) VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (workflow_id, key) DO NOTHING RETURNING run_id",
+        p![co.workflow_id, co.key, run_id, now],
     )?;
-    insert_turn(c, run_id, TurnKind::Start, content, None, false, now)?;
-    Ok(())
+    if claimed.is_some() {
+        return Ok(None);
+    }
+    let held: String = c
+        .value(
+            &format!(
+                "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2{}",
+                c.dialect().for_update()
+            ),
+            p![co.workflow_id, co.key],
+        )?
+        .ok_or_else(|| StoreError::Retryable("the coalesce key's row is gone".into()))?;
+    let status = snapshot::lock_head(c, &held)?.status;
+    let holder = Holder {
+        run_id: held,
+        status,
+    };
+    match binding::coalesce(Some(&holder)) {
+        binding::Coalesce::JoinExisting { run_id } => Ok(Some(run_id)),
+        binding::Coalesce::TakeOver { from } => {
+            let n = c.exec(
+                "UPDATE coalesce_keys SET run_id = ?3, created_at = ?4 \
+                 WHERE workflow_id = ?1 AND key = ?2 AND run_id = ?5",
+                p![co.workflow_id, co.key, run_id, now, from],
+            )?;
+            if n == 0 {
+                return Err(StoreError::Retryable(
+                    "another start took the coalesce key over first".into(),
+                ));
+            }
+            Ok(None)
+        }
+        binding::Coalesce::StartNew => Err(StoreError::Retryable(
+            "the coalesce key has no holder".into(),
+        )),
+    }
+}
+
+/// A coalescing start that found a live session: no new run; `on_existing` on the holder
+/// (rule: `tb_core::binding::join`).
+fn join_existing(c: &dyn Db, co: &Coalesce, existing: String, now: i64) -> StoreResult<EffectDone> {
+    let join =
+        binding::join(co.on_existing, co.signal.is_some(), co.prompt.is_some()).map_err(refused)?;
+    let consumed = match (join, &co.signal, &co.prompt) {
+        (Join::RaiseSignal, Some(s), _) => raise_for_delivery(c, &existing, s, now)?,
+        (Join::EnqueuePrompt, _, Some(p)) => {
+            enqueue_prompt(c, &existing, p, now)?;
+            false
+        }
+        (j, ..) => j.consumed(),
+    };
+    Ok(EffectDone {
+        run_id: existing,
+        start: false,
+        consumed,
+    })
 }

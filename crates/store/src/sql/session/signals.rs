@@ -1,201 +1,92 @@
-//! Signals on SQLite: the per-run FIFO mailbox, dedup by `signalId`, overflow policy, large payloads.
+//! Signals: raising one on a run's FIFO mailbox (rule: `tb_core::signal::raise`), reading the mailbox,
+//! large payloads, and the retention sweep of settled signals.
 
 use super::*;
 use crate::p;
-use crate::sql::{Db, Dialect, Row};
+use crate::sql::{Db, Row};
+use tb_core::signal::{self, IncomingSignal, RaiseStatus, Raised};
 
-pub(super) fn mailbox_of(c: &dyn Db, run_id: &str) -> StoreResult<MailboxPolicy> {
-    let m: Option<String> = c
-        .row("SELECT mailbox FROM runs WHERE id = ?1", p![run_id], |r| {
-            r.get(0)
-        })?
-        .ok_or_else(no_row)?;
-    Ok(m.and_then(|m| serde_json::from_str(&m).ok())
-        .unwrap_or_default())
-}
-
-/// Raises a signal on a run (signals-and-connectors §5.2): a repeated `signalId` is recorded
-/// (`tb.signal.duplicate`) and suppressed; a full mailbox follows its policy; the signal is buffered in
-/// FIFO order (`tb.signal.buffered`), wakes the run with a turn when `wake`, and may resolve the armed
-/// wait at once. Errors: `NotFound`; `Rejected(target_terminal | signal_buffer_full)`.
+/// Raises a signal on a run (signals-and-connectors §5.2; rule: `tb_core::signal::raise`): locks the run,
+/// loads its snapshot and the signal already stored under the same `signalId`, and applies what the rule
+/// returned (duplicate, drop-oldest, the buffered signal at the run's `next_signal_seq`, a wake turn, a
+/// wait step). Errors: `NotFound("run")`; `Rejected(target_terminal | signal_buffer_full)`; `Conflict`
+/// (same `signalId`, different signal).
 ///
 /// Every raise, whatever its path (API, webhook delivery, capability URL), comes through here, so this
-/// is where `tb_signals_total{outcome, source}` is counted (issue #9): `outcome` is `queued`,
-/// `queued_with_drop`, `duplicate`, `rejected_full` or `refused` (terminal run, conflict, unknown run).
+/// is where `tb_signals_total{outcome, source}` is counted (issue #9; labels from
+/// `tb_core::signal::outcome_label`).
 pub(crate) fn raise_signal(
     c: &dyn Db,
     run_id: &str,
     s: &NewSignal,
     now: i64,
 ) -> StoreResult<RaiseOutcome> {
-    let out = raise(c, run_id, s, now);
-    let outcome = match &out {
-        Ok(o) if o.status == "duplicate" => "duplicate",
-        Ok(o) if !o.dropped.is_empty() => "queued_with_drop",
-        Ok(_) => "queued",
-        Err(e) if e.code() == ErrorCode::SignalBufferFull => "rejected_full",
-        Err(_) => "refused",
-    };
-    metrics::counter!("tb_signals_total", "outcome" => outcome, "source" => s.source.kind.as_str())
-        .increment(1);
-    out
+    raise_counted(c, run_id, s, now).map(|(o, _)| o)
 }
 
-fn raise(c: &dyn Db, run_id: &str, s: &NewSignal, now: i64) -> StoreResult<RaiseOutcome> {
-    live_run(c, run_id)?;
-    let existing: Option<String> = c.row(
-        "SELECT envelope FROM signals WHERE run_id = ?1 AND signal_id = ?2",
-        p![run_id, s.signal_id],
-        |r| r.get(0),
-    )?;
-    if let Some(env) = existing {
-        let first = json_col(Some(env.clone())).unwrap_or(Value::Null);
-        if !same_signal(c, run_id, &first, s)? {
-            return Err(StoreError::Conflict(
-                "this signalId was already used on this run for a different signal (name or data)"
-                    .into(),
-            ));
-        }
-        append_event(
-            c,
-            run_id,
-            "tb.signal.duplicate",
-            &json!({"signalId": s.signal_id, "name": s.name}),
-            now,
-        )?;
-        return Ok(RaiseOutcome {
-            status: "duplicate",
-            signal: json_col(Some(env)).unwrap_or(Value::Null),
-            consumed_by: None,
-            dropped: Vec::new(),
-        });
-    }
-    let buffered: u32 = c
-        .row(
-            "SELECT COUNT(*) FROM signals WHERE run_id = ?1 AND state = 'buffered'",
-            p![run_id],
-            |r| r.get(0),
-        )?
-        .ok_or_else(no_row)?;
-    let mut dropped = Vec::new();
-    match admit(mailbox_of(c, run_id)?, buffered) {
-        Admit::Buffer => {}
-        Admit::Reject => {
-            return Err(rejected(
-                ErrorCode::SignalBufferFull,
-                format!("the run's signal mailbox is full ({buffered} buffered) and its overflow policy is reject; retry after it drains"),
-            ))
-        }
-        Admit::DropOldest(n) => {
-            let rows = c.rows(
-                "UPDATE signals SET state = 'dropped', settled_at = ?3 WHERE run_id = ?1 AND seq IN \
-                 (SELECT seq FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq LIMIT ?2) \
-                 RETURNING signal_id, name, seq, delivery_id",
-                p![run_id, n, now],
-                |r| {
-                    Ok((
-                        r.get::<String>(0)?,
-                        r.get::<String>(1)?,
-                        r.get::<i64>(2)?,
-                        r.get::<Option<String>>(3)?,
-                    ))
-                },
-            )?;
-            for (id, name, seq, delivery) in rows {
-                append_event(
-                    c,
-                    run_id,
-                    "tb.signal.dropped",
-                    &json!({"signalId": id, "name": name, "seq": seq, "reason": "mailbox_full"}),
-                    now,
-                )?;
-                if let Some(d) = delivery {
-                    // Its receipt can no longer be consumed: it ends `expired`.
-                    c.exec("UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE id = (SELECT receipt_id FROM deliveries WHERE id = ?1)", p![d, now])?;
-                }
-                dropped.push(id);
-            }
-        }
-    }
-    let (data, payload_ref) = match &s.data {
-        DataPlacement::None => (None, None),
-        DataPlacement::Inline(v) => (Some(v.clone()), None),
-        DataPlacement::Reference(bytes) => {
-            let r = format!("sigp_{}", &new_id(IdKind::Signal)[4..]);
-            c.exec(
-                "INSERT INTO signal_payloads (ref, run_id, data, created_at) VALUES (?1, ?2, ?3, ?4)", p![r, run_id, bytes, now])?;
-            (None, Some(r))
-        }
-    };
-    let env = SessionSignalV1 {
-        version: 1,
-        signal_id: s.signal_id.clone(),
-        name: s.name.clone(),
-        source: s.source.clone(),
-        raised_at: rfc3339(now),
-        data,
-        payload_ref,
-        wake: s.wake,
-    };
-    let env_json = serde_json::to_value(&env).expect("serializable");
-    let seq: i64 = c
-        .row(
-            "INSERT INTO signals (run_id, seq, signal_id, name, envelope, state, delivery_id, raised_at) \
-             VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM signals WHERE run_id = ?1), ?2, ?3, ?4, 'buffered', ?5, ?6) \
-             RETURNING seq", p![run_id, s.signal_id, s.name, env_json.to_string(), s.delivery_id, now], |r| r.get(0),)?.ok_or_else(no_row)?;
-    append_event(
-        c,
-        run_id,
-        "tb.signal.buffered",
-        &json!({"signalId": s.signal_id, "name": s.name, "seq": seq, "source": s.source.kind, "wake": s.wake}),
-        now,
-    )?;
-    if s.wake {
-        insert_turn(
-            c,
-            run_id,
-            TurnKind::Signal,
-            &turn::signal_content(&env_json),
-            s.delivery_id.as_deref(),
-            false,
-            now,
-        )?;
-    }
-    resolve_step(c, run_id, now, false)?;
-    let consumed_by: Option<String> = c
-        .row(
-            "SELECT consumed_by FROM signals WHERE run_id = ?1 AND seq = ?2",
-            p![run_id, seq],
-            |r| r.get(0),
-        )?
-        .ok_or_else(no_row)?;
-    Ok(RaiseOutcome {
-        status: "queued",
-        signal: env_json,
-        consumed_by,
-        dropped,
-    })
-}
-
-/// Whether a repeated `signalId` carries the same name and data as the stored envelope (then it is a
-/// duplicate; otherwise a conflict).
-pub(super) fn same_signal(
+/// [`raise_signal`] for a delivery's effect: also whether the raise consumed the raising delivery's
+/// effect, as its writes say: a duplicate settles it (`Raised::settles_delivery`: consumed, or still
+/// buffered, under its first delivery), and so does a `ConsumeDelivery` of it (a wait took the signal
+/// at once).
+pub(super) fn raise_for_delivery(
     c: &dyn Db,
     run_id: &str,
-    first: &Value,
     s: &NewSignal,
+    now: i64,
 ) -> StoreResult<bool> {
-    if first["name"] != s.name.as_str() {
-        return Ok(false);
-    }
-    Ok(
-        match (&s.data, first.get("payloadRef").and_then(Value::as_str)) {
-            (DataPlacement::None, None) => first.get("data").is_none(),
-            (DataPlacement::Inline(v), None) => first.get("data") == Some(v),
-            (DataPlacement::Reference(bytes), Some(r)) => signal_payload(c, run_id, r)? == *bytes,
-            _ => false,
-        },
-    )
+    raise_counted(c, run_id, s, now).map(|(_, consumed)| consumed)
+}
+
+fn raise_counted(
+    c: &dyn Db,
+    run_id: &str,
+    s: &NewSignal,
+    now: i64,
+) -> StoreResult<(RaiseOutcome, bool)> {
+    let out = raise(c, run_id, s, now);
+    let outcome = signal::outcome_label(out.as_ref().map(|(r, ..)| r).map_err(|e| e.code()));
+    metrics::counter!("tb_signals_total", "outcome" => outcome, "source" => s.source.kind.as_str())
+        .increment(1);
+    let (raised, answer, applied) = out?;
+    let consumed = raised.settles_delivery()
+        || s.delivery_id
+            .as_ref()
+            .is_some_and(|d| applied.consumed.contains(d));
+    Ok((answer, consumed))
+}
+
+fn raise(
+    c: &dyn Db,
+    run_id: &str,
+    s: &NewSignal,
+    now: i64,
+) -> StoreResult<(Raised, RaiseOutcome, apply::Applied)> {
+    let snap = snapshot::load(c, run_id, None)?;
+    let first = snapshot::first_signal(c, run_id, &s.signal_id)?;
+    let incoming = IncomingSignal {
+        signal_id: &s.signal_id,
+        name: &s.name,
+        source: s.source.kind,
+        data: &s.data,
+        wake: s.wake,
+        delivery_id: s.delivery_id.as_deref(),
+    };
+    let raised = with_ctx(now, |ctx| {
+        signal::raise(&snap, &incoming, first.as_ref().map(|(f, _)| f), ctx)
+    })
+    .map_err(refused)?;
+    let mut applied = apply::apply(c, run_id, snap.counters, &raised.writes, Some(s), now)?;
+    let (status, envelope) = match raised.status {
+        RaiseStatus::Duplicate => ("duplicate", first.map(|(_, env)| env)),
+        RaiseStatus::Queued { .. } => ("queued", applied.envelope.take()),
+    };
+    let outcome = RaiseOutcome {
+        status,
+        signal: envelope.unwrap_or(Value::Null),
+        consumed_by: raised.consumed_by.clone(),
+        dropped: raised.dropped.clone(),
+    };
+    Ok((raised, outcome, applied))
 }
 
 pub(super) fn signal_row(r: &Row) -> StoreResult<SignalRecord> {
@@ -239,24 +130,22 @@ pub(crate) fn list_signals(
 }
 
 /// Deletes at most `batch` settled signal records (consumed, dropped or expired) settled before
-/// `before` (ms), with their large payloads. The newest signal of each run is kept so arrival numbers
-/// (`seq`) are never reused. Returns how many were deleted.
+/// `before` (ms), with their large payloads. Arrival numbers (`seq`) come from the run's
+/// `next_signal_seq` counter, so deleting even a run's newest signal never lets a number be reused.
+/// Returns how many were deleted.
 pub(crate) fn sweep_signals(c: &dyn Db, before: i64, batch: u32) -> StoreResult<u64> {
     let doomed: Vec<(String, i64, Option<String>)> = c.rows(
-        match c.dialect() {
-            Dialect::Sqlite => {
-                "SELECT run_id, seq, json_extract(envelope, '$.payloadRef') FROM signals s \
-             WHERE state <> 'buffered' AND settled_at IS NOT NULL AND settled_at < ?1 \
-             AND seq < (SELECT MAX(seq) FROM signals m WHERE m.run_id = s.run_id) LIMIT ?2"
-            }
-            Dialect::Postgres => {
-                "SELECT run_id, seq, envelope::jsonb ->> 'payloadRef' FROM signals s \
-             WHERE state <> 'buffered' AND settled_at IS NOT NULL AND settled_at < ?1 \
-             AND seq < (SELECT MAX(seq) FROM signals m WHERE m.run_id = s.run_id) LIMIT ?2"
-            }
-        },
+        "SELECT run_id, seq, envelope FROM signals \
+         WHERE state <> 'buffered' AND settled_at IS NOT NULL AND settled_at < ?1 LIMIT ?2",
         p![before, batch],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        |r| {
+            let env = read::json(r.get(2)?);
+            let payload = env
+                .get("payloadRef")
+                .and_then(Value::as_str)
+                .map(String::from);
+            Ok((r.get(0)?, r.get(1)?, payload))
+        },
     )?;
     for (run, seq, payload) in &doomed {
         if let Some(p) = payload {

@@ -1,31 +1,12 @@
-//! Turns on SQLite: the per-run queue a session's driver claims one at a time (leased, acknowledged).
+//! Turns: the per-run queue a session's driver claims one at a time (leased, acknowledged), and a new
+//! session's start turn; rules in `tb_core::turn` and `tb_core::session::start`.
 
 use super::*;
 use crate::p;
 use crate::sql::{Db, Row};
-
-pub(super) fn insert_turn(
-    c: &dyn Db,
-    run_id: &str,
-    kind: TurnKind,
-    content: &Value,
-    delivery_id: Option<&str>,
-    user_input: bool,
-    now: i64,
-) -> StoreResult<String> {
-    let id = new_id(IdKind::Turn);
-    c.exec(
-        "INSERT INTO turns (id, run_id, seq, kind, content, state, delivery_id, user_input, created_at) \
-         VALUES (?1, ?2, (SELECT COALESCE(MAX(seq), 0) + 1 FROM turns WHERE run_id = ?2), ?3, ?4, 'queued', ?5, ?6, ?7)", p![id, run_id, kind.as_str(), content.to_string(), delivery_id, user_input, now])?;
-    append_event(
-        c,
-        run_id,
-        "tb.turn.queued",
-        &json!({"turnId": id, "kind": kind.as_str()}),
-        now,
-    )?;
-    Ok(id)
-}
+use tb_core::session::Writes;
+use tb_core::signal::MailboxPolicy;
+use tb_core::turn::{self, Claim, IncomingPrompt};
 
 pub(super) const TURN_COLS: &str =
     "id, run_id, seq, kind, content, state, lease_until, claims, created_at, acked_at";
@@ -47,25 +28,24 @@ pub(super) fn turn_row(r: &Row) -> StoreResult<TurnRecord> {
     })
 }
 
-/// Enqueues a prompt as accepted user input, then lets it interrupt or win the run's armed wait.
+/// Enqueues a prompt as accepted user input (rule: `tb_core::turn::enqueue`), which then interrupts or
+/// wins the run's armed wait. Returns the new turn. Errors: `NotFound("run")`;
+/// `Rejected(target_terminal)`.
 pub(crate) fn enqueue_prompt(
     c: &dyn Db,
     run_id: &str,
     p: &NewPrompt,
     now: i64,
 ) -> StoreResult<TurnRecord> {
-    live_run(c, run_id)?;
-    let content = turn::prompt_content(&p.text, &p.variables, &p.from);
-    let id = insert_turn(
-        c,
-        run_id,
-        TurnKind::Prompt,
-        &content,
-        p.delivery_id.as_deref(),
-        true,
-        now,
-    )?;
-    resolve_step(c, run_id, now, false)?;
+    let snap = snapshot::load(c, run_id, None)?;
+    let incoming = IncomingPrompt {
+        text: &p.text,
+        variables: &p.variables,
+        from: &p.from,
+        delivery_id: p.delivery_id.as_deref(),
+    };
+    let (id, w, _) = with_ctx(now, |ctx| turn::enqueue(&snap, &incoming, ctx)).map_err(refused)?;
+    apply::apply(c, run_id, snap.counters, &w, None, now)?;
     get_turn(c, run_id, &id)
 }
 
@@ -113,34 +93,35 @@ pub(super) fn all_of_run<T>(
     c.rows(sql, p![run_id], map)
 }
 
-/// Claims the run's next turn in order: one turn at a time, so a turn still leased (lease not lapsed)
-/// blocks the next. A lapsed lease is redelivered (`claims` grows). `None` when nothing is claimable.
+/// Claims the run's next turn in order (rule: `tb_core::turn::claim`): one turn at a time, so a turn
+/// still leased blocks the next; a lapsed lease is redelivered (`claims` grows). The lease is fenced by
+/// the claim count it was read with. `None` when nothing is claimable. Errors: `NotFound("run")`;
+/// `Rejected(target_terminal)`.
 pub(crate) fn claim_turn(
     c: &dyn Db,
     run_id: &str,
     lease_ms: u64,
     now: i64,
 ) -> StoreResult<Option<TurnRecord>> {
-    live_run(c, run_id)?;
-    let next: Option<(String, String, Option<i64>)> = c
-        .row(
-            "SELECT id, state, lease_until FROM turns WHERE run_id = ?1 AND state IN ('queued', 'leased') ORDER BY seq LIMIT 1", p![run_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-    let Some((id, state, lease_until)) = next else {
-        return Ok(None);
-    };
-    if state == "leased" && lease_until.is_some_and(|l| l > now) {
-        return Ok(None);
+    let head = snapshot::lock_head(c, run_id)?;
+    let next = snapshot::head_turn(c, run_id)?;
+    match turn::claim(head.status, next.as_ref(), lease_ms, now).map_err(refused)? {
+        Claim::Empty | Claim::Held { .. } => Ok(None),
+        Claim::Lease { turn_id, op, .. } => {
+            let w = Writes {
+                ops: vec![op],
+                counters: head.counters,
+            };
+            apply::apply(c, run_id, head.counters, &w, None, now)?;
+            get_turn(c, run_id, &turn_id).map(Some)
+        }
     }
-    c.exec(
-        "UPDATE turns SET state = 'leased', lease_until = ?2, claims = claims + 1 WHERE id = ?1",
-        p![id, now + lease_ms as i64],
-    )?;
-    get_turn(c, run_id, &id).map(Some)
 }
 
-/// Acknowledges a claimed turn: its prompt or wake delivery counts as consumed, and a wait it
-/// interrupted re-arms with its original absolute deadline (then resolves at once if it can).
-/// Errors: `NotFound`; `Conflict` when the turn is not leased (never claimed, or already acked).
+/// Acknowledges a claimed turn with the claim count its claim returned (rule: `tb_core::turn::ack`): its
+/// prompt or wake delivery counts as consumed, and a wait it interrupted re-arms with its original
+/// absolute deadline (then resolves at once if it can). Errors: `NotFound("run" | "turn")`;
+/// `Rejected(target_terminal)`; `Conflict` when the turn is not leased under this claim.
 pub(crate) fn ack_turn(
     c: &dyn Db,
     run_id: &str,
@@ -148,59 +129,30 @@ pub(crate) fn ack_turn(
     claim: u32,
     now: i64,
 ) -> StoreResult<TurnRecord> {
-    live_run(c, run_id)?;
-    let t = get_turn(c, run_id, turn_id)?;
-    if t.state == TurnState::Leased && t.claims != claim {
-        let why = if claim < t.claims && claim > 0 {
-            "it was claimed again after this claim's lease lapsed"
-        } else {
-            "pass the claims count the claim returned"
-        };
-        return Err(StoreError::Conflict(format!(
-            "claim {claim} does not match this turn's current claim {}: {why}",
-            t.claims
-        )));
-    }
-    if t.state != TurnState::Leased {
-        return Err(StoreError::Conflict(format!(
-            "only a claimed turn can be acknowledged; this one is {}",
-            t.state.as_str()
-        )));
-    }
-    let delivery: Option<String> = c
-        .row("UPDATE turns SET state = 'acked', acked_at = ?2, lease_until = NULL WHERE id = ?1 RETURNING delivery_id", p![turn_id, now], |r| r.get(0))?.ok_or_else(no_row)?;
-    append_event(
-        c,
-        run_id,
-        "tb.turn.acked",
-        &json!({"turnId": turn_id, "kind": t.kind.as_str()}),
-        now,
-    )?;
-    consume_delivery(c, delivery.as_deref(), now)?;
-    // Re-arm a wait this turn interrupted.
-    let rearm: Option<(String, String)> = c
-        .row("UPDATE waits SET interrupted_by = NULL WHERE run_id = ?1 AND state = 'armed' AND interrupted_by = ?2 RETURNING id, spec", p![run_id, turn_id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    if let Some((wait_id, spec)) = rearm {
-        let spec: WaitSpec =
-            serde_json::from_str(&spec).map_err(|e| StoreError::Database(e.to_string()))?;
-        let run = read::get_run(c, run_id)?;
-        if !run.status.is_terminal() {
-            set_status(
-                c,
-                run_id,
-                RunStatus::WaitingExternal,
-                Some(&spec.reason),
-                now,
-            )?;
-        }
-        append_event(
-            c,
-            run_id,
-            "tb.wait.resumed",
-            &json!({"waitId": wait_id}),
-            now,
-        )?;
-        resolve_step(c, run_id, now, false)?;
-    }
+    let snap = snapshot::load(c, run_id, Some(turn_id))?;
+    let t = snapshot::acked_turn(c, run_id, turn_id)?;
+    let (w, _) = with_ctx(now, |ctx| turn::ack(&snap, &t, claim, ctx)).map_err(refused)?;
+    apply::apply(c, run_id, snap.counters, &w, None, now)?;
     get_turn(c, run_id, turn_id)
+}
+
+/// Writes a new session run's mailbox policy and its start turn (rule: `tb_core::session::start`), after
+/// the run row and its first events exist (`write::insert_run`), at the counters they left.
+pub(crate) fn start_session(
+    c: &dyn Db,
+    run_id: &str,
+    content: &Value,
+    mailbox: &MailboxPolicy,
+    now: i64,
+) -> StoreResult<()> {
+    c.exec(
+        "UPDATE runs SET mailbox = ?2 WHERE id = ?1",
+        p![run_id, serde_json::to_string(mailbox).expect("json")],
+    )?;
+    let head = snapshot::lock_head(c, run_id)?;
+    let w = with_ctx(now, |ctx| {
+        tb_core::session::start(head.counters, content.clone(), ctx)
+    });
+    apply::apply(c, run_id, head.counters, &w, None, now)?;
+    Ok(())
 }

@@ -1,8 +1,11 @@
-//! Waits on SQLite: arming, cancelling, and the one resolution step (rule: `tb_core::wait::resolve`).
+//! Waits: arming (`tb_core::wait::arm`), cancelling (`wait::cancel`), the resolution step of a due timer
+//! (`wait::step`) and a run's end (`tb_core::session::end`), each applied under the run's lock.
 
 use super::*;
 use crate::p;
-use crate::sql::{Db, Row};
+use crate::sql::{Db, Dialect, Row};
+use serde_json::json;
+use tb_core::wait::{self, WaitSpec};
 
 pub(super) const WAIT_COLS: &str =
     "id, run_id, spec, deadline, state, interrupted_by, winner, losers, created_at, settled_at";
@@ -45,17 +48,9 @@ pub(crate) fn list_waits(c: &dyn Db, run_id: &str) -> StoreResult<Vec<WaitRecord
     )
 }
 
-pub(super) fn armed_wait(c: &dyn Db, run_id: &str) -> StoreResult<Option<WaitRecord>> {
-    c.row(
-        &format!("SELECT {WAIT_COLS} FROM waits WHERE run_id = ?1 AND state = 'armed'"),
-        p![run_id],
-        wait_row,
-    )
-}
-
-/// Arms a wait on a run (replacing, i.e. cancelling, an armed one), with its absolute deadline, and
-/// runs one resolution step at once: a buffered match (oldest first), queued user input or an
-/// already-past deadline resolves it immediately. Errors: `NotFound`; `Rejected(target_terminal)`.
+/// Arms a wait on a run (rule: `tb_core::wait::arm`): replaces (cancels) an armed one, sets the absolute
+/// deadline `now + timeoutMs`, and steps at once, so a buffered match (oldest first), unseen user input
+/// or a past deadline resolves it immediately. Errors: `NotFound("run")`; `Rejected(target_terminal)`.
 pub(crate) fn create_wait(
     c: &dyn Db,
     run_id: &str,
@@ -63,242 +58,34 @@ pub(crate) fn create_wait(
     spec: &WaitSpec,
     now: i64,
 ) -> StoreResult<WaitRecord> {
-    live_run(c, run_id)?;
-    if let Some(old) = armed_wait(c, run_id)? {
-        settle_wait(c, &old, WaitState::Cancelled, None, &json!([]), now)?;
-        append_event(
-            c,
-            run_id,
-            "tb.wait.cancelled",
-            &json!({"waitId": old.id, "reason": "replaced"}),
-            now,
-        )?;
-    }
-    let deadline = spec.timeout_ms.map(|t| now + t as i64);
-    c.exec(
-        "INSERT INTO waits (id, run_id, spec, deadline, state, created_at) VALUES (?1, ?2, ?3, ?4, 'armed', ?5)", p![
-        wait_id,
-        run_id,
-        serde_json::to_string(spec).expect("serializable"),
-        deadline,
-        now
-    ])?;
-    set_status(
-        c,
-        run_id,
-        RunStatus::WaitingExternal,
-        Some(&spec.reason),
-        now,
-    )?;
-    append_event(
-        c,
-        run_id,
-        "tb.wait.started",
-        &json!({"waitId": wait_id, "kind": spec.kind, "names": spec.names, "deadline": deadline.map(rfc3339)}),
-        now,
-    )?;
-    resolve_step(c, run_id, now, false)?;
+    let snap = snapshot::load(c, run_id, None)?;
+    let (w, _) = with_ctx(now, |ctx| wait::arm(&snap, wait_id, spec, ctx)).map_err(refused)?;
+    apply::apply(c, run_id, snap.counters, &w, None, now)?;
     get_wait(c, run_id, wait_id)
 }
 
-/// Cancels an armed wait (the driver's `{action: "cancel"}`). Errors: `NotFound`; `Conflict` when the
-/// wait is no longer armed.
+/// Cancels an armed wait (the driver's `{action: "cancel"}`; rule: `tb_core::wait::cancel`). Errors:
+/// `NotFound("run" | "wait")`; `Conflict` when the wait is no longer armed.
 pub(crate) fn cancel_wait(
     c: &dyn Db,
     run_id: &str,
     wait_id: &str,
     now: i64,
 ) -> StoreResult<WaitRecord> {
-    read::lock_run(c, run_id)?;
-    let w = get_wait(c, run_id, wait_id)?;
-    if w.state != WaitState::Armed {
-        return Err(StoreError::Conflict(format!(
-            "the wait is already {}",
-            w.state.as_str()
-        )));
-    }
-    settle_wait(c, &w, WaitState::Cancelled, None, &json!([]), now)?;
-    append_event(
-        c,
-        run_id,
-        "tb.wait.cancelled",
-        &json!({"waitId": wait_id, "reason": "cancelled"}),
-        now,
-    )?;
-    set_status(c, run_id, RunStatus::Running, None, now)?;
+    let head = snapshot::lock_head(c, run_id)?;
+    let state = snapshot::wait_state(c, run_id, wait_id)?;
+    let w = wait::cancel(head.counters, wait_id, state).map_err(refused)?;
+    apply::apply(c, run_id, head.counters, &w, None, now)?;
     get_wait(c, run_id, wait_id)
 }
 
-pub(super) fn settle_wait(
-    c: &dyn Db,
-    w: &WaitRecord,
-    state: WaitState,
-    winner: Option<&Value>,
-    losers: &Value,
-    now: i64,
-) -> StoreResult<()> {
-    c.exec(
-        "UPDATE waits SET state = ?2, winner = ?3, losers = ?4, settled_at = ?5, interrupted_by = NULL WHERE id = ?1", p![
-        w.id,
-        state.as_str(),
-        winner.map(|v| v.to_string()),
-        losers.to_string(),
-        now
-    ])?;
-    Ok(())
-}
-
-/// One resolution step for the run's armed wait, if any: gathers the visible candidates (stop; unseen
-/// queued user input; the oldest buffered matching signal; a passed deadline), asks
-/// [`tb_core::wait::resolve`], and applies the outcome with the losers' dispositions. Returns the wait
-/// it resolved or interrupted.
-pub(crate) fn resolve_step(
-    c: &dyn Db,
-    run_id: &str,
-    now: i64,
-    stop: bool,
-) -> StoreResult<Option<String>> {
-    // Callers inside a run operation hold the lock already; the timer loop comes here first.
-    read::lock_run(c, run_id)?;
-    let Some(w) = armed_wait(c, run_id)? else {
-        return Ok(None);
-    };
-    let input: Option<String> = c
-        .row("SELECT id FROM turns WHERE run_id = ?1 AND user_input = 1 AND state != 'acked' AND seen_by IS NULL ORDER BY seq LIMIT 1", p![run_id], |r| r.get(0))?;
-    let signal = oldest_match(c, run_id, &w.spec)?;
-    let cand = Candidates {
-        stop,
-        user_input: input.is_some(),
-        signal: signal.is_some(),
-        timer: w.deadline.is_some_and(|d| d <= now),
-    };
-    let res = wait::resolve(
-        w.spec.kind,
-        w.spec.user_input,
-        w.interrupted_by.is_some(),
-        cand,
-    );
-    match res {
-        Resolution::Stay => Ok(None),
-        Resolution::Interrupt => {
-            let turn = input.expect("interrupt implies input");
-            mark_seen(c, &turn, &w.id)?;
-            c.exec(
-                "UPDATE waits SET interrupted_by = ?2 WHERE id = ?1",
-                p![w.id, turn],
-            )?;
-            set_status(c, run_id, RunStatus::Running, None, now)?;
-            append_event(
-                c,
-                run_id,
-                "tb.wait.interrupted",
-                &json!({"waitId": w.id, "turnId": turn}),
-                now,
-            )?;
-            Ok(Some(w.id))
-        }
-        Resolution::Resolve { winner, losers } => {
-            // Bounded labels only (DESIGN §11): the winner kind, never ids.
-            let kind = match winner {
-                WinnerKind::Stop => "stop",
-                WinnerKind::UserInput => "user_input",
-                WinnerKind::Signal => "signal",
-                WinnerKind::Timer => "timer",
-            };
-            metrics::counter!("tb_wait_resolutions_total", "winner" => kind).increment(1);
-            metrics::histogram!("tb_wait_duration_seconds", "winner" => kind)
-                .record((now - w.created_at).max(0) as f64 / 1000.0);
-            let mut win = json!({"kind": winner});
-            match winner {
-                WinnerKind::Signal => {
-                    let (seq, env, delivery) = signal.expect("signal winner");
-                    c.exec("UPDATE signals SET state = 'consumed', consumed_by = ?3, settled_at = ?4 WHERE run_id = ?1 AND seq = ?2", p![run_id, seq, w.id, now])?;
-                    append_event(
-                        c,
-                        run_id,
-                        "tb.signal.consumed",
-                        &json!({"signalId": env.get("signalId"), "name": env.get("name"), "seq": seq, "waitId": w.id}),
-                        now,
-                    )?;
-                    consume_delivery(c, delivery.as_deref(), now)?;
-                    win["signal"] = env;
-                }
-                WinnerKind::UserInput => {
-                    let turn = input.expect("input winner");
-                    mark_seen(c, &turn, &w.id)?;
-                    win["turnId"] = json!(turn);
-                }
-                WinnerKind::Timer => {
-                    win["deadline"] = json!(w.deadline.map(rfc3339));
-                }
-                WinnerKind::Stop => {}
-            }
-            let losers = Value::Array(
-                losers
-                    .iter()
-                    .map(|(k, d)| json!({"kind": k, "disposition": d}))
-                    .collect(),
-            );
-            settle_wait(c, &w, WaitState::Resolved, Some(&win), &losers, now)?;
-            let ty = if winner == WinnerKind::Timer {
-                "tb.wait.timeout"
-            } else {
-                "tb.wait.resolved"
-            };
-            append_event(
-                c,
-                run_id,
-                ty,
-                &json!({"waitId": w.id, "winner": winner, "losers": losers}),
-                now,
-            )?;
-            if winner != WinnerKind::Stop {
-                set_status(c, run_id, RunStatus::Running, None, now)?;
-                let view = wait_view(&get_wait(c, run_id, &w.id)?);
-                insert_turn(
-                    c,
-                    run_id,
-                    TurnKind::Wait,
-                    &turn::wait_content(&view),
-                    None,
-                    false,
-                    now,
-                )?;
-            }
-            Ok(Some(w.id))
-        }
-    }
-}
-
-pub(super) fn mark_seen(c: &dyn Db, turn: &str, wait: &str) -> StoreResult<()> {
-    c.exec(
-        "UPDATE turns SET seen_by = ?2 WHERE id = ?1",
-        p![turn, wait],
-    )?;
-    Ok(())
-}
-
-/// The oldest buffered signal whose name the wait takes: (seq, envelope, delivery id).
-pub(super) fn oldest_match(
-    c: &dyn Db,
-    run_id: &str,
-    spec: &WaitSpec,
-) -> StoreResult<Option<(i64, Value, Option<String>)>> {
-    let rows = c.query(
-        "SELECT seq, name, envelope, delivery_id FROM signals WHERE run_id = ?1 AND state = 'buffered' ORDER BY seq",
-        p![run_id],
-    )?;
-    for r in &rows {
-        let name: String = r.get(1)?;
-        if spec.takes(&name) {
-            return Ok(Some((
-                r.get(0)?,
-                json_col(r.get(2)?).unwrap_or(Value::Null),
-                r.get(3)?,
-            )));
-        }
-    }
-    Ok(None)
+/// One resolution step of a run's armed wait (rule: `tb_core::wait::step`, without `stop`) under the
+/// run's lock. Returns whether it resolved or interrupted a wait.
+fn step_run(c: &dyn Db, run_id: &str, now: i64) -> StoreResult<bool> {
+    let snap = snapshot::load(c, run_id, None)?;
+    let (w, stepped) = with_ctx(now, |ctx| wait::step(&snap, false, ctx));
+    apply::apply(c, run_id, snap.counters, &w, None, now)?;
+    Ok(stepped.wait_id.is_some())
 }
 
 /// The API view of a wait: `{waitId, runId, kind, names, state, reason, deadline?, interrupted,
@@ -330,13 +117,27 @@ pub fn wait_view(w: &WaitRecord) -> Value {
     v
 }
 
-/// Resolves armed waits whose deadline has passed (at most `limit`); returns how many resolved.
+/// Resolves armed waits whose deadline has passed at `now` (at most `limit` runs); returns how many
+/// resolved. Each due run is stepped under its lock. On PostgreSQL the due runs are taken
+/// `FOR UPDATE SKIP LOCKED`: a replica never waits for (or steps a second time) a run another
+/// replica's timer loop or a racing signal holds; what it skips is still due on its next pass unless
+/// the holder resolved it.
 pub(crate) fn fire_timers(c: &dyn Db, now: i64, limit: u32) -> StoreResult<u32> {
-    let runs: Vec<String> = c
-        .rows("SELECT run_id FROM waits INDEXED BY waits_due WHERE state = 'armed' AND deadline IS NOT NULL AND deadline <= ?1 AND interrupted_by IS NULL ORDER BY deadline LIMIT ?2", p![now, limit], |r| r.get(0))?;
+    let sql = match c.dialect() {
+        Dialect::Sqlite => {
+            "SELECT run_id FROM waits INDEXED BY waits_due WHERE state = 'armed' AND deadline IS NOT NULL \
+             AND deadline <= ?1 AND interrupted_by IS NULL ORDER BY deadline LIMIT ?2"
+        }
+        Dialect::Postgres => {
+            "SELECT r.id FROM runs r JOIN waits w ON w.run_id = r.id WHERE w.state = 'armed' \
+             AND w.deadline IS NOT NULL AND w.deadline <= ?1 AND w.interrupted_by IS NULL \
+             ORDER BY w.deadline LIMIT ?2 FOR UPDATE OF r SKIP LOCKED"
+        }
+    };
+    let runs: Vec<String> = c.rows(sql, p![now, limit], |r| r.get(0))?;
     let mut n = 0;
     for r in runs {
-        if resolve_step(c, &r, now, false)?.is_some() {
+        if step_run(c, &r, now)? {
             n += 1;
         }
     }
@@ -352,21 +153,13 @@ pub(crate) fn next_timer_at(c: &dyn Db) -> StoreResult<Option<i64>> {
         .flatten())
 }
 
-/// On a run's end: its armed wait resolves with winner `stop`; signals still buffered, turns not yet
-/// acknowledged, and their receipts, end `expired`.
+/// On a run's end (rule: `tb_core::session::end`), before its terminal status and event: the armed
+/// wait resolves with winner `stop`; signals still buffered, turns not yet acknowledged, and their
+/// queued receipts end `expired`. The caller holds the run's lock already (`finish_run`).
 pub(crate) fn on_run_end(c: &dyn Db, run_id: &str, now: i64) -> StoreResult<()> {
-    resolve_step(c, run_id, now, true)?;
-    c.exec(
-        "UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE state = 'queued' AND id IN \
-         (SELECT d.receipt_id FROM signals s JOIN deliveries d ON d.id = s.delivery_id WHERE s.run_id = ?1 AND s.state = 'buffered')", p![run_id, now])?;
-    // Prompts (and wake-ups) never acknowledged can no longer be: their receipts end `expired` too.
-    c.exec(
-        "UPDATE receipts SET state = 'expired', updated_at = ?2 WHERE state = 'queued' AND id IN \
-         (SELECT d.receipt_id FROM turns t JOIN deliveries d ON d.id = t.delivery_id WHERE t.run_id = ?1 AND t.state != 'acked')", p![run_id, now])?;
-    // What is still buffered or queued can never be consumed now.
-    c.exec(
-        "UPDATE signals SET state = 'expired', settled_at = ?2 WHERE run_id = ?1 AND state = 'buffered'", p![run_id, now])?;
-    c.exec(
-        "UPDATE turns SET state = 'expired', lease_until = NULL WHERE run_id = ?1 AND state != 'acked'", p![run_id])?;
+    let snap = snapshot::load(c, run_id, None)?;
+    let open = snapshot::open_turns(c, run_id)?;
+    let w = with_ctx(now, |ctx| tb_core::session::end(&snap, &open, ctx));
+    apply::apply(c, run_id, snap.counters, &w, None, now)?;
     Ok(())
 }
