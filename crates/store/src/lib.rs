@@ -359,6 +359,14 @@ pub trait Store: Send + Sync + 'static {
     /// The id of the newest configuration change (0 when none): where a starting replica begins to
     /// poll, read BEFORE it loads its caches.
     async fn config_change_head(&self) -> StoreResult<i64>;
+    /// A counter that changes soon after a configuration change was committed by any replica, so a
+    /// poller of [`Store::changes_since`] can read at once (PostgreSQL: `LISTEN` on a channel only
+    /// configuration changes notify; the first call starts one listener connection). `None` where the
+    /// backend has none (SQLite). A hint: it may be late or lost (while the listener reconnects); the
+    /// change log stays the record and must still be polled.
+    fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
     /// Registers a trigger subscription through the API in one transaction: the subscription row (as
     /// [`Store::upsert_subscription`]), its sealed secret under the subscription id (when given;
     /// sealed by the engine, never plaintext) and its [`ChangeKind::Registration`] change row.

@@ -189,3 +189,50 @@ async fn concurrent_appends_become_visible_in_id_order_without_gaps() {
     println!("poller read 200 changes in {pages} pages");
     assert_eq!((cursor, distinct), (200, 200));
 }
+
+/// PostgreSQL `LISTEN` hints: another handle's configuration change wakes this handle's hint counter
+/// within 1 s; a write that is not a configuration change, and a change in another schema, do not.
+/// SQLite has no hints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_hints_follow_configuration_changes_only() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(SqliteStore::open_dir(dir.path())
+        .unwrap()
+        .config_change_hints()
+        .is_none());
+    let (Some(db), Some(other)) = (TestDatabase::create(), TestDatabase::create()) else {
+        return;
+    };
+    let opts = || PoolOptions {
+        connections: 2,
+        ..Default::default()
+    };
+    let a = PgStore::connect(db.url(), opts()).await.unwrap();
+    let b = PgStore::connect(db.url(), opts()).await.unwrap();
+    let elsewhere = PgStore::connect(other.url(), opts()).await.unwrap();
+    let mut hints = b.config_change_hints().expect("PostgreSQL has hints");
+    // The listener bumps once when it is listening.
+    tokio::time::timeout(Duration::from_secs(5), hints.changed())
+        .await
+        .expect("listener connected")
+        .unwrap();
+    hints.borrow_and_update();
+
+    a.upsert_subscription(def("gh"), 1_000).await.unwrap();
+    elsewhere.revoke_binding("b1", None, 1).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), hints.changed())
+            .await
+            .is_err(),
+        "no hint for a non-configuration write or another schema's change"
+    );
+
+    let t0 = Instant::now();
+    a.revoke_binding("b1", None, 2).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), hints.changed())
+        .await
+        .expect("hint within 1 s")
+        .unwrap();
+    println!("hint arrived {:?} after the commit returned", t0.elapsed());
+    assert_eq!(b.changes_since(0, 10).await.unwrap().len(), 1);
+}

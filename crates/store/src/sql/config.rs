@@ -29,6 +29,15 @@ pub(crate) fn append(c: &dyn Db, kind: ChangeKind, record_id: &str, at: i64) -> 
         "INSERT INTO config_changes (id, kind, record_id, at) VALUES (?1, ?2, ?3, ?4)",
         p![id, kind.as_str(), record_id, at],
     )?;
+    if c.dialect() == super::Dialect::Postgres {
+        // Sent at COMMIT (dropped on rollback): replicas listening read the log at once instead of at
+        // their next tick. Only configuration changes notify, so the hot path never takes NOTIFY's
+        // commit-time queue lock. The payload names the schema, so stores in other schemas ignore it.
+        c.exec(
+            "SELECT pg_notify('trigger_bridge_config', current_schema()::TEXT)",
+            p![],
+        )?;
+    }
     Ok(id)
 }
 

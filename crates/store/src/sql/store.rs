@@ -42,6 +42,13 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether the backend can take writes (its writer or pool is running).
     fn is_alive(&self) -> bool;
 
+    /// A counter that changes soon after any replica committed a configuration change (PostgreSQL:
+    /// `LISTEN`, see `crate::postgres::listen`); `None` where there is none (SQLite: one process, and
+    /// the change log is polled anyway). A hint only: it may be late or lost; the log is the record.
+    fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Lets queued writes commit, then stops.
     async fn close(&self);
 }
@@ -477,6 +484,9 @@ impl<B: Backend> Store for SqlStore<B> {
         self.backend
             .write(move |c| write::add_duplicates(c, &counts))
             .await
+    }
+    fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.backend.config_change_hints()
     }
     async fn changes_since(&self, after_id: i64, limit: u32) -> StoreResult<Vec<ConfigChange>> {
         self.backend
