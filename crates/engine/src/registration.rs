@@ -71,8 +71,10 @@ impl SecretStore {
     /// For a single-host store (SQLite): opens (creating) `dir`; the sealing key is
     /// [`SECRET_KEY_ENV`] when set, else `dir/secret.key` (32 random bytes as hex, created once, mode
     /// 0600). Fingerprints use the host key `dir/host.key` (created once), or a key derived from
-    /// [`SECRET_KEY_ENV`] when that is set. Errors: `validation_error` for a malformed key,
-    /// `unavailable` for a file that cannot be created or read.
+    /// [`SECRET_KEY_ENV`] when that is set. The key file is used only while the variable is unset: to
+    /// move a host to the variable, set it to the file's content (secrets sealed under one key do not
+    /// open under another). Errors: `validation_error` for a malformed key, `unavailable` for a file
+    /// that cannot be created or read.
     pub fn open(dir: &Path) -> Result<SecretStore, TbError> {
         let mut s = SecretStore::open_shared(dir)?;
         if s.sealing.is_none() {
