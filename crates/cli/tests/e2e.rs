@@ -344,7 +344,7 @@ fn sigkill_during_an_attempt_lets_the_lease_lapse_and_delivers_once() {
 }
 
 #[test]
-fn a_registered_subscription_survives_a_restart_and_its_secret_is_kept_by_reference() {
+fn a_registered_subscription_survives_a_restart_and_its_secret_is_kept_sealed() {
     let data = tempfile::tempdir().unwrap();
     let mut s = Server::spawn(
         &repo().join("examples/quickstart.toml"),
@@ -375,14 +375,20 @@ fn a_registered_subscription_survives_a_restart_and_its_secret_is_kept_by_refere
         s.base,
         reg["binding"]["ingestUrl"].as_str().unwrap()
     );
-    // The database holds no secret; the secrets directory holds it, readable by the owner only.
+    // The database holds the secret only sealed (issue #10), under the key file of the secrets
+    // directory, readable by the owner only; no secret file is written.
     let db = std::fs::read(data.path().join("trigger-bridge.db")).unwrap();
     assert!(
         !String::from_utf8_lossy(&db).contains(&secret[6..]),
-        "no secret in the database"
+        "no plaintext secret in the database"
     );
     let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
-    let file = data.path().join("secrets").join(format!("{id}.whsec"));
+    assert!(!data
+        .path()
+        .join("secrets")
+        .join(format!("{id}.whsec"))
+        .exists());
+    let file = data.path().join("secrets").join("secret.key");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
         std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,

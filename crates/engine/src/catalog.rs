@@ -30,8 +30,10 @@ pub enum Verification {
 #[serde(rename_all = "camelCase")]
 pub struct Registration {
     pub workflow_id: String,
-    /// File name of the `whsec_` secret under the secrets directory.
-    pub secret_file: String,
+    /// File name of the `whsec_` secret under the secrets directory, for registrations made before
+    /// issue #10; `None` (not serialized): the secret is sealed in the store under the subscription id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<String>,
 }
 
 /// One subscription's runtime configuration.
@@ -220,15 +222,25 @@ impl Catalog {
         c
     }
 
-    /// A copy of this catalog with one more subscription and its binding.
+    /// A copy of this catalog with this subscription and its binding, replacing a subscription of the
+    /// same id and its bindings (a registration loaded again by another replica's change).
     pub fn with(&self, sub: SubscriptionConfig, binding: Binding) -> Catalog {
-        let mut c = self.clone();
+        let mut c = self.without(&sub.id);
         c.order.push(sub.id.clone());
         c.subs.insert(sub.id.clone(), Arc::new(sub));
         c.bindings
             .entry(binding.subscription.clone())
             .or_default()
             .push(binding);
+        c
+    }
+
+    /// A copy of this catalog without the subscription `id` and its bindings.
+    pub fn without(&self, id: &str) -> Catalog {
+        let mut c = self.clone();
+        c.order.retain(|s| s != id);
+        c.subs.remove(id);
+        c.bindings.remove(id);
         c
     }
 }

@@ -15,9 +15,11 @@ pub mod registration;
 pub mod replay;
 pub mod router;
 pub mod runs;
+pub mod sealing;
 pub mod sessions;
 pub mod ssrf;
 pub mod sweeper;
+pub mod sync;
 pub mod webhooks;
 pub mod wire_event;
 pub mod worker;
@@ -61,6 +63,9 @@ pub struct Engine {
     pub rate_limits: rate_limit::RateLimits,
     /// Delivery attempts running now (the worker counts them; the shutdown log reports them).
     pub attempts_in_flight: std::sync::atomic::AtomicUsize,
+    /// Id of the last configuration change ([`tb_store::ConfigChange`]) this engine's caches reflect;
+    /// read from the store before the caches were loaded, advanced by [`sync::poll_once`].
+    pub(crate) config_cursor: std::sync::atomic::AtomicI64,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -83,6 +88,9 @@ impl Engine {
     /// Registers every catalog subscription in the store (creating it `active`, or updating its config and
     /// keeping its state) and caches the states. Errors: the store refused a write.
     pub async fn start(store: Arc<dyn Store>, catalog: Catalog) -> Result<Arc<Engine>, TbError> {
+        // Read before the caches load: a change committed meanwhile is applied again by the sync
+        // task (every refresh is idempotent), never missed.
+        let cursor = store.config_change_head().await.map_err(store_err)?;
         let mut states = HashMap::new();
         let now = clock::now_ms();
         for sub in catalog.subscriptions() {
@@ -123,6 +131,7 @@ impl Engine {
             duplicates: Default::default(),
             rate_limits: Default::default(),
             attempts_in_flight: Default::default(),
+            config_cursor: std::sync::atomic::AtomicI64::new(cursor),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
@@ -176,6 +185,44 @@ impl Engine {
         *c = Arc::new(c.with(sub, binding));
         drop(c);
         self.publish_state_gauges();
+    }
+
+    /// Removes a subscription, its bindings and its cached state (a registration whose row is gone).
+    pub(crate) fn remove_from_catalog(&self, id: &str) {
+        let mut c = self.catalog.write().expect("catalog lock");
+        self.states.write().expect("states lock").remove(id);
+        *c = Arc::new(c.without(id));
+        drop(c);
+        self.publish_state_gauges();
+    }
+
+    /// Sets the cached state of known subscriptions to `states` (as stored), logging each that
+    /// changed; ids not cached are ignored (a replica serves only the subscriptions it knows).
+    pub(crate) fn set_states(&self, states: impl IntoIterator<Item = (String, SubscriptionState)>) {
+        let mut changed = false;
+        {
+            let mut cache = self.states.write().expect("states lock");
+            for (id, to) in states {
+                if let Some(cur) = cache.get_mut(&id) {
+                    if *cur != to {
+                        tracing::info!(subscription = %id, from = cur.as_str(), to = to.as_str(), "subscription state changed on another replica");
+                        *cur = to;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if changed {
+            self.publish_state_gauges();
+        }
+    }
+
+    /// Replaces the catalog's revoked binding ids with the store's. Errors: the store's.
+    pub(crate) async fn reload_revocations(&self) -> Result<(), TbError> {
+        let revoked = self.store.revoked_bindings().await.map_err(store_err)?;
+        let mut c = self.catalog.write().expect("catalog lock");
+        *c = Arc::new(c.with_revoked(revoked.into_iter().map(|(id, _)| id).collect()));
+        Ok(())
     }
 
     /// Wakes long-polls and the timer loop after a session change was committed.
@@ -250,9 +297,7 @@ impl Engine {
         } else {
             self.store.restore_binding(id).await.map_err(store_err)?
         };
-        let revoked = self.store.revoked_bindings().await.map_err(store_err)?;
-        let mut c = self.catalog.write().expect("catalog lock");
-        *c = Arc::new(c.with_revoked(revoked.into_iter().map(|(id, _)| id).collect()));
+        self.reload_revocations().await?;
         tracing::info!(
             binding = id,
             revoked = revoke,

@@ -1,8 +1,11 @@
 //! OpenWOP trigger-subscription registration (RFC 0099 §F.2, RFC 0230): `POST /v1/trigger-subscriptions`
 //! creates a `webhook` subscription whose Standard Webhooks signing secret the host generates, returns
-//! once, keeps by reference (a file under the secrets directory, mode 0600), and shows afterwards only as
-//! a host-keyed fingerprint. Registered subscriptions are the same records as configured ones and are
-//! reloaded on start.
+//! once, and shows afterwards only as a host-keyed fingerprint. The record (workflow, binding,
+//! subscription config) is a subscription row like a configured one; its `whsec_` secret is sealed
+//! ([`crate::sealing`]) and stored in the same transaction, with a `registration` change row, so every
+//! replica on the database loads it ([`crate::sync`]). Registrations made before issue #10 keep their
+//! secret in a file under the secrets directory (`Registration::secret_file`) and are read from it as
+//! before (not migrated).
 
 use std::path::{Path, PathBuf};
 
@@ -16,15 +19,20 @@ use tb_core::ids::{new_id, IdKind};
 use tb_core::retry::{Backoff, RetryPolicy};
 use tb_core::subscription::Source;
 use tb_core::{ErrorCode, TbError};
+use tb_store::{StoreError, SubscriptionRecord};
 
 use crate::catalog::{Registration, SubscriptionConfig, Verification};
+use crate::sealing::{SecretKey, SECRET_KEY_ENV};
 use crate::{clock, store_err, Engine};
 
-/// Where host-generated secrets live, and the host key that fingerprints secrets.
+/// Where host-generated secrets live: the sealing key (secrets kept in the store) and the directory
+/// of secret files (pre-issue-#10 registrations, capability HMAC keys), plus the key that
+/// fingerprints secrets.
 #[derive(Debug, Clone)]
 pub struct SecretStore {
     dir: PathBuf,
     fingerprint_key: Vec<u8>,
+    sealing: Option<SecretKey>,
 }
 
 fn io(what: &str, p: &Path, e: std::io::Error) -> TbError {
@@ -53,24 +61,81 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TbError> {
     Ok(())
 }
 
+/// Purpose string of the fingerprint key derived from a shared sealing key.
+const FINGERPRINT_PURPOSE: &str = "trigger-bridge secret fingerprint v1";
+
+/// Name of the sealing key file generated in the secrets directory of a single-host (SQLite) store.
+pub const SECRET_KEY_FILE: &str = "secret.key";
+
 impl SecretStore {
-    /// Opens (creating) `dir` and its host key `dir/host.key` (32 random bytes, created once).
+    /// For a single-host store (SQLite): opens (creating) `dir`; the sealing key is
+    /// [`SECRET_KEY_ENV`] when set, else `dir/secret.key` (32 random bytes as hex, created once, mode
+    /// 0600). Fingerprints use the host key `dir/host.key` (created once), or a key derived from
+    /// [`SECRET_KEY_ENV`] when that is set. The key file is used only while the variable is unset: to
+    /// move a host to the variable, set it to the file's content (secrets sealed under one key do not
+    /// open under another). Errors: `validation_error` for a malformed key, `unavailable` for a file
+    /// that cannot be created or read.
     pub fn open(dir: &Path) -> Result<SecretStore, TbError> {
-        tb_store::create_private_dir(dir).map_err(|e| io("cannot create", dir, e))?;
-        let key_path = dir.join("host.key");
-        if !key_path.exists() {
-            write_private(&key_path, &rand::random::<[u8; 32]>())?;
+        let mut s = SecretStore::open_shared(dir)?;
+        if s.sealing.is_none() {
+            let key_path = dir.join(SECRET_KEY_FILE);
+            if !key_path.exists() {
+                write_private(&key_path, SecretKey::generate().to_hex().as_bytes())?;
+            }
+            let text =
+                std::fs::read_to_string(&key_path).map_err(|e| io("cannot read", &key_path, e))?;
+            s.sealing = Some(SecretKey::parse(&text).map_err(|e| {
+                TbError::new(e.code, format!("{}: {}", key_path.display(), e.message))
+            })?);
         }
-        let fingerprint_key =
-            std::fs::read(&key_path).map_err(|e| io("cannot read", &key_path, e))?;
+        Ok(s)
+    }
+
+    /// For a store shared by several replicas (PostgreSQL): opens (creating) `dir`; the sealing key is
+    /// [`SECRET_KEY_ENV`] only (a key file on one host would not open the secrets on another). When
+    /// it is unset the store opens, but registering a subscription or webhook is refused
+    /// ([`SecretStore::sealing_key`]). Errors: as [`SecretStore::open`].
+    pub fn open_shared(dir: &Path) -> Result<SecretStore, TbError> {
+        let key = SecretKey::from_env()?;
+        SecretStore::with_key(dir, key)
+    }
+
+    /// Opens (creating) `dir` with this sealing key (`None`: secrets cannot be sealed). Fingerprints
+    /// use a key derived from `key`, or the host key `dir/host.key` without one. Errors: `unavailable`.
+    pub fn with_key(dir: &Path, key: Option<SecretKey>) -> Result<SecretStore, TbError> {
+        tb_store::create_private_dir(dir).map_err(|e| io("cannot create", dir, e))?;
+        let fingerprint_key = match &key {
+            Some(k) => k.derive(FINGERPRINT_PURPOSE),
+            None => {
+                let key_path = dir.join("host.key");
+                if !key_path.exists() {
+                    write_private(&key_path, &rand::random::<[u8; 32]>())?;
+                }
+                std::fs::read(&key_path).map_err(|e| io("cannot read", &key_path, e))?
+            }
+        };
         Ok(SecretStore {
             dir: dir.to_path_buf(),
             fingerprint_key,
+            sealing: key,
         })
     }
 
-    /// `fp_` + the first 24 hex characters of HMAC-SHA256(host key, secret): host-keyed, truncated,
-    /// 27 characters (OpenWOP `secretFingerprint` <= 32).
+    /// The sealing key. Errors: `unavailable` saying that [`SECRET_KEY_ENV`] must be set (the same
+    /// 32-byte key on every replica) before secrets can be created or read from a shared store.
+    pub fn sealing_key(&self) -> Result<&SecretKey, TbError> {
+        self.sealing.as_ref().ok_or_else(|| {
+            TbError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "{SECRET_KEY_ENV} is not set: with a database shared by several replicas, host-generated                      secrets are sealed under that key (32 bytes as hex or base64, the same on every replica);                      set it and restart"
+                ),
+            )
+        })
+    }
+
+    /// `fp_` + the first 24 hex characters of HMAC-SHA256(fingerprint key, secret): host-keyed,
+    /// truncated, 27 characters (OpenWOP `secretFingerprint` <= 32).
     pub fn fingerprint(&self, secret: &[u8]) -> String {
         let mut m = Hmac::<Sha256>::new_from_slice(&self.fingerprint_key).expect("any key length");
         m.update(secret);
@@ -95,6 +160,21 @@ impl SecretStore {
         let text = std::fs::read_to_string(&p).map_err(|e| io("cannot read", &p, e))?;
         tb_ingress::parse_whsec(text.trim())
             .map_err(|e| TbError::new(ErrorCode::Internal, format!("{}: {e}", p.display())))
+    }
+
+    /// The plaintext of the secret stored sealed under `id` in `store`. Errors: `not_found` when no
+    /// secret is stored under `id`; `unavailable` without a sealing key; `internal` for a wrong key.
+    pub async fn open_stored(
+        &self,
+        store: &dyn tb_store::Store,
+        id: &str,
+    ) -> Result<Vec<u8>, TbError> {
+        let sealed = store
+            .sealed_secret(id)
+            .await
+            .map_err(store_err)?
+            .ok_or_else(|| TbError::new(ErrorCode::NotFound, format!("no stored secret {id}")))?;
+        self.sealing_key()?.open(id, &sealed)
     }
 }
 
@@ -183,14 +263,14 @@ pub async fn register(
     // Minted ids never collide with a route, but the rule is the same as for configured ones.
     tb_core::ids::validate_subscription_id(&id)
         .map_err(|m| TbError::new(ErrorCode::ValidationError, m))?;
+    let sealing = secrets.sealing_key()?;
     let key: [u8; 32] = rand::random();
     let signing_secret = format!("whsec_{}", STANDARD.encode(key));
-    let secret_file = format!("{id}.whsec");
-    write_private(&secrets.dir.join(&secret_file), signing_secret.as_bytes())?;
+    let sealed = sealing.seal(&id, signing_secret.as_bytes());
     let fingerprint = secrets.fingerprint(&key);
     let reg = Registration {
         workflow_id: req.workflow_id.clone(),
-        secret_file,
+        secret_file: None,
     };
     let retry = policy(req.retry);
     let (sub, binding) = config_of(
@@ -202,7 +282,7 @@ pub async fn register(
     );
     let rec = engine
         .store
-        .upsert_subscription(sub.store_def(), clock::now_ms())
+        .register_subscription(sub.store_def(), Some(sealed), clock::now_ms())
         .await
         .map_err(store_err)?;
     engine.add_to_catalog(sub, binding, rec.state);
@@ -214,32 +294,72 @@ pub async fn register(
     })
 }
 
-/// The registered subscriptions in the store, rebuilt with their secrets (on start).
+/// The registered subscriptions in the store, rebuilt with their secrets (on start). A registration
+/// whose secret cannot be read is logged and skipped (404 until its secret is restored); everything
+/// else loads. Returns how many loaded. Errors: the store's.
 pub async fn load_registered(engine: &Engine, secrets: &SecretStore) -> Result<usize, TbError> {
     let mut n = 0;
     for rec in engine.store.list_subscriptions().await.map_err(store_err)? {
-        let Ok(reg) = serde_json::from_value::<Registration>(rec.config["registration"].clone())
-        else {
-            continue;
-        };
-        let secret = match secrets.read(&reg.secret_file) {
-            Ok(s) => s,
-            Err(e) => {
-                // One lost secret must not stop the bridge: that subscription is not served (404)
-                // until its secret is restored; everything else starts.
-                tracing::error!(subscription = %rec.id, error = %e.message, "registered subscription not loaded: its secret cannot be read");
-                continue;
-            }
-        };
-        let retry: RetryPolicy =
-            serde_json::from_value(rec.config["retryPolicy"].clone()).unwrap_or_default();
-        let verification: Verification =
-            serde_json::from_value(rec.config["verification"].clone()).unwrap_or_default();
-        let dedup = rec.config["dedupEnabled"].as_bool().unwrap_or(true);
-        let fp = secrets.fingerprint(&secret);
-        let (sub, binding) = config_of(&rec.id, reg, secret, fp, (&retry, dedup, verification));
-        engine.add_to_catalog(sub, binding, rec.state);
-        n += 1;
+        if load_record(engine, secrets, rec).await {
+            n += 1;
+        }
     }
     Ok(n)
+}
+
+/// Reloads one registered subscription after a `registration` change (another replica registered
+/// it): adds or replaces it in the catalog, or removes it when its row is gone. Errors: the store's.
+pub async fn refresh_registration(
+    engine: &Engine,
+    secrets: &SecretStore,
+    id: &str,
+) -> Result<(), TbError> {
+    match engine.store.get_subscription(id).await {
+        Ok(rec) => {
+            load_record(engine, secrets, rec).await;
+            Ok(())
+        }
+        Err(StoreError::NotFound(_)) => {
+            engine.remove_from_catalog(id);
+            Ok(())
+        }
+        Err(e) => Err(store_err(e)),
+    }
+}
+
+/// Adds the registration of `rec` to the catalog; false when `rec` is not a registration or its
+/// secret cannot be read (logged).
+async fn load_record(engine: &Engine, secrets: &SecretStore, rec: SubscriptionRecord) -> bool {
+    let Ok(reg) = serde_json::from_value::<Registration>(rec.config["registration"].clone()) else {
+        return false;
+    };
+    let secret = match &reg.secret_file {
+        Some(file) => secrets.read(file),
+        None => secrets
+            .open_stored(engine.store.as_ref(), &rec.id)
+            .await
+            .and_then(|text| {
+                tb_ingress::parse_whsec(String::from_utf8_lossy(&text).trim()).map_err(|e| {
+                    TbError::new(ErrorCode::Internal, format!("secret {}: {e}", rec.id))
+                })
+            }),
+    };
+    let secret = match secret {
+        Ok(s) => s,
+        Err(e) => {
+            // One lost secret must not stop the bridge: that subscription is not served (404)
+            // until its secret is restored; everything else starts.
+            tracing::error!(subscription = %rec.id, error = %e.message, "registered subscription not loaded: its secret cannot be read");
+            return false;
+        }
+    };
+    let retry: RetryPolicy =
+        serde_json::from_value(rec.config["retryPolicy"].clone()).unwrap_or_default();
+    let verification: Verification =
+        serde_json::from_value(rec.config["verification"].clone()).unwrap_or_default();
+    let dedup = rec.config["dedupEnabled"].as_bool().unwrap_or(true);
+    let fp = secrets.fingerprint(&secret);
+    let (sub, binding) = config_of(&rec.id, reg, secret, fp, (&retry, dedup, verification));
+    engine.add_to_catalog(sub, binding, rec.state);
+    true
 }

@@ -90,7 +90,27 @@ impl Registry {
     fn remove(&self, id: &str) {
         self.0.write().expect("webhooks lock").remove(id);
     }
+    /// Replaces every target at once (breakers are kept).
+    fn replace(&self, all: HashMap<String, Target>) {
+        *self.0.write().expect("webhooks lock") = all;
+    }
+    /// Ids of the live webhooks, sorted.
+    pub fn ids(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .0
+            .read()
+            .expect("webhooks lock")
+            .keys()
+            .cloned()
+            .collect();
+        v.sort();
+        v
+    }
 }
+
+/// Prefix of a [`WebhookRecord`] secret name that is a sealed secret in the store (the rest is its
+/// id) rather than a file under the secrets directory (webhooks created before issue #10).
+pub const STORED: &str = "store:";
 
 /// Retry policy of webhook deliveries. Durable (reference v2 host defaults): 5 attempts, 500 ms
 /// doubling. Best-effort (`webhooks.durable` off): one attempt, no retry.
@@ -163,16 +183,18 @@ pub async fn register(
     };
     let id = format!("wh_{}", &new_id(tb_core::ids::IdKind::Event)[4..]);
     let secret = format!("whk_{}", hex::encode(rand::random::<[u8; 32]>()));
-    let secret_file = format!("{id}.secret");
-    secrets.write(&secret_file, secret.as_bytes())?;
-    let standard_secret_file = match &standard_secret {
-        Some(s) => {
-            let f = format!("{id}.whsec");
-            secrets.write(&f, s.as_bytes())?;
-            Some(f)
-        }
-        None => None,
-    };
+    // Sealed in the store (so every replica can sign this webhook's deliveries), never in a file.
+    let sealing = secrets.sealing_key()?;
+    let mut sealed = vec![(
+        format!("webhook:{id}"),
+        sealing.seal(&format!("webhook:{id}"), secret.as_bytes()),
+    )];
+    if let Some(s) = &standard_secret {
+        let sid = format!("webhook:{id}:whsec");
+        sealed.push((sid.clone(), sealing.seal(&sid, s.as_bytes())));
+    }
+    let secret_file = format!("{STORED}{}", sealed[0].0);
+    let standard_secret_file = sealed.get(1).map(|(sid, _)| format!("{STORED}{sid}"));
     let now = clock::now_ms();
     let def = SubscriptionDef {
         id: id.clone(),
@@ -193,7 +215,7 @@ pub async fn register(
     };
     engine
         .store
-        .create_webhook(rec, def)
+        .create_webhook_sealed(rec, def, sealed)
         .await
         .map_err(store_err)?;
     let target = Target {
@@ -259,35 +281,61 @@ pub async fn delete(engine: &Engine, id: &str, tenant: &str) -> Result<(), TbErr
     Ok(())
 }
 
-/// Loads live webhooks and their secrets (on start); a webhook whose secret is missing is skipped.
+/// Loads the live webhooks and their secrets, replacing the registry (on start, and after a `webhook`
+/// change from any replica): a deleted webhook leaves it, a new one joins. A webhook whose secret
+/// cannot be read is logged and skipped. Returns how many loaded. Errors: the store's (the registry
+/// is then left as it was).
 pub async fn load(engine: &Engine, secrets: &SecretStore) -> Result<usize, TbError> {
-    let mut n = 0;
+    let mut all = HashMap::new();
     for w in engine.store.list_webhooks().await.map_err(store_err)? {
+        let secret = read_secret(engine, secrets, &w.secret_file)
+            .await
+            .and_then(|b| {
+                String::from_utf8(b).map_err(|_| {
+                    TbError::new(
+                        ErrorCode::Internal,
+                        format!("webhook {}: secret is not text", w.id),
+                    )
+                })
+            });
         let standard_key = match w.standard_secret_file.as_deref() {
             None => Ok(None),
-            Some(f) => secrets.read_raw(f).and_then(|s| {
-                tb_ingress::parse_whsec(&s)
+            Some(f) => read_secret(engine, secrets, f).await.and_then(|b| {
+                tb_ingress::parse_whsec(String::from_utf8_lossy(&b).trim())
                     .map(Some)
                     .map_err(|e| TbError::new(ErrorCode::Internal, e.to_string()))
             }),
         };
-        match (secrets.read_raw(&w.secret_file), standard_key) {
+        match (secret, standard_key) {
             (Ok(secret), Ok(standard_key)) => {
                 let t = Target {
                     url: w.url,
-                    secret,
+                    secret: secret.trim().to_string(),
                     tenant_id: w.tenant_id,
                     standard_key,
                 };
-                engine.webhooks.put(w.id.clone(), t);
-                n += 1;
+                all.insert(w.id.clone(), t);
             }
             (Err(e), _) | (_, Err(e)) => {
                 tracing::error!(webhook = %w.id, error = %e.message, "webhook not loaded: its secret cannot be read")
             }
         }
     }
+    let n = all.len();
+    engine.webhooks.replace(all);
     Ok(n)
+}
+
+/// A webhook secret by its stored name: `store:<id>` sealed in the store, else a file name.
+async fn read_secret(
+    engine: &Engine,
+    secrets: &SecretStore,
+    name: &str,
+) -> Result<Vec<u8>, TbError> {
+    match name.strip_prefix(STORED) {
+        Some(id) => secrets.open_stored(engine.store.as_ref(), id).await,
+        None => secrets.read_raw(name).map(String::into_bytes),
+    }
 }
 
 /// The v1 signature of a body sent at `ts` (Unix s): lowercase hex HMAC-SHA256 over `"{ts}.{body}"`.

@@ -11,6 +11,7 @@ pub mod postgres;
 pub mod session;
 pub mod sql;
 pub mod sqlite;
+pub mod sync;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -20,6 +21,7 @@ use tb_core::subscription::{SubscriptionInput, Transition};
 
 pub use model::*;
 pub use session::*;
+pub use sync::{ChangeKind, ConfigChange};
 
 /// Creates `dir` and any missing parents readable by the owner only (`0700` on Unix): a data dir holds
 /// raw webhook bodies and secrets. An existing directory keeps its mode. Errors: the OS error.
@@ -346,6 +348,44 @@ pub trait Store: Send + Sync + 'static {
     async fn revoked_bindings(&self) -> StoreResult<Vec<(String, i64)>>;
     /// Adds `(receipt id, duplicate count, last duplicate time ms)` to receipts' duplicate counters.
     async fn add_duplicates(&self, counts: Vec<(String, u64, i64)>) -> StoredResult;
+
+    // --- configuration across replicas (issue #10, DESIGN §9) ------------------------------------
+    /// The configuration changes with `id > after_id`, ascending, at most `limit` (a primary-key
+    /// range read). Every change another replica must see (operator pause / resume, binding revoke /
+    /// restore, registration, outbound webhook create / delete, capability revoke) appends one row in
+    /// its own transaction; ids are handed out in commit order, so `after_id` = the last id read never
+    /// misses a change.
+    async fn changes_since(&self, after_id: i64, limit: u32) -> StoreResult<Vec<ConfigChange>>;
+    /// The id of the newest configuration change (0 when none): where a starting replica begins to
+    /// poll, read BEFORE it loads its caches.
+    async fn config_change_head(&self) -> StoreResult<i64>;
+    /// A counter that changes soon after a configuration change was committed by any replica, so a
+    /// poller of [`Store::changes_since`] can read at once (PostgreSQL: `LISTEN` on a channel only
+    /// configuration changes notify; the first call starts one listener connection). `None` where the
+    /// backend has none (SQLite). A hint: it may be late or lost (while the listener reconnects); the
+    /// change log stays the record and must still be polled.
+    fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+    /// Registers a trigger subscription through the API in one transaction: the subscription row (as
+    /// [`Store::upsert_subscription`]), its sealed secret under the subscription id (when given;
+    /// sealed by the engine, never plaintext) and its [`ChangeKind::Registration`] change row.
+    async fn register_subscription(
+        &self,
+        def: SubscriptionDef,
+        sealed_secret: Option<Vec<u8>>,
+        now: i64,
+    ) -> StoreResult<SubscriptionRecord>;
+    /// The sealed secret stored under `id` (a registered subscription id, or a webhook secret id), if any.
+    async fn sealed_secret(&self, id: &str) -> StoreResult<Option<Vec<u8>>>;
+    /// [`Store::create_webhook`] with the webhook's sealed secrets `(secret id, sealed bytes)` stored in
+    /// the same transaction, so every replica can sign its deliveries.
+    async fn create_webhook_sealed(
+        &self,
+        w: WebhookRecord,
+        sub: SubscriptionDef,
+        secrets: Vec<(String, Vec<u8>)>,
+    ) -> StoreResult<()>;
 
     /// Readiness probe: runs a no-op job through the writer and waits for it (a read-only backend
     /// answers at once). `Ok` means writes are being accepted and committed now. Errors: `Busy` (queue

@@ -11,6 +11,10 @@ use crate::{StoreError, StoreResult};
 /// The PostgreSQL backend: a pool of connection threads.
 pub struct PgBackend {
     pool: PgPool,
+    /// Connection settings, for the configuration listener started on first use.
+    cfg: postgres::Config,
+    /// The configuration hint counter ([`super::listen`]), once started.
+    hints: std::sync::Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
 }
 
 /// The PostgreSQL store. Cheap to share behind an `Arc<dyn Store>`.
@@ -24,10 +28,15 @@ impl SqlStore<PgBackend> {
     /// (`Unavailable`), a failed migration.
     pub async fn connect(url: &str, opts: PoolOptions) -> StoreResult<PgStore> {
         let url = url.to_string();
+        let cfg = super::parse_url(&url)?;
         let pool = tokio::task::spawn_blocking(move || super::open(&url, opts))
             .await
             .map_err(|e| StoreError::Database(format!("opening PostgreSQL failed: {e}")))??;
-        Ok(SqlStore::new(PgBackend { pool }))
+        Ok(SqlStore::new(PgBackend {
+            pool,
+            cfg,
+            hints: Default::default(),
+        }))
     }
 
     /// The pool (connection count, ping).
@@ -65,6 +74,14 @@ impl Backend for PgBackend {
 
     fn is_alive(&self) -> bool {
         self.pool.live_connections() > 0
+    }
+
+    fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let mut h = self.hints.lock().unwrap_or_else(|p| p.into_inner());
+        Some(
+            h.get_or_insert_with(|| super::listen::spawn(self.cfg.clone()))
+                .clone(),
+        )
     }
 
     async fn close(&self) {

@@ -14,6 +14,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         3,
         include_str!("../../migrations/postgres/0003_session_counters.sql"),
     ),
+    (
+        4,
+        include_str!("../../migrations/postgres/0004_config_sync.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

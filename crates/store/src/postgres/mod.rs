@@ -12,6 +12,7 @@ pub mod backend;
 pub mod config;
 pub mod db;
 pub mod error;
+pub mod listen;
 pub mod migrate;
 pub mod pool;
 #[doc(hidden)]

@@ -7,9 +7,10 @@ use serde_json::Value;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{SubscriptionInput, Transition};
 
-use super::{read, session, write, Db};
+use super::{config, read, session, write, Db};
 use crate::model::*;
 use crate::session::*;
+use crate::sync::ConfigChange;
 use crate::{Store, StoreError, StoreResult, StoredResult};
 
 /// How a backend runs the shared data-access code. The backend owns connections and transactions and
@@ -40,6 +41,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Whether the backend can take writes (its writer or pool is running).
     fn is_alive(&self) -> bool;
+
+    /// A counter that changes soon after any replica committed a configuration change (PostgreSQL:
+    /// `LISTEN`, see `crate::postgres::listen`); `None` where there is none (SQLite: one process, and
+    /// the change log is polled anyway). A hint only: it may be late or lost; the log is the record.
+    fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 
     /// Lets queued writes commit, then stops.
     async fn close(&self);
@@ -98,7 +106,7 @@ impl<B: Backend> Store for SqlStore<B> {
     ) -> StoreResult<Option<Transition>> {
         let id = id.to_string();
         self.backend
-            .write(move |c| write::apply_subscription_input(c, &id, input, now))
+            .write(move |c| config::apply_subscription_input(c, &id, input, now))
             .await
     }
     async fn find_duplicate(
@@ -312,13 +320,13 @@ impl<B: Backend> Store for SqlStore<B> {
     }
     async fn create_webhook(&self, w: WebhookRecord, sub: SubscriptionDef) -> StoreResult<()> {
         self.backend
-            .write(move |c| write::create_webhook(c, &w, &sub))
+            .write(move |c| config::create_webhook(c, &w, &sub, &[]))
             .await
     }
     async fn delete_webhook(&self, id: &str, tenant: &str) -> StoreResult<()> {
         let (i, t) = (id.to_string(), tenant.to_string());
         self.backend
-            .write(move |c| write::delete_webhook(c, &i, &t))
+            .write(move |c| config::delete_webhook(c, &i, &t, config::now_ms()))
             .await
     }
     async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>> {
@@ -454,19 +462,19 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn revoke_capability(&self, id: &str, now: i64) -> StoreResult<CapabilityRecord> {
         let i = id.to_string();
         self.backend
-            .write(move |c| session::revoke_capability(c, &i, now))
+            .write(move |c| config::revoke_capability(c, &i, now))
             .await
     }
     async fn revoke_binding(&self, id: &str, by: Option<String>, now: i64) -> StoreResult<bool> {
         let i = id.to_string();
         self.backend
-            .write(move |c| write::revoke_binding(c, &i, by.as_deref(), now))
+            .write(move |c| config::revoke_binding(c, &i, by.as_deref(), now))
             .await
     }
     async fn restore_binding(&self, id: &str) -> StoreResult<bool> {
         let i = id.to_string();
         self.backend
-            .write(move |c| write::restore_binding(c, &i))
+            .write(move |c| config::restore_binding(c, &i, config::now_ms()))
             .await
     }
     async fn revoked_bindings(&self) -> StoreResult<Vec<(String, i64)>> {
@@ -475,6 +483,43 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn add_duplicates(&self, counts: Vec<(String, u64, i64)>) -> StoredResult {
         self.backend
             .write(move |c| write::add_duplicates(c, &counts))
+            .await
+    }
+    fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.backend.config_change_hints()
+    }
+    async fn changes_since(&self, after_id: i64, limit: u32) -> StoreResult<Vec<ConfigChange>> {
+        self.backend
+            .read(move |c| config::changes_since(c, after_id, limit))
+            .await
+    }
+    async fn config_change_head(&self) -> StoreResult<i64> {
+        self.backend.read(config::head).await
+    }
+    async fn register_subscription(
+        &self,
+        def: SubscriptionDef,
+        sealed_secret: Option<Vec<u8>>,
+        now: i64,
+    ) -> StoreResult<SubscriptionRecord> {
+        self.backend
+            .write(move |c| config::register_subscription(c, &def, sealed_secret.as_deref(), now))
+            .await
+    }
+    async fn sealed_secret(&self, id: &str) -> StoreResult<Option<Vec<u8>>> {
+        let id = id.to_string();
+        self.backend
+            .read(move |c| config::sealed_secret(c, &id))
+            .await
+    }
+    async fn create_webhook_sealed(
+        &self,
+        w: WebhookRecord,
+        sub: SubscriptionDef,
+        secrets: Vec<(String, Vec<u8>)>,
+    ) -> StoreResult<()> {
+        self.backend
+            .write(move |c| config::create_webhook(c, &w, &sub, &secrets))
             .await
     }
     async fn ping_writer(&self) -> StoredResult {

@@ -45,10 +45,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../../migrations/sqlite/0009_session_counters.sql"),
     ),
+    (
+        10,
+        include_str!("../../migrations/sqlite/0010_config_sync.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).

@@ -1,0 +1,403 @@
+//! Several replicas on one PostgreSQL database (issue #10): two engines, each with its own store
+//! handle (its own connection pool) on one throwaway schema, each running its own sync task on a
+//! multi-thread runtime. A change made through A must take effect on B within 1 s: measured from the
+//! moment A's call returned (committed) to B's first answer that shows it, with a bounded wait.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::HeaderMap;
+use tb_core::binding::{Binding, BindingAction};
+use tb_core::connector::ConnectorSpec;
+use tb_core::subscription::{SubscriptionInput, SubscriptionState};
+use tb_core::workflow::{Executor, Workflow};
+use tb_core::ErrorCode;
+use tb_store::postgres::testing::TestDatabase;
+use tb_store::postgres::{PgStore, PoolOptions};
+use tb_store::Store;
+use trigger_bridge_engine::ingest::{ingest, IngestAnswer};
+use trigger_bridge_engine::registration::{register, RegistrationRequest, SecretStore};
+use trigger_bridge_engine::sealing::SecretKey;
+use trigger_bridge_engine::{catalog::Verification, sync, Catalog, Engine, SubscriptionConfig};
+
+const SECRET: &str = "replicas-secret";
+/// The most a change may take to reach the other replica.
+const BUDGET: Duration = Duration::from_secs(1);
+/// How long the bounded waits look before giving up (longer than the budget, so a slow run fails on
+/// the figure, not on a timeout).
+const GIVE_UP: Duration = Duration::from_secs(5);
+
+fn catalog() -> Catalog {
+    let sub = SubscriptionConfig::webhook("github", ConnectorSpec::Github, SECRET.as_bytes());
+    let binding = Binding {
+        id: "on-push".into(),
+        subscription: "github".into(),
+        event_types: vec!["push".into()],
+        filter: Default::default(),
+        action: BindingAction::start_run("noop"),
+        inputs: Default::default(),
+    };
+    let wf = Workflow {
+        id: "noop".into(),
+        executor: Executor::Noop,
+    };
+    Catalog::new(vec![sub], vec![binding], vec![wf])
+}
+
+struct Replica {
+    engine: Arc<Engine>,
+    secrets: SecretStore,
+    _dir: tempfile::TempDir,
+}
+
+/// One replica: its own pool on the shared schema, its own secrets dir, the shared sealing key, and
+/// its sync task (stopped when `stop` is dropped).
+async fn replica(
+    db: &TestDatabase,
+    key: &SecretKey,
+    stop: &tokio::sync::watch::Sender<bool>,
+) -> Replica {
+    let opts = PoolOptions {
+        connections: 2,
+        ..Default::default()
+    };
+    let store: Arc<dyn Store> = Arc::new(PgStore::connect(db.url(), opts).await.unwrap());
+    let engine = Engine::start(store, catalog()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = SecretStore::with_key(dir.path(), Some(key.clone())).unwrap();
+    tokio::spawn(sync::run(
+        engine.clone(),
+        Some(secrets.clone()),
+        stop.subscribe(),
+    ));
+    Replica {
+        engine,
+        secrets,
+        _dir: dir,
+    }
+}
+
+fn github_headers(delivery: &str, body: &[u8]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("content-type", "application/json".parse().unwrap());
+    h.insert("x-github-event", "push".parse().unwrap());
+    h.insert("x-github-delivery", delivery.parse().unwrap());
+    h.insert(
+        "x-hub-signature-256",
+        tb_ingress::github::sign(SECRET.as_bytes(), body)
+            .parse()
+            .unwrap(),
+    );
+    h
+}
+
+const PUSH: &[u8] = br#"{"ref":"refs/heads/main","repository":{"full_name":"o/r","id":1}}"#;
+
+async fn push(engine: &Engine, delivery: &str) -> Result<IngestAnswer, tb_core::TbError> {
+    ingest(
+        engine,
+        "github",
+        &github_headers(delivery, PUSH),
+        Bytes::from_static(PUSH),
+    )
+    .await
+}
+
+/// Calls `probe` every 5 ms until it answers true or [`GIVE_UP`] passed; the time it took, or `None`.
+async fn time_until<F, Fut>(mut probe: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < GIVE_UP {
+        if probe().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+fn seq() -> impl FnMut() -> String {
+    let mut n = 0;
+    move || {
+        n += 1;
+        format!("d-{n}")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pause_through_a_stops_ingest_on_b_within_1s_and_a_resume_reopens_it() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let a = replica(&db, &key, &stop).await;
+    let b = replica(&db, &key, &stop).await;
+    let mut next = seq();
+    assert!(matches!(
+        push(&b.engine, &next()).await.unwrap(),
+        IngestAnswer::Accepted { .. }
+    ));
+
+    let t = a
+        .engine
+        .operate("github", SubscriptionInput::OperatorPause)
+        .await
+        .unwrap()
+        .expect("paused");
+    assert_eq!(t.to, SubscriptionState::Paused);
+    let took = time_until(|| {
+        let id = next();
+        let e = b.engine.clone();
+        async move {
+            matches!(push(&e, &id).await, Err(err) if err.code == ErrorCode::SubscriptionNotActive)
+        }
+    })
+    .await
+    .expect("B never refused ingest after the pause");
+    println!("pause reached B in {took:?}");
+    assert!(took < BUDGET, "pause took {took:?} to reach B");
+    assert_eq!(
+        b.engine.subscription_state("github"),
+        Some(SubscriptionState::Paused)
+    );
+
+    a.engine
+        .operate("github", SubscriptionInput::OperatorResume)
+        .await
+        .unwrap()
+        .expect("resumed");
+    let took = time_until(|| {
+        let id = next();
+        let e = b.engine.clone();
+        async move { matches!(push(&e, &id).await, Ok(IngestAnswer::Accepted { .. })) }
+    })
+    .await
+    .expect("B never accepted again after the resume");
+    println!("resume reached B in {took:?}");
+    assert!(took < BUDGET, "resume took {took:?} to reach B");
+    let _ = stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_binding_revoked_through_a_stops_routing_on_b_within_1s() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let a = replica(&db, &key, &stop).await;
+    let b = replica(&db, &key, &stop).await;
+    let mut next = seq();
+    assert!(matches!(
+        push(&b.engine, &next()).await.unwrap(),
+        IngestAnswer::Accepted { .. }
+    ));
+
+    assert!(a
+        .engine
+        .set_binding_revoked("on-push", true, Some("ops".into()))
+        .await
+        .unwrap());
+    let took = time_until(|| {
+        let id = next();
+        let e = b.engine.clone();
+        async move { matches!(push(&e, &id).await, Ok(IngestAnswer::Unmatched { .. })) }
+    })
+    .await
+    .expect("B kept routing to the revoked binding");
+    println!("revocation reached B in {took:?}");
+    assert!(took < BUDGET, "revocation took {took:?} to reach B");
+    assert!(!b.engine.catalog().binding_live("on-push"));
+
+    assert!(a
+        .engine
+        .set_binding_revoked("on-push", false, None)
+        .await
+        .unwrap());
+    let took = time_until(|| {
+        let id = next();
+        let e = b.engine.clone();
+        async move { matches!(push(&e, &id).await, Ok(IngestAnswer::Accepted { .. })) }
+    })
+    .await
+    .expect("B never routed again after the restore");
+    assert!(took < BUDGET, "restore took {took:?} to reach B");
+    let _ = stop.send(true);
+}
+
+fn standard_headers(key: &[u8], id: &str, body: &[u8]) -> HeaderMap {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut h = HeaderMap::new();
+    h.insert("content-type", "application/json".parse().unwrap());
+    h.insert("webhook-id", id.parse().unwrap());
+    h.insert("webhook-timestamp", ts.to_string().parse().unwrap());
+    h.insert(
+        "webhook-signature",
+        tb_ingress::standard_webhooks::sign(key, id, ts, body)
+            .parse()
+            .unwrap(),
+    );
+    h
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_registration_through_a_verifies_webhooks_on_b_within_1s() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let a = replica(&db, &key, &stop).await;
+    let b = replica(&db, &key, &stop).await;
+
+    let reg = register(
+        &a.engine,
+        &a.secrets,
+        RegistrationRequest {
+            workflow_id: "noop".into(),
+            dedup_enabled: true,
+            retry: None,
+            verification: Verification::Required,
+        },
+    )
+    .await
+    .unwrap();
+    let whsec = tb_ingress::parse_whsec(&reg.signing_secret).unwrap();
+    let body = br#"{"type":"order.created","data":{"id":7}}"#;
+    let mut n = 0;
+    let took = time_until(|| {
+        n += 1;
+        let id = format!("msg_replicas_{n:08}");
+        let h = standard_headers(&whsec, &id, body);
+        let (e, sub) = (b.engine.clone(), reg.subscription_id.clone());
+        async move {
+            matches!(
+                ingest(&e, &sub, &h, Bytes::from_static(body)).await,
+                Ok(IngestAnswer::Accepted { .. })
+            )
+        }
+    })
+    .await
+    .expect("B never accepted a webhook signed with the registered secret");
+    println!("registration reached B in {took:?}");
+    assert!(took < BUDGET, "registration took {took:?} to reach B");
+    // Same fingerprint on both replicas (derived from the shared key), and a wrong signature is refused.
+    let fp_b = b
+        .engine
+        .catalog()
+        .subscription(&reg.subscription_id)
+        .unwrap()
+        .fingerprint
+        .clone();
+    assert_eq!(fp_b.as_deref(), Some(reg.fingerprint.as_str()));
+    let forged = standard_headers(
+        b"another key, not the registered one",
+        "msg_replicas_forged",
+        body,
+    );
+    let e = ingest(
+        &b.engine,
+        &reg.subscription_id,
+        &forged,
+        Bytes::from_static(body),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::SignatureInvalid);
+    // The secret is at rest only sealed.
+    let sealed = b
+        .engine
+        .store
+        .sealed_secret(&reg.subscription_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!sealed
+        .windows(reg.signing_secret.len())
+        .any(|w| w == reg.signing_secret.as_bytes()));
+    let _ = stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outbound_webhook_created_and_deleted_through_a_reaches_b_within_1s() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let a = replica(&db, &key, &stop).await;
+    let b = replica(&db, &key, &stop).await;
+    let created = trigger_bridge_engine::webhooks::register(
+        &a.engine,
+        &a.secrets,
+        "http://127.0.0.1:9/hook",
+        vec!["*".into()],
+        "t1".into(),
+        true,
+        None,
+    )
+    .await
+    .unwrap();
+    let id = created.webhook_id.clone();
+    let took = time_until(|| {
+        let (e, id) = (b.engine.clone(), id.clone());
+        async move { e.webhooks.ids() == vec![id] }
+    })
+    .await
+    .expect("B never loaded the webhook");
+    assert!(took < BUDGET, "webhook took {took:?} to reach B");
+    trigger_bridge_engine::webhooks::delete(&a.engine, &id, "t1")
+        .await
+        .unwrap();
+    let took = time_until(|| {
+        let e = b.engine.clone();
+        async move { e.webhooks.ids().is_empty() }
+    })
+    .await
+    .expect("B kept the deleted webhook");
+    assert!(took < BUDGET, "webhook deletion took {took:?} to reach B");
+    let _ = stop.send(true);
+}
+
+#[tokio::test]
+async fn without_a_shared_key_registration_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> =
+        Arc::new(tb_store::sqlite::SqliteStore::open_dir(dir.path()).unwrap());
+    let engine = Engine::start(store, catalog()).await.unwrap();
+    let secrets = SecretStore::with_key(&dir.path().join("secrets"), None).unwrap();
+    let e = register(
+        &engine,
+        &secrets,
+        RegistrationRequest {
+            workflow_id: "noop".into(),
+            dedup_enabled: true,
+            retry: None,
+            verification: Verification::Required,
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unavailable);
+    assert!(
+        e.message.contains("TRIGGER_BRIDGE_SECRET_KEY is not set"),
+        "{}",
+        e.message
+    );
+    assert!(engine
+        .store
+        .list_subscriptions()
+        .await
+        .unwrap()
+        .iter()
+        .all(|s| s.id == "github"));
+}

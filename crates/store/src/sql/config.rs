@@ -1,0 +1,171 @@
+//! The configuration another replica must see (issue #10, DESIGN §9 "Configuration across replicas"):
+//! the change log `config_changes`, appended in the SAME transaction as each change, and the sealed
+//! secrets of registrations and outbound webhooks.
+//!
+//! The change-making writes themselves stay in [`write`] / [`session`]; each wrapper here runs one of
+//! them and appends its change row when something changed, inside the caller's transaction. Ids come
+//! from the one-row counter `config_change_seq` (`UPDATE ... RETURNING`): on PostgreSQL its row lock
+//! holds the next appender until this transaction commits, so ids become visible in increasing order
+//! and a poller that read id N has seen every id below N (a sequence would hand out N+1 to a
+//! transaction that may commit before N, and a poller reading `id > N` would skip N for ever). The
+//! counter is the last row a change transaction locks (after delivery, run, receipt, subscription).
+
+use super::{session, write, Db};
+use crate::model::{SubscriptionDef, SubscriptionRecord, WebhookRecord};
+use crate::session::CapabilityRecord;
+use crate::sync::{ChangeKind, ConfigChange};
+use crate::{p, StoreResult};
+use tb_core::subscription::{SubscriptionInput, Transition};
+
+/// Appends one change row; returns its id. Must run inside the transaction that made the change.
+pub(crate) fn append(c: &dyn Db, kind: ChangeKind, record_id: &str, at: i64) -> StoreResult<i64> {
+    let id: i64 = c
+        .value(
+            "UPDATE config_change_seq SET last = last + 1 WHERE id = 1 RETURNING last",
+            p![],
+        )?
+        .ok_or_else(|| crate::StoreError::Database("config_change_seq has no row".into()))?;
+    c.exec(
+        "INSERT INTO config_changes (id, kind, record_id, at) VALUES (?1, ?2, ?3, ?4)",
+        p![id, kind.as_str(), record_id, at],
+    )?;
+    if c.dialect() == super::Dialect::Postgres {
+        // Sent at COMMIT (dropped on rollback): replicas listening read the log at once instead of at
+        // their next tick. Only configuration changes notify, so the hot path never takes NOTIFY's
+        // commit-time queue lock. The payload names the schema, so stores in other schemas ignore it.
+        c.exec(
+            "SELECT pg_notify('trigger_bridge_config', current_schema()::TEXT)",
+            p![],
+        )?;
+    }
+    Ok(id)
+}
+
+/// Changes with `id > after`, ascending, at most `limit` (primary-key range read).
+pub(crate) fn changes_since(c: &dyn Db, after: i64, limit: u32) -> StoreResult<Vec<ConfigChange>> {
+    c.rows(
+        "SELECT id, kind, record_id, at FROM config_changes WHERE id > ?1 ORDER BY id LIMIT ?2",
+        p![after, limit],
+        |r| {
+            Ok(ConfigChange {
+                id: r.get(0)?,
+                kind: crate::sync::ChangeKind::parse(&r.get::<String>(1)?),
+                record_id: r.get(2)?,
+                at: r.get(3)?,
+            })
+        },
+    )
+}
+
+/// The id of the newest change (0 when none).
+pub(crate) fn head(c: &dyn Db) -> StoreResult<i64> {
+    Ok(
+        c.value("SELECT last FROM config_change_seq WHERE id = 1", p![])?
+            .unwrap_or(0),
+    )
+}
+
+/// Stores (or replaces) a sealed secret under `id`.
+pub(crate) fn put_sealed_secret(c: &dyn Db, id: &str, sealed: &[u8], now: i64) -> StoreResult<()> {
+    c.exec(
+        "INSERT INTO sealed_secrets (id, sealed, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (id) DO UPDATE SET sealed = excluded.sealed, created_at = excluded.created_at",
+        p![id, sealed, now],
+    )?;
+    Ok(())
+}
+
+/// The sealed secret stored under `id`, if any.
+pub(crate) fn sealed_secret(c: &dyn Db, id: &str) -> StoreResult<Option<Vec<u8>>> {
+    c.value("SELECT sealed FROM sealed_secrets WHERE id = ?1", p![id])
+}
+
+/// A registered subscription, its sealed secret (under the subscription id) and its change row.
+pub(crate) fn register_subscription(
+    c: &dyn Db,
+    def: &SubscriptionDef,
+    sealed: Option<&[u8]>,
+    now: i64,
+) -> StoreResult<SubscriptionRecord> {
+    let rec = write::upsert_subscription(c, def, now)?;
+    if let Some(s) = sealed {
+        put_sealed_secret(c, &def.id, s, now)?;
+    }
+    append(c, ChangeKind::Registration, &def.id, now)?;
+    Ok(rec)
+}
+
+/// Operator pause / resume ([`write::apply_subscription_input`]) plus its change row when the state
+/// changed.
+pub(crate) fn apply_subscription_input(
+    c: &dyn Db,
+    id: &str,
+    input: SubscriptionInput,
+    now: i64,
+) -> StoreResult<Option<Transition>> {
+    let t = write::apply_subscription_input(c, id, input, now)?;
+    if t.is_some() {
+        append(c, ChangeKind::Subscription, id, now)?;
+    }
+    Ok(t)
+}
+
+/// [`write::revoke_binding`] plus its change row when it changed something.
+pub(crate) fn revoke_binding(
+    c: &dyn Db,
+    id: &str,
+    by: Option<&str>,
+    now: i64,
+) -> StoreResult<bool> {
+    let changed = write::revoke_binding(c, id, by, now)?;
+    if changed {
+        append(c, ChangeKind::Binding, id, now)?;
+    }
+    Ok(changed)
+}
+
+/// [`write::restore_binding`] plus its change row when it changed something (`now`: Unix ms).
+pub(crate) fn restore_binding(c: &dyn Db, id: &str, now: i64) -> StoreResult<bool> {
+    let changed = write::restore_binding(c, id)?;
+    if changed {
+        append(c, ChangeKind::Binding, id, now)?;
+    }
+    Ok(changed)
+}
+
+/// [`write::create_webhook`], the webhook's sealed secrets (`(id, sealed)` pairs) and its change row.
+pub(crate) fn create_webhook(
+    c: &dyn Db,
+    w: &WebhookRecord,
+    sub: &SubscriptionDef,
+    secrets: &[(String, Vec<u8>)],
+) -> StoreResult<()> {
+    write::create_webhook(c, w, sub)?;
+    for (id, sealed) in secrets {
+        put_sealed_secret(c, id, sealed, w.created_at)?;
+    }
+    append(c, ChangeKind::Webhook, &w.id, w.created_at)?;
+    Ok(())
+}
+
+/// [`write::delete_webhook`] plus its change row (`now`: Unix ms).
+pub(crate) fn delete_webhook(c: &dyn Db, id: &str, tenant: &str, now: i64) -> StoreResult<()> {
+    write::delete_webhook(c, id, tenant)?;
+    append(c, ChangeKind::Webhook, id, now)?;
+    Ok(())
+}
+
+/// Capability revocation plus its change row.
+pub(crate) fn revoke_capability(c: &dyn Db, id: &str, now: i64) -> StoreResult<CapabilityRecord> {
+    let cap = session::revoke_capability(c, id, now)?;
+    append(c, ChangeKind::Capability, id, now)?;
+    Ok(cap)
+}
+
+/// The current time in Unix ms, for change rows of writes whose API carries no time.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
