@@ -67,6 +67,13 @@ impl Backend for PgBackend {
         self.pool.live_connections() > 0
     }
 
+    fn facts(&self) -> crate::BackendFacts {
+        crate::BackendFacts {
+            backend: "postgresql",
+            connections: Some(self.pool.live_connections()),
+        }
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }

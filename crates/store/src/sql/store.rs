@@ -41,6 +41,9 @@ pub trait Backend: Send + Sync + 'static {
     /// Whether the backend can take writes (its writer or pool is running).
     fn is_alive(&self) -> bool;
 
+    /// Its name and live connections, for `/ready` (no I/O).
+    fn facts(&self) -> crate::BackendFacts;
+
     /// Lets queued writes commit, then stops.
     async fn close(&self);
 }
@@ -484,6 +487,9 @@ impl<B: Backend> Store for SqlStore<B> {
             ));
         }
         self.backend.write(|_| Ok(())).await
+    }
+    fn facts(&self) -> crate::BackendFacts {
+        self.backend.facts()
     }
     async fn close(&self) {
         self.backend.close().await;
