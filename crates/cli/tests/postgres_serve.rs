@@ -549,3 +549,106 @@ fn a_replica_id_with_a_space_is_refused() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--replica-id \"a b\" has ' '"), "{err}");
 }
+
+/// A login role of its own for one test, made and dropped (with what it owns) by the test's server user.
+struct TestRole {
+    name: String,
+    admin: TestDbAdmin,
+}
+
+/// The URL of the test server's own user (the one the harness connects as).
+struct TestDbAdmin(String);
+
+impl TestRole {
+    fn create(db: &TestDatabase) -> TestRole {
+        let name = format!("{}_role", db.schema());
+        let admin = TestDbAdmin(db.url().to_string());
+        admin.run(&format!(
+            "CREATE ROLE {name} LOGIN; GRANT ALL ON SCHEMA {s} TO {name}",
+            s = db.schema()
+        ));
+        TestRole { name, admin }
+    }
+
+    /// `db`'s URL with this role as the user.
+    fn url(&self, db: &TestDatabase) -> String {
+        let (scheme, rest) = db.url().split_once("://").unwrap();
+        let (_, host) = rest.split_once('@').unwrap();
+        format!("{scheme}://{}@{host}", self.name)
+    }
+
+    /// Forbids (or allows again) this role's logins and, when forbidding, ends its open sessions: its
+    /// pool's connections break and cannot come back.
+    fn set_login(&self, allowed: bool) {
+        let n = &self.name;
+        if allowed {
+            self.admin.run(&format!("ALTER ROLE {n} LOGIN"));
+        } else {
+            self.admin.run(&format!(
+                "ALTER ROLE {n} NOLOGIN; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{n}'"
+            ));
+        }
+    }
+}
+
+impl Drop for TestRole {
+    fn drop(&mut self) {
+        let n = &self.name;
+        self.admin.run(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{n}'; DROP OWNED BY {n} CASCADE; DROP ROLE IF EXISTS {n}"
+        ));
+    }
+}
+
+impl TestDbAdmin {
+    fn run(&self, sql: &str) {
+        let (url, sql) = (self.0.clone(), sql.to_string());
+        std::thread::spawn(move || {
+            let cfg = tb_store::postgres::parse_url(&url).unwrap();
+            tb_store::postgres::connect(&cfg)
+                .expect("connect as the test server's user")
+                .batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+#[test]
+fn ready_is_503_while_the_database_refuses_this_replica_and_200_once_it_takes_it_back() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let role = TestRole::create(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "database_pool_size = 2", "executor = \"noop\"");
+    let s = Replica::start(
+        dir.path(),
+        &cfg,
+        &role.url(&db),
+        &["--replica-id", "ready-1"],
+    );
+    let (st, ready) = s.get("/ready");
+    assert_eq!(st, 200, "{ready}");
+    assert_eq!(ready["store"]["reachable"], true);
+
+    role.set_login(false);
+    let down = s.wait_for("/ready", |v| v["status"] == "unavailable");
+    assert_eq!(down["store"]["backend"], "postgresql");
+    assert_eq!(down["store"]["reachable"], false, "{down}");
+    assert!(
+        down["checks"]["writer"]
+            .as_str()
+            .unwrap()
+            .contains("cannot connect to PostgreSQL"),
+        "{down}"
+    );
+    assert_eq!(s.get("/ready").0, 503);
+    assert_eq!(s.get("/health").0, 200, "liveness does not touch the store");
+
+    role.set_login(true);
+    let up = s.wait_for("/ready", |v| v["status"] == "ready");
+    assert_eq!(up["store"]["reachable"], true, "{up}");
+    assert_eq!(up["store"]["connections"], 2, "{up}");
+}
