@@ -115,8 +115,13 @@ fn restore_sigpipe() {
 }
 
 fn init_tracing() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info".into())
+        .add_directive(
+            format!("{}=trace", replica::SPAN_TARGET)
+                .parse()
+                .expect("a valid directive"),
+        );
     let json = std::env::var("TRIGGER_BRIDGE_LOG_FORMAT").is_ok_and(|v| v == "json");
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -137,7 +142,7 @@ fn init_tracing() {
 fn serve_as_replica(args: serve::ServeArgs) -> anyhow::Result<i32> {
     let replica = args.replica_id()?;
     init_tracing();
-    let span = tracing::info_span!("replica", replica = %replica);
+    let span = replica::span(&replica);
     let thread_span = span.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

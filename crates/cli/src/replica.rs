@@ -1,6 +1,15 @@
 //! The replica id of a `serve` process: the `replica` field of the span every log line of the process
 //! is in, and the lease owner the delivery worker writes on the deliveries it holds.
 
+/// Target of the [`span`]; `init_tracing` enables it at every level so the span exists whatever
+/// `RUST_LOG` says (an `info` span under `RUST_LOG=warn` would be filtered out, and its field with it).
+pub const SPAN_TARGET: &str = "trigger_bridge::replica";
+
+/// The span `replica{replica=<id>}` every log line of a `serve` process is in.
+pub fn span(id: &str) -> tracing::Span {
+    tracing::error_span!(target: "trigger_bridge::replica", "replica", replica = %id)
+}
+
 /// Longest replica id, in bytes.
 pub const MAX_LEN: usize = 64;
 

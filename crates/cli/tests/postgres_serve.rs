@@ -36,6 +36,17 @@ impl Drop for Replica {
 impl Replica {
     /// Starts `serve --database-url URL` with `extra` flags and waits (at most [`WAIT`]) for `/health`.
     fn start(dir: &Path, config: &Path, url: &str, extra: &[&str]) -> Replica {
+        Replica::start_logging(dir, config, url, extra, "info")
+    }
+
+    /// As [`Replica::start`], with `RUST_LOG=rust_log`.
+    fn start_logging(
+        dir: &Path,
+        config: &Path,
+        url: &str,
+        extra: &[&str],
+        rust_log: &str,
+    ) -> Replica {
         let port = free_port();
         let log = dir.join(format!("serve-{port}.log"));
         let child = Command::new(BIN)
@@ -49,7 +60,7 @@ impl Replica {
             .env("STANDARD_WEBHOOK_SECRET", SW_SECRET)
             .env_remove("TRIGGER_BRIDGE_DATABASE_URL")
             .env_remove("TRIGGER_BRIDGE_REPLICA_ID")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -317,11 +328,13 @@ fn an_api_replica_leaves_deliveries_pending_and_a_worker_replica_on_the_same_dat
     assert_eq!(states, ["pending"; 3], "{d}");
     assert_eq!(count(&db, "SELECT count(*) FROM attempts"), 0);
 
-    let worker = Replica::start(
+    // Under RUST_LOG=warn too, the warnings carry the replica.
+    let worker = Replica::start_logging(
         dir.path(),
         &cfg,
         db.url(),
         &["--role", "worker", "--replica-id", "worker-1"],
+        "warn",
     );
     // The worker's HTTP face is operations only.
     assert_eq!(worker.get("/health").0, 200);
@@ -366,7 +379,12 @@ fn an_api_replica_leaves_deliveries_pending_and_a_worker_replica_on_the_same_dat
         3,
         "one attempt each"
     );
-    assert!(worker.log_text().contains("replica{replica=worker-1}"));
+    let wlog = worker.log_text();
+    assert!(
+        wlog.lines()
+            .any(|l| l.contains("WARN replica{replica=worker-1}:") && l.contains("no API keys")),
+        "{wlog}"
+    );
     assert!(api.log_text().contains("replica{replica=api-1}"));
 }
 
