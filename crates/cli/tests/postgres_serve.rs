@@ -602,9 +602,18 @@ impl TestRole {
         if allowed {
             self.admin.run(&format!("ALTER ROLE {n} LOGIN"));
         } else {
-            self.admin.run(&format!(
-                "ALTER ROLE {n} NOLOGIN; SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{n}'"
-            ));
+            // Committed first: a pool thread that reconnects after the kill must already be refused.
+            self.admin.run(&format!("ALTER ROLE {n} NOLOGIN"));
+            // Repeated until none is left: a session that was authenticating during the ALTER
+            // may appear just after the first pass.
+            let until = Instant::now() + WAIT;
+            while self.admin.count(&format!(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{n}'"
+            )) > 0
+            {
+                assert!(Instant::now() < until, "sessions of {n} keep coming back");
+                std::thread::sleep(Duration::from_millis(25));
+            }
         }
     }
 }
@@ -619,6 +628,20 @@ impl Drop for TestRole {
 }
 
 impl TestDbAdmin {
+    fn count(&self, sql: &str) -> i64 {
+        let (url, sql) = (self.0.clone(), sql.to_string());
+        std::thread::spawn(move || {
+            let cfg = tb_store::postgres::parse_url(&url).unwrap();
+            tb_store::postgres::connect(&cfg)
+                .expect("connect as the test server's user")
+                .query_one(sql.as_str(), &[])
+                .unwrap_or_else(|e| panic!("{sql}: {e}"))
+                .get::<_, i64>(0)
+        })
+        .join()
+        .unwrap()
+    }
+
     fn run(&self, sql: &str) {
         let (url, sql) = (self.0.clone(), sql.to_string());
         std::thread::spawn(move || {
