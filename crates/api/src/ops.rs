@@ -26,14 +26,17 @@ pub async fn health() -> impl IntoResponse {
 
 /// `GET /ready` (public): whether this process can take work now.
 ///
-/// 200 `{"status":"ready","checks":{"writer":"ok","reads":"ok","shutdown":"no"},"warnings":{"subscriptions":
-/// {"dead-lettered":[ids],"failed":[ids]}}}` when the store's writer committed a no-op job within
+/// 200 `{"status":"ready","checks":{"writer":"ok","reads":"ok","shutdown":"no"},"store":{"backend":
+/// "postgresql","reachable":true,"connections":8},"warnings":{"subscriptions":{"dead-lettered":[ids],
+/// "failed":[ids]}}}` when the store's writer committed a no-op job within
 /// [`READY_WRITER_TIMEOUT_MS`] and the subscriptions could be read within [`READY_READ_TIMEOUT_MS`].
 /// Otherwise 503 with `Retry-After: 1` and `"status":"unavailable"`; each failed check holds its reason
 /// (writer queue full, writer stopped or dead, timeout, shutting down). Subscriptions that wait for an
 /// operator (`dead-lettered`, `failed`) are `warnings` only and never make it 503: the process still
 /// ingests (their receipts are committed), and a load balancer must not take it out of rotation for
-/// what only an operator can fix.
+/// what only an operator can fix. `store` names the backend (`sqlite`, `postgresql`), whether it
+/// answered (`reachable`: the writer check passed) and, on PostgreSQL, the pool's live connections
+/// (`connections`; absent on SQLite), from [`tb_store::Store::facts`].
 #[utoipa::path(get, path = "/ready", tag = "operations", responses(
     (status = 200, description = "{status: ready, checks, warnings}"),
     (status = 503, description = "{status: unavailable, checks, warnings}")))]
@@ -75,6 +78,11 @@ pub async fn ready(State(st): State<AppState>) -> Response {
         }
     }
     let ok = writer.is_ok() && subs.is_ok() && !closing;
+    let facts = store.facts();
+    let mut store_facts = json!({"backend": facts.backend, "reachable": writer.is_ok()});
+    if let Some(n) = facts.connections {
+        store_facts["connections"] = n.into();
+    }
     let body = json!({
         "status": if ok { "ready" } else { "unavailable" },
         "checks": {
@@ -82,6 +90,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
             "reads": check(subs.as_ref().err()),
             "shutdown": if closing { "shutting down" } else { "no" },
         },
+        "store": store_facts,
         "warnings": {"subscriptions": waiting},
     });
     if ok {

@@ -62,6 +62,7 @@ async fn ready_is_public_200_and_lists_dead_lettered_subscriptions_as_warnings()
         json!({
             "status": "ready",
             "checks": {"writer": "ok", "reads": "ok", "shutdown": "no"},
+            "store": {"backend": "sqlite", "reachable": true},
             "warnings": {"subscriptions": {"dead-lettered": [], "failed": []}},
         })
     );
@@ -148,6 +149,10 @@ async fn a_stopped_writer_makes_ready_503() {
     assert_eq!(
         body["checks"]["writer"],
         "store unavailable: the writer thread is not running"
+    );
+    assert_eq!(
+        body["store"],
+        json!({"backend": "sqlite", "reachable": false})
     );
 }
 

@@ -35,8 +35,16 @@ pub const DEFAULT_EXECUTOR_TIMEOUT_MS: u64 = 15_000;
 pub struct ServerSection {
     /// Listen address, e.g. `127.0.0.1:8080`.
     pub listen: Option<String>,
-    /// Directory of the SQLite store.
+    /// Directory of the SQLite store; with `database_url`, only of `secrets/` (host key and registered
+    /// signing secrets), not locked.
     pub data_dir: Option<PathBuf>,
+    /// PostgreSQL store, `postgres://user[:password]@host[:port]/database[?param=value]` (see
+    /// `tb_store::postgres::parse_url`); unset = SQLite in `data_dir`. `serve --database-url` /
+    /// `TRIGGER_BRIDGE_DATABASE_URL` replaces it. Printed only with the password masked.
+    pub database_url: Option<String>,
+    /// Connections of the PostgreSQL pool, one thread each (default 8, 1 to 256). Every replica opens
+    /// this many: keep replicas x pool size under the server's `max_connections`.
+    pub database_pool_size: Option<usize>,
     /// Delivery lease in ms (default 60 000): a crashed attempt is retried after this. Renewed every
     /// lease/3 while an attempt is in flight; must be at least the longest http executor
     /// `timeout_ms` plus [`LEASE_MARGIN_MS`].
@@ -843,6 +851,10 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             ));
         }
     }
+    errs.extend(crate::db_url::problems(
+        cfg.server.database_url.as_deref(),
+        cfg.server.database_pool_size,
+    ));
     if cfg.server.dead_letter_min_failures == Some(0) {
         errs.push("[server].dead_letter_min_failures must be at least 1 (default 10)".into());
     }

@@ -7,13 +7,17 @@ mod client;
 mod completions;
 mod config;
 mod data_lock;
+mod db_url;
 mod http_server;
 mod listen;
 mod migrate;
 mod replay_client;
+mod replica;
+mod role;
 mod send;
 mod serve;
 mod sessions_client;
+mod store_open;
 mod test_worker;
 
 use std::path::PathBuf;
@@ -35,7 +39,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Run the server: ingest endpoints, delivery worker and API.
+    /// Run the server: ingest endpoints, delivery worker and API (or one of them: --role).
     Serve(serve::ServeArgs),
     /// Create or upgrade the store's schema, then exit.
     Migrate(migrate::MigrateArgs),
@@ -111,8 +115,13 @@ fn restore_sigpipe() {
 }
 
 fn init_tracing() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info".into())
+        .add_directive(
+            format!("{}=trace", replica::SPAN_TARGET)
+                .parse()
+                .expect("a valid directive"),
+        );
     let json = std::env::var("TRIGGER_BRIDGE_LOG_FORMAT").is_ok_and(|v| v == "json");
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -127,8 +136,26 @@ fn init_tracing() {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// `serve` on a runtime whose every thread (and the main thread) stays inside the span
+/// `replica{replica=<id>}`: every log line of the process carries the replica id, and every span made
+/// in it is its child. Errors: a refused `--replica-id`, a runtime that cannot start, or `serve`'s own.
+fn serve_as_replica(args: serve::ServeArgs) -> anyhow::Result<i32> {
+    let replica = args.replica_id()?;
+    init_tracing();
+    let span = replica::span(&replica);
+    let thread_span = span.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(move || {
+            // Entered for the thread's whole life: never exited, so the guard is leaked on purpose.
+            std::mem::forget(thread_span.clone().entered());
+        })
+        .build()?;
+    let _main = span.entered();
+    rt.block_on(serve::run(args, replica)).map(|_| 0)
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(
         cli.cmd,
@@ -136,13 +163,26 @@ async fn main() -> ExitCode {
     ) {
         restore_sigpipe();
     }
-    let opts = cli.client;
-    let result: anyhow::Result<i32> = match cli.cmd {
-        Cmd::Serve(a) => {
-            init_tracing();
-            serve::run(a).await.map(|_| 0)
+    let result = match cli.cmd {
+        Cmd::Serve(a) => serve_as_replica(a),
+        cmd => tokio::runtime::Runtime::new()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(command(cli.client, cmd))),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
         }
-        Cmd::Migrate(a) => migrate::run(a),
+    }
+}
+
+/// Every command but `serve`.
+async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> {
+    match cmd {
+        Cmd::Serve(_) => unreachable!("serve runs on its own runtime"),
+        Cmd::Migrate(a) => migrate::run(a).await,
         Cmd::CheckConfig { config } => match config::load(&config) {
             Ok(l) => {
                 let (s, b, w) = &l.catalog_parts;
@@ -187,13 +227,6 @@ async fn main() -> ExitCode {
         Cmd::Completions { shell } => {
             completions::write::<Cli>(shell, &mut std::io::stdout());
             Ok(0)
-        }
-    };
-    match result {
-        Ok(code) => ExitCode::from(code as u8),
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(2)
         }
     }
 }

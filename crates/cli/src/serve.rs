@@ -1,5 +1,6 @@
-//! `trigger-bridge serve`: opens (and migrates) the store, starts the engine, the delivery worker and
-//! the HTTP API, and shuts down gracefully on SIGINT / SIGTERM (stop accepting, let attempts in flight
+//! `trigger-bridge serve`: opens (and migrates) the store (SQLite in the data dir, or PostgreSQL with
+//! `--database-url`), starts the engine, the parts of its `--role` (delivery worker and timers, HTTP
+//! ingest and API), and shuts down gracefully on SIGINT / SIGTERM (stop accepting, let attempts in flight
 //! record their outcome, close open connections after at most `body_timeout_ms`, flush the writer). A
 //! second signal during the shutdown exits at once with code 130.
 
@@ -12,10 +13,10 @@ use std::time::Duration;
 use anyhow::Context;
 use tb_engine::worker::{self, WorkerConfig};
 use tb_engine::Engine;
-use tb_store::sqlite::SqliteStore;
-use tb_store::Store;
 
 use crate::config;
+use crate::role::Role;
+use crate::store_open::{self, Choice};
 
 /// `serve` flags.
 #[derive(clap::Args, Debug)]
@@ -28,20 +29,60 @@ pub struct ServeArgs {
     #[arg(long, env = "TRIGGER_BRIDGE_LISTEN")]
     pub listen: Option<String>,
     /// Directory of the SQLite store, created on first start [default: [server].data_dir, else ./data].
+    /// With --database-url it holds only secrets/ (host key, registered signing secrets) and is not locked.
     #[arg(long, env = "TRIGGER_BRIDGE_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Do not run the delivery worker: ingest and API only (another process delivers, or the backlog
-    /// waits; used by `bench drain`)
-    #[arg(long)]
+    /// PostgreSQL store, postgres://user[:password]@host[:port]/db, shared by every replica
+    /// [default: [server].database_url, else SQLite in the data dir]. Printed with the password masked.
+    #[arg(long, env = "TRIGGER_BRIDGE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// What this process runs: api (ingest and API), worker (deliveries and timers; HTTP only
+    /// /health, /ready, /metrics) or all.
+    #[arg(long, value_enum, default_value_t = Role::All)]
+    pub role: Role,
+    /// This process's id in every log line and as the lease owner of its deliveries; unique per
+    /// process [default: <host>-<pid>].
+    #[arg(long, env = "TRIGGER_BRIDGE_REPLICA_ID")]
+    pub replica_id: Option<String>,
+    /// Old spelling of `--role api`.
+    #[arg(long, hide = true, conflicts_with = "role")]
     pub no_worker: bool,
 }
 
-/// Runs the server until a shutdown signal.
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+impl ServeArgs {
+    /// The role, `--no-worker` read as `--role api`.
+    pub fn role(&self) -> Role {
+        if self.no_worker {
+            Role::Api
+        } else {
+            self.role
+        }
+    }
+
+    /// `--replica-id`, or the default `<host>-<pid>`. Errors: an id [`crate::replica::check`] refuses.
+    pub fn replica_id(&self) -> anyhow::Result<String> {
+        match &self.replica_id {
+            Some(id) => {
+                crate::replica::check(id).map_err(|e| anyhow::anyhow!(e))?;
+                Ok(id.clone())
+            }
+            None => Ok(crate::replica::default_id()),
+        }
+    }
+}
+
+/// Runs the server until a shutdown signal, as `replica` (the worker's lease owner; the caller puts
+/// it in the log's span).
+pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
+    let role = args.role();
     let override_listen = args.listen.is_some();
+    let override_url = args.database_url.is_some();
     let loaded = config::load_with(&args.config, |c| {
         if override_listen {
             c.server.listen = None;
+        }
+        if override_url {
+            c.server.database_url = None;
         }
     })
     .map_err(|errs| {
@@ -71,23 +112,35 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let writer_queue_capacity = server.writer_queue_capacity();
     let data_dir = args
         .data_dir
-        .or(server.data_dir)
+        .or(server.data_dir.clone())
         .unwrap_or_else(|| PathBuf::from("./data"));
-    // Held until the process ends: a second server on this directory is refused.
-    let _lock = crate::data_lock::acquire(&data_dir)?;
-    let store_opts = tb_store::sqlite::StoreOptions {
-        writer: tb_store::sqlite::writer::WriterOptions {
-            queue_capacity: writer_queue_capacity,
-        },
-        ..Default::default()
-    };
-    let store = SqliteStore::open_dir_with(&data_dir, store_opts)
-        .with_context(|| format!("opening the store in {}", data_dir.display()))?;
-    let db_path = store.path().to_path_buf();
-    let secrets = tb_engine::registration::SecretStore::open(&data_dir.join("secrets"))
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let choice = Choice::pick(
+        args.database_url.or(server.database_url.clone()),
+        server.database_pool_size,
+        &data_dir,
+    );
+    // SQLite: the lock is held until the process ends, so a second server on this directory is refused.
+    let opened = store_open::open(&choice, writer_queue_capacity).await?;
+    let _lock = opened.lock;
+    let store = opened.store;
+    tracing::info!(store = %opened.label, role = role.as_str(), "store open");
+    let shared = matches!(choice, Choice::Postgres { .. });
+    if shared {
+        tracing::info!(
+            data_dir = %data_dir.display(),
+            "PostgreSQL store: the data dir holds only secrets/ (host.key, secret files of registrations made before secrets were sealed in the store) and is not locked; registrations made through the API are sealed in the database under TRIGGER_BRIDGE_SECRET_KEY, which every replica must share"
+        );
+    }
+    // Several replicas: the sealing key comes from the environment only (the same on every replica);
+    // one host: a key file made once under secrets/ when the environment has none.
+    let secrets_dir = data_dir.join("secrets");
+    let secrets = if shared {
+        tb_engine::registration::SecretStore::open_shared(&secrets_dir)
+    } else {
+        tb_engine::registration::SecretStore::open(&secrets_dir)
+    }
+    .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     let catalog = catalog.with_fingerprints(|s| secrets.fingerprint(s));
-    let store: Arc<dyn Store> = Arc::new(store);
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Full("tb_attempt_duration_seconds".into()),
@@ -132,32 +185,47 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let local = listener.local_addr()?;
-    print_banner(&engine, local, &db_path);
+    print_banner(&engine, local, &opened.label, role, &replica);
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let wcfg = WorkerConfig {
+        owner: replica.clone(),
         lease_ms: server.lease_ms.unwrap_or(60_000),
         ..WorkerConfig::default()
     };
-    let worker =
-        (!args.no_worker).then(|| tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone())));
+    let worker = role
+        .runs_worker()
+        .then(|| tokio::spawn(worker::run(engine.clone(), wcfg, stop_rx.clone())));
     // Durable timers of waits run with the worker role.
-    let timers = (!args.no_worker)
+    let timers = role
+        .runs_worker()
         .then(|| tokio::spawn(tb_engine::sessions::timers(engine.clone(), stop_rx.clone())));
-    let dups = tokio::spawn(tb_engine::duplicates::run(engine.clone(), stop_rx.clone()));
-    let day = std::time::Duration::from_secs(86_400);
-    let sweeper = tokio::spawn(tb_engine::sweeper::run(
+    // Duplicate counters are kept in memory by ingest: flushed where ingest runs.
+    let dups = role
+        .serves_api()
+        .then(|| tokio::spawn(tb_engine::duplicates::run(engine.clone(), stop_rx.clone())));
+    // Configuration another replica changed (pause, revocation, registration, webhooks) reaches this
+    // one through the store's change log; harmless with one process.
+    let sync = tokio::spawn(tb_engine::sync::run(
         engine.clone(),
-        tb_engine::sweeper::SweeperConfig {
-            interval: std::time::Duration::from_secs(60),
-            body_retention: day * server.body_retention_days.unwrap_or(7),
-            dead_letter_retention: day * server.dead_letter_retention_days.unwrap_or(14),
-            batch: 1000,
-        },
+        Some(secrets.clone()),
         stop_rx.clone(),
     ));
+    let day = std::time::Duration::from_secs(86_400);
+    let sweeper = role.runs_worker().then(|| {
+        tokio::spawn(tb_engine::sweeper::run(
+            engine.clone(),
+            tb_engine::sweeper::SweeperConfig {
+                interval: std::time::Duration::from_secs(60),
+                body_retention: day * server.body_retention_days.unwrap_or(7),
+                dead_letter_retention: day * server.dead_letter_retention_days.unwrap_or(14),
+                batch: 1000,
+            },
+            stop_rx.clone(),
+        ))
+    });
 
-    let app = tb_api::router(tb_api::AppState {
+    let state = tb_api::AppState {
         engine: engine.clone(),
         metrics: Some(metrics),
         keys: tb_api::auth::ApiKeys(std::sync::Arc::new(keys)),
@@ -170,7 +238,12 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             dead_letter_retention_days: server.dead_letter_retention_days.unwrap_or(14),
             ..Default::default()
         },
-    });
+    };
+    let app = if role.serves_api() {
+        tb_api::router(state)
+    } else {
+        ops_router(state)
+    };
     let app = tb_api::body::layer(
         app,
         tb_api::body::BodyRules {
@@ -225,20 +298,40 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(t) = timers {
         let _ = t.await;
     }
-    let _ = dups.await;
-    let _ = sweeper.await;
+    for t in [dups, sweeper].into_iter().flatten() {
+        let _ = t.await;
+    }
+    let _ = sync.await;
     store.close().await;
     signals.abort();
     tracing::info!("stopped cleanly");
     Ok(())
 }
 
-fn print_banner(engine: &Engine, addr: SocketAddr, db: &std::path::Path) {
+/// The HTTP face of `--role worker`: `/health`, `/ready` and `/metrics` only; everything else is the
+/// API's 404 envelope.
+fn ops_router(state: tb_api::AppState) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new()
+        .route("/health", get(tb_api::ops::health))
+        .route("/ready", get(tb_api::ops::ready))
+        .route("/metrics", get(tb_api::ops::metrics))
+        .fallback(tb_api::error::not_found)
+        .layer(axum::middleware::from_fn(tb_api::error::envelope_errors))
+        .with_state(state)
+}
+
+fn print_banner(engine: &Engine, addr: SocketAddr, store: &str, role: Role, replica: &str) {
     println!(
         "trigger-bridge {} listening on http://{addr}",
         env!("CARGO_PKG_VERSION")
     );
-    println!("store: {}", db.display());
+    println!("store: {store}");
+    println!("role: {}, replica: {replica}", role.as_str());
+    if !role.serves_api() {
+        println!("ingest and the API are served by the api replicas (this one: /health, /ready, /metrics)");
+        return;
+    }
     println!("ingest URLs:");
     let catalog = engine.catalog();
     let w = catalog

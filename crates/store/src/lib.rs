@@ -88,7 +88,18 @@ pub type StoreResult<T> = Result<T, StoreError>;
 /// Result of a write that returns nothing.
 pub type StoredResult = StoreResult<()>;
 
-/// The durable state of trigger-bridge. Implemented by [`sqlite::SqliteStore`].
+/// Which backend a store runs on and how many connections it holds, for `GET /ready` and the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BackendFacts {
+    /// `"sqlite"`, `"postgresql"`, or `"unknown"` (a store that does not say).
+    pub backend: &'static str,
+    /// PostgreSQL: the pool's connection threads still running (0 = unreachable since start). SQLite:
+    /// `None` (one writer thread, no connections to count).
+    pub connections: Option<usize>,
+}
+
+/// The durable state of trigger-bridge. Implemented by [`sql::SqlStore`] over SQLite
+/// ([`sqlite::SqliteStore`]) and PostgreSQL ([`postgres::PgStore`]).
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     // --- subscriptions -------------------------------------------------------------------------
@@ -391,6 +402,14 @@ pub trait Store: Send + Sync + 'static {
     /// answers at once). `Ok` means writes are being accepted and committed now. Errors: `Busy` (queue
     /// full), `Unavailable` (writer stopped or dead). Callers bound the wait (`GET /ready`: 1 s).
     async fn ping_writer(&self) -> StoredResult;
+
+    /// The backend's name and live connections (no I/O). Default: `"unknown"`, `None`.
+    fn facts(&self) -> BackendFacts {
+        BackendFacts {
+            backend: "unknown",
+            connections: None,
+        }
+    }
 
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);

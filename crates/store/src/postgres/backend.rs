@@ -84,6 +84,13 @@ impl Backend for PgBackend {
         )
     }
 
+    fn facts(&self) -> crate::BackendFacts {
+        crate::BackendFacts {
+            backend: "postgresql",
+            connections: Some(self.pool.live_connections()),
+        }
+    }
+
     async fn close(&self) {
         self.pool.close().await;
     }

@@ -49,6 +49,9 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Its name and live connections, for `/ready` (no I/O).
+    fn facts(&self) -> crate::BackendFacts;
+
     /// Lets queued writes commit, then stops.
     async fn close(&self);
 }
@@ -529,6 +532,9 @@ impl<B: Backend> Store for SqlStore<B> {
             ));
         }
         self.backend.write(|_| Ok(())).await
+    }
+    fn facts(&self) -> crate::BackendFacts {
+        self.backend.facts()
     }
     async fn close(&self) {
         self.backend.close().await;

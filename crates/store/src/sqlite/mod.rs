@@ -271,6 +271,13 @@ impl Backend for SqliteBackend {
         self.writer.is_alive()
     }
 
+    fn facts(&self) -> crate::BackendFacts {
+        crate::BackendFacts {
+            backend: "sqlite",
+            connections: None,
+        }
+    }
+
     async fn close(&self) {
         self.writer.close().await;
     }
