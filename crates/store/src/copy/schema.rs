@@ -37,15 +37,29 @@ pub fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// A source column: name, declared type, position in the primary key (0 = not in it).
-struct SourceColumn {
-    name: String,
-    declared: String,
-    pk: i64,
+/// A source column as SQLite's catalog gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceColumn {
+    /// Its name.
+    pub name: String,
+    /// Its declared type (`INTEGER`, `TEXT`, `BLOB`, or anything SQLite took).
+    pub declared: String,
+    /// Its position in the primary key, from 1; 0 when not in it.
+    pub pk: i64,
 }
 
-/// The source's tables (every table but SQLite's internal `sqlite_*` ones), by name, with their columns.
-fn source_tables(c: &dyn Db) -> StoreResult<Vec<(String, Vec<SourceColumn>)>> {
+/// A source table: its name and its columns in declaration order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTable {
+    /// Its name.
+    pub name: String,
+    /// Its columns, in order.
+    pub columns: Vec<SourceColumn>,
+}
+
+/// The source's tables (every table but SQLite's internal `sqlite_*` ones), by name, with their
+/// columns: what [`plan`] takes.
+pub fn read_source(c: &dyn Db) -> StoreResult<Vec<SourceTable>> {
     let names: Vec<String> = c.rows(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
          ORDER BY name",
@@ -54,10 +68,10 @@ fn source_tables(c: &dyn Db) -> StoreResult<Vec<(String, Vec<SourceColumn>)>> {
     )?;
     names
         .into_iter()
-        .map(|t| {
-            let cols = c.rows(
+        .map(|name| {
+            let columns = c.rows(
                 "SELECT name, type, pk FROM pragma_table_info(?1) ORDER BY cid",
-                crate::p![t],
+                crate::p![name],
                 |r| {
                     Ok(SourceColumn {
                         name: r.get(0)?,
@@ -66,7 +80,7 @@ fn source_tables(c: &dyn Db) -> StoreResult<Vec<(String, Vec<SourceColumn>)>> {
                     })
                 },
             )?;
-            Ok((t, cols))
+            Ok(SourceTable { name, columns })
         })
         .collect()
 }
@@ -133,22 +147,23 @@ fn pg_class(data_type: &str) -> Class {
 /// `BLOB` to `bytea`, `REAL` to `double precision`). `source` is [`read_source`]'s answer, `target`
 /// [`read_target`]'s. Returns the tables in the source's order (by name). Errors: one line per
 /// difference (a table on one side only, columns that differ, a type that does not match).
-pub fn plan(
-    source: &[(String, Vec<(String, String, i64)>)],
-    target: &[TargetColumn],
-) -> Result<Vec<Table>, Vec<String>> {
+pub fn plan(source: &[SourceTable], target: &[TargetColumn]) -> Result<Vec<Table>, Vec<String>> {
     let mut diffs = Vec::new();
     let mut by_table: std::collections::BTreeMap<&str, Vec<&TargetColumn>> = Default::default();
     for col in target {
         by_table.entry(col.0.as_str()).or_default().push(col);
     }
     let mut tables = Vec::new();
-    for (name, cols) in source {
+    for SourceTable {
+        name,
+        columns: cols,
+    } in source
+    {
         let Some(tcols) = by_table.remove(name.as_str()) else {
             diffs.push(format!("table {name} is in the source only"));
             continue;
         };
-        let snames: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+        let snames: Vec<&str> = cols.iter().map(|c| c.name.as_str()).collect();
         let tnames: Vec<&str> = tcols.iter().map(|c| c.1.as_str()).collect();
         if snames != tnames {
             diffs.push(format!(
@@ -158,7 +173,8 @@ pub fn plan(
             ));
             continue;
         }
-        for ((cname, declared, _), t) in cols.iter().zip(&tcols) {
+        for (sc, t) in cols.iter().zip(&tcols) {
+            let (cname, declared) = (&sc.name, &sc.declared);
             let (s, p) = (sqlite_class(declared), pg_class(&t.2));
             if s != p && s != Class::Other && p != Class::Other {
                 diffs.push(format!(
@@ -170,8 +186,8 @@ pub fn plan(
         let mut key: Vec<(i64, usize)> = cols
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.2 > 0)
-            .map(|(i, c)| (c.2, i))
+            .filter(|(_, c)| c.pk > 0)
+            .map(|(i, c)| (c.pk, i))
             .collect();
         key.sort();
         tables.push(Table {
@@ -195,21 +211,6 @@ pub fn plan(
     } else {
         Err(diffs)
     }
-}
-
-/// The source's catalog as [`plan`] takes it: `(table, [(column, declared type, pk position)])`.
-pub fn read_source(c: &dyn Db) -> StoreResult<Vec<(String, Vec<(String, String, i64)>)>> {
-    Ok(source_tables(c)?
-        .into_iter()
-        .map(|(t, cols)| {
-            (
-                t,
-                cols.into_iter()
-                    .map(|c| (c.name, c.declared, c.pk))
-                    .collect(),
-            )
-        })
-        .collect())
 }
 
 /// The target's catalog as [`plan`] takes it.
@@ -245,10 +246,18 @@ pub fn target_version(c: &dyn Db) -> StoreResult<i64> {
 mod tests {
     use super::*;
 
-    fn src(cols: &[(&str, &str, i64)]) -> Vec<(String, String, i64)> {
-        cols.iter()
-            .map(|(n, t, k)| (n.to_string(), t.to_string(), *k))
-            .collect()
+    fn src(name: &str, cols: &[(&str, &str, i64)]) -> SourceTable {
+        SourceTable {
+            name: name.into(),
+            columns: cols
+                .iter()
+                .map(|(n, t, k)| SourceColumn {
+                    name: n.to_string(),
+                    declared: t.to_string(),
+                    pk: *k,
+                })
+                .collect(),
+        }
     }
 
     fn tgt(table: &str, cols: &[(&str, &str)]) -> Vec<TargetColumn> {
@@ -259,13 +268,13 @@ mod tests {
 
     #[test]
     fn matching_tables_plan_with_their_key_in_key_order() {
-        let source = vec![(
-            "attempts".to_string(),
-            src(&[
+        let source = vec![src(
+            "attempts",
+            &[
                 ("delivery_id", "TEXT", 1),
                 ("body", "BLOB", 0),
                 ("attempt", "INTEGER", 2),
-            ]),
+            ],
         )];
         let target = tgt(
             "attempts",
@@ -285,12 +294,9 @@ mod tests {
     #[test]
     fn every_difference_is_named() {
         let source = vec![
-            (
-                "a".to_string(),
-                src(&[("id", "TEXT", 1), ("n", "INTEGER", 0)]),
-            ),
-            ("only_src".to_string(), src(&[("id", "TEXT", 1)])),
-            ("b".to_string(), src(&[("id", "TEXT", 1)])),
+            src("a", &[("id", "TEXT", 1), ("n", "INTEGER", 0)]),
+            src("only_src", &[("id", "TEXT", 1)]),
+            src("b", &[("id", "TEXT", 1)]),
         ];
         let mut target = tgt("a", &[("id", "text"), ("n", "text")]);
         target.extend(tgt("b", &[("id", "text"), ("extra", "bigint")]));
