@@ -11,6 +11,7 @@ mod db_url;
 mod http_server;
 mod listen;
 mod migrate;
+mod migrate_copy;
 mod replay_client;
 mod replica;
 mod role;
@@ -182,6 +183,7 @@ fn main() -> ExitCode {
 async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> {
     match cmd {
         Cmd::Serve(_) => unreachable!("serve runs on its own runtime"),
+        Cmd::Migrate(a) if a.copy.requested() => migrate_copy::run(a.copy).await.map(|()| 0),
         Cmd::Migrate(a) => migrate::run(a).await,
         Cmd::CheckConfig { config } => match config::load(&config) {
             Ok(l) => {

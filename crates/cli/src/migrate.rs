@@ -26,6 +26,9 @@ pub struct MigrateArgs {
     /// secrets need not be set).
     #[arg(long, short, env = "TRIGGER_BRIDGE_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Copy a whole SQLite store into PostgreSQL instead (`--from sqlite:DIR --to postgres://...`).
+    #[command(flatten)]
+    pub copy: crate::migrate_copy::CopyArgs,
 }
 
 /// The store `migrate` works on.
