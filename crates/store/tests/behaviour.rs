@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::json;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::attempt::{AttemptFailure, AttemptReport, RunStart};
+use tb_core::delivery::{AttemptDecision, AttemptOutcome, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
 use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{FailurePolicy, Source, SubscriptionInput, SubscriptionState};
@@ -92,27 +94,39 @@ fn commit_for(
     run: Option<NewRun>,
     now: i64,
 ) -> AttemptCommit {
+    let decision = match (outcome, next) {
+        (AttemptOutcome::Delivered, _) => AttemptDecision::Delivered,
+        (_, DeliveryState::DeadLettered) => AttemptDecision::DeadLetter,
+        _ => AttemptDecision::Retry { delay_ms: 0 },
+    };
     AttemptCommit {
         delivery_id: lease.delivery.id.clone(),
-        lease_owner: lease.owner.clone(),
-        attempt: AttemptRecord {
-            delivery_id: lease.delivery.id.clone(),
-            attempt: lease.delivery.attempts + 1,
+        report: AttemptReport {
+            lease: Completion {
+                token: lease.token.clone(),
+                attempt: lease.delivery.attempts + 1,
+            },
             event_id: new_id(IdKind::Event),
-            outcome,
-            error_class: (outcome != AttemptOutcome::Delivered).then(|| "http_500".to_string()),
-            message: (outcome != AttemptOutcome::Delivered)
-                .then(|| "HTTP 500: db down".to_string()),
+            decision,
+            failure: (outcome != AttemptOutcome::Delivered).then(|| AttemptFailure {
+                error_class: "http_500".to_string(),
+                message: Some("HTTP 500: db down".to_string()),
+                permanent: false,
+            }),
             started_at: now,
             duration_ms: 3,
-            next_due_at: (next == DeliveryState::Retrying).then_some(now),
+            run: run.as_ref().map(|r| RunStart {
+                id: r.id.clone(),
+                workflow_id: r.workflow_id.clone(),
+                inputs: r.inputs.clone(),
+                status: r.status,
+                dead_letter: r.dead_letter.clone(),
+                session: false,
+            }),
+            effect: None,
+            failure_policy: IMMEDIATE,
         },
-        next_state: next,
-        run,
-        dead_letter_reason: (next == DeliveryState::DeadLettered)
-            .then(|| "retries_exhausted".to_string()),
         effect: None,
-        failure_policy: IMMEDIATE,
         now,
     }
 }
@@ -250,7 +264,7 @@ async fn delivered_attempt_starts_the_run_with_causation() {
             Some(run),
             2_010,
         );
-        let event_id = c.attempt.event_id.clone();
+        let event_id = c.report.event_id.clone();
         store.commit_attempt(c).await.unwrap();
 
         let run = store.get_run(&run_id).await.unwrap();
@@ -675,14 +689,13 @@ async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records
             .await
             .unwrap()
             .remove(0);
-        let mut c = commit_for(
+        let c = commit_for(
             &lease,
             AttemptOutcome::DeadLettered,
             DeliveryState::DeadLettered,
             None,
             2_100,
         );
-        c.attempt.next_due_at = None;
         store.commit_attempt(c).await.unwrap();
         // A queued receipt keeps its body whatever its age.
         let queued = receipt("s", "dk_q", b"queued body", &["b1"]);
@@ -1143,59 +1156,42 @@ async fn a_lease_renews_only_for_its_own_grant() {
         assert_eq!((lease.lease_until, lease.lease_ms), (2_300, 300));
         let id = lease.delivery.id.clone();
         // The holder renews before expiry: extended by lease_ms from now, and not due meanwhile.
-        let until = store
-            .renew_lease(&id, "w1", 2_300, 2_100, 300)
-            .await
-            .unwrap();
-        assert_eq!(until, Some(2_400));
+        let until = store.renew_lease(&id, &lease.token, 2_100, 300).await;
+        assert_eq!(until.unwrap(), 2_400);
         assert!(store
             .lease_due("w2", 2_350, 300, 10)
             .await
             .unwrap()
             .is_empty());
-        // A stale grant (the old lease_until), another owner, or a lapsed lease never extends.
-        assert_eq!(
-            store
-                .renew_lease(&id, "w1", 2_300, 2_200, 300)
-                .await
-                .unwrap(),
-            None
-        );
-        assert_eq!(
-            store
-                .renew_lease(&id, "w2", 2_400, 2_200, 300)
-                .await
-                .unwrap(),
-            None
-        );
-        assert_eq!(
-            store
-                .renew_lease(&id, "w1", 2_400, 2_400, 300)
-                .await
-                .unwrap(),
-            None
-        );
-        // Once lapsed another worker takes it; the first holder cannot extend the new grant.
+        // Another token, or a lapsed lease, never extends.
+        let lost = |r: StoreResult<i64>| matches!(r, Err(StoreError::LeaseLost(_)));
+        assert!(lost(store.renew_lease(&id, "lse_other", 2_200, 300).await));
+        assert!(lost(store.renew_lease(&id, &lease.token, 2_400, 300).await));
+        // Once lapsed another worker takes it; the first holder cannot extend or release the new grant.
         let taken = store
             .lease_due("w2", 2_401, 300, 10)
             .await
             .unwrap()
             .remove(0);
         assert_eq!(taken.lease_until, 2_701);
+        assert_ne!(taken.token, lease.token, "every grant mints a new token");
+        assert!(lost(store.renew_lease(&id, &lease.token, 2_450, 300).await));
+        assert!(matches!(
+            store.release_lease(&id, &lease.token, 2_450).await,
+            Err(StoreError::LeaseLost(_))
+        ));
         assert_eq!(
             store
-                .renew_lease(&id, "w1", 2_400, 2_450, 300)
+                .renew_lease(&id, &taken.token, 2_450, 300)
                 .await
                 .unwrap(),
-            None
+            2_750
         );
-        assert_eq!(
-            store
-                .renew_lease(&id, "w2", 2_701, 2_450, 300)
-                .await
-                .unwrap(),
-            Some(2_750)
-        );
+        // Its own release gives it back at once, and the token no longer renews.
+        store.release_lease(&id, &taken.token, 2_460).await.unwrap();
+        assert!(lost(store.renew_lease(&id, &taken.token, 2_470, 300).await));
+        let again = store.lease_due("w3", 2_460, 300, 10).await.unwrap();
+        assert_eq!(again.len(), 1, "due again at the release");
     }
 }
 

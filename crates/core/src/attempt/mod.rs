@@ -85,7 +85,8 @@ pub struct AttemptSnapshot {
     pub delivery: DeliveryRow,
     pub receipt: ReceiptRow,
     /// `None` when the delivery's subscription has no row (runs started through `POST /v1/runs`): no
-    /// streak and no transition then.
+    /// streak and no transition then. A backend may load it without a lock first and lock it only when
+    /// [`AttemptWrites::subscription`] is `Some`, then ask [`after_attempt`] again on the locked row.
     pub subscription: Option<SubscriptionRow>,
     /// Whether a run with the id of the run to start already exists (`SELECT 1 FROM runs WHERE id =
     /// ?1`). An existing run is never written again (see [`AttemptWrites::run`]).
@@ -275,6 +276,7 @@ pub struct AttemptWrites {
     pub run: Option<RunCreate>,
     /// `UPDATE receipts SET state, updated_at = now` when `Some`.
     pub receipt_state: Option<ReceiptState>,
+    /// `None` when the subscription row is neither to be written nor locked (see [`after_attempt`]).
     pub subscription: Option<SubscriptionUpdate>,
     /// The run the delivery started or targeted (answered to the worker).
     pub run_id: Option<String>,
@@ -296,7 +298,11 @@ pub struct AttemptWrites {
 ///   [`first_events`].
 /// * Receipt: settled only when the delivery became terminal ([`receipt::settled_state`]).
 /// * Subscription: policy refusals (`receipt::is_policy_refusal`) and runs without a subscription row
-///   change nothing; otherwise the streak and the state machine (`crate::subscription::transition`).
+///   change nothing, and neither does a delivered attempt of an `active` subscription with no failure
+///   streak and a fresh `last_success_at` (`crate::subscription::success_needs_write` false): then
+///   `subscription` is `None` and a backend neither locks nor writes the row (a busy subscription's
+///   attempts do not queue behind it). Otherwise the streak and the state machine
+///   (`crate::subscription::transition`).
 ///
 /// Errors: [`LeaseLost`] (nothing may be written; the store answers `StoreError::LeaseLost`).
 pub fn after_attempt(
@@ -381,7 +387,7 @@ pub fn after_attempt(
     let policy_refusal =
         outcome != AttemptOutcome::Delivered && receipt::is_policy_refusal(error_class.as_deref());
     let (subscription, transition) = match &snapshot.subscription {
-        Some(sub) if !policy_refusal => {
+        Some(sub) if !policy_refusal && !streak::untouched(sub, outcome, now) => {
             let s = streak::judge(sub, report, outcome, now);
             events.extend(
                 s.events

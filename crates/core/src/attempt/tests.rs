@@ -687,3 +687,54 @@ fn invariants_hold_for_every_combination() {
     }
     assert_eq!(n, 3 * 3 * 4 * 2 * 2 * 3 * 3);
 }
+
+#[test]
+fn a_delivered_attempt_of_a_healthy_subscription_leaves_its_row_alone() {
+    let mut s = snapshot();
+    let sub = s.subscription.as_mut().unwrap();
+    sub.last_success_at = Some(NOW - 999);
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert_eq!(types(&w), vec!["trigger.delivery.attempted"]);
+    assert_eq!((w.subscription, w.transition), (None, None));
+
+    // A success one resolution (1 s) older is refreshed; a streak to reset is always written.
+    s.subscription.as_mut().unwrap().last_success_at = Some(NOW - 1_000);
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert_eq!(
+        w.subscription.map(|u| u.streak),
+        Some(StreakUpdate::Reset {
+            last_success_at: NOW
+        })
+    );
+    let sub = s.subscription.as_mut().unwrap();
+    (
+        sub.last_success_at,
+        sub.consecutive_failures,
+        sub.first_failure_at,
+    ) = (Some(NOW - 10), 1, Some(NOW - 50));
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert!(w.subscription.is_some(), "the streak is reset");
+
+    // Not active (the breaker is open): a delivered attempt closes it, so the row is written.
+    let sub = s.subscription.as_mut().unwrap();
+    (sub.state, sub.consecutive_failures, sub.first_failure_at) = (S::Failed, 0, None);
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert_eq!(w.subscription.and_then(|u| u.state), Some(S::Active));
+
+    // A failure always writes.
+    let mut s = snapshot();
+    s.subscription.as_mut().unwrap().last_success_at = Some(NOW - 1);
+    let w = after_attempt(
+        &s,
+        &failing(Dec::Retry { delay_ms: 5 }, "http_500", false),
+        NOW,
+    )
+    .unwrap();
+    assert!(matches!(
+        w.subscription.map(|u| u.streak),
+        Some(StreakUpdate::Failed {
+            consecutive_failures: 1,
+            ..
+        })
+    ));
+}

@@ -8,8 +8,13 @@ use crate::StoreResult;
 
 /// The migrations, in order: `(version, SQL)`. Version 1 is the whole SQLite schema up to its version 7
 /// (`migrations/sqlite/0001..0007`) in one file, since no PostgreSQL store predates it.
-pub const MIGRATIONS: &[(i64, &str)] =
-    &[(1, include_str!("../../migrations/postgres/0001_init.sql"))];
+pub const MIGRATIONS: &[(i64, &str)] = &[
+    (1, include_str!("../../migrations/postgres/0001_init.sql")),
+    (
+        2,
+        include_str!("../../migrations/postgres/0002_lease_token.sql"),
+    ),
+];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");
 /// the second is a hash of the current schema, so stores in different schemas of one database (the

@@ -2,7 +2,9 @@
 //! (`crate::sqlite`, `crate::postgres`) supplies the connection and the transaction; the code here loads
 //! what a rule in `tb_core` needs, calls the rule, and writes what it returned.
 
+pub(crate) mod attempt;
 mod db;
+pub(crate) mod lease;
 pub(crate) mod read;
 pub(crate) mod session;
 mod store;

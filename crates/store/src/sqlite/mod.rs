@@ -41,10 +41,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../../migrations/sqlite/0007_attempt_message.sql"),
     ),
+    (
+        8,
+        include_str!("../../migrations/sqlite/0008_lease_token.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).
