@@ -1275,3 +1275,296 @@ async fn failure_streak_message_and_state_listing_are_kept() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_stale_token_of_the_same_owner_is_refused_after_a_re_lease() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        store
+            .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
+            .await
+            .unwrap();
+        let old = store
+            .lease_due("w1", 2_000, 1_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        // The lease lapses and the SAME worker takes the delivery again: a new grant, a new token.
+        let new = store
+            .lease_due("w1", 3_000, 1_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!((old.owner.as_str(), new.owner.as_str()), ("w1", "w1"));
+        assert_ne!(old.token, new.token);
+        assert!(new.token.starts_with("lse_"), "{}", new.token);
+        let id = new.delivery.id.clone();
+        let lost = |r: StoreResult<AttemptCommitted>| matches!(r, Err(StoreError::LeaseLost(_)));
+        let late = commit_for(
+            &old,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_100,
+        );
+        assert!(
+            lost(store.commit_attempt(late).await),
+            "the stale grant's completion"
+        );
+        assert!(matches!(
+            store.renew_lease(&id, &old.token, 3_100, 1_000).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert!(matches!(
+            store.release_lease(&id, &old.token, 3_100).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert_eq!(store.get_delivery(&id).await.unwrap().attempts, 0);
+        let ok = commit_for(
+            &new,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_200,
+        );
+        store.commit_attempt(ok).await.unwrap();
+        // The completion cleared the token: the same grant cannot record the attempt twice.
+        let twice = commit_for(
+            &new,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_300,
+        );
+        assert!(lost(store.commit_attempt(twice).await));
+        let d = store.get_delivery(&id).await.unwrap();
+        assert_eq!(
+            (
+                d.state,
+                d.attempts,
+                d.lease_owner,
+                d.lease_until,
+                d.updated_at
+            ),
+            (DeliveryState::Delivered, 1, None, None, 3_200)
+        );
+        let attempts = store.attempts(&id).await.unwrap();
+        assert_eq!(
+            attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+            vec![1]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_delivered_attempt_of_a_healthy_subscription_leaves_its_row_unwritten() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        for k in ["dk_1", "dk_2", "dk_3", "dk_4"] {
+            store
+                .commit_receipt(receipt("s", k, b"{}", &["b1"]))
+                .await
+                .unwrap();
+        }
+        let mut leases = store.lease_due("w1", 2_000, 60_000, 10).await.unwrap();
+        assert_eq!(leases.len(), 4);
+        let mut next = || leases.remove(0);
+        let delivered = |l: &Lease, now| {
+            commit_for(
+                l,
+                AttemptOutcome::Delivered,
+                DeliveryState::Delivered,
+                None,
+                now,
+            )
+        };
+        // The first success is recorded (no last_success_at yet).
+        store
+            .commit_attempt(delivered(&next(), 3_000))
+            .await
+            .unwrap();
+        let before = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (
+                before.last_success_at,
+                before.consecutive_failures,
+                before.updated_at
+            ),
+            (Some(3_000), 0, 1_000)
+        );
+        // Another within the resolution (1 s): the row is not written at all.
+        store
+            .commit_attempt(delivered(&next(), 3_500))
+            .await
+            .unwrap();
+        assert_eq!(store.get_subscription("s").await.unwrap(), before);
+        // A failure is written, and the next success resets the streak.
+        let fail = commit_for(
+            &next(),
+            AttemptOutcome::Retrying,
+            DeliveryState::Retrying,
+            None,
+            3_600,
+        );
+        store.commit_attempt(fail).await.unwrap();
+        let failed = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (
+                failed.consecutive_failures,
+                failed.first_failure_at,
+                failed.last_success_at
+            ),
+            (1, Some(3_600), Some(3_000))
+        );
+        store
+            .commit_attempt(delivered(&next(), 3_700))
+            .await
+            .unwrap();
+        let reset = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (
+                reset.consecutive_failures,
+                reset.first_failure_at,
+                reset.last_success_at
+            ),
+            (0, None, Some(3_700))
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_replay_reopens_once_and_a_run_finishes_once() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let r = receipt("s", "dk_1", b"{}", &["b1"]);
+        let rid = r.id.clone();
+        store.commit_receipt(r).await.unwrap();
+        let lease = store
+            .lease_due("w1", 2_000, 60_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        let id = lease.delivery.id.clone();
+        let dead = commit_for(
+            &lease,
+            AttemptOutcome::DeadLettered,
+            DeliveryState::DeadLettered,
+            None,
+            2_100,
+        );
+        store.commit_attempt(dead).await.unwrap();
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::DeadLettered
+        );
+        let d = store.get_delivery(&id).await.unwrap();
+        assert_eq!(d.dead_letter_reason.as_deref(), Some("retries_exhausted"));
+
+        let d = store.replay_delivery(&id, 5_000).await.unwrap();
+        assert_eq!(
+            (
+                d.state,
+                d.due_at,
+                d.replays,
+                d.attempts,
+                d.dead_letter_reason,
+                d.lease_owner
+            ),
+            (DeliveryState::Pending, Some(5_000), 1, 1, None, None)
+        );
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Routed
+        );
+        match store.replay_delivery(&id, 5_001).await {
+            Err(StoreError::Conflict(m)) => assert_eq!(
+                m,
+                "only dead-lettered deliveries can be replayed; this one is pending"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Attempt numbers continue: the replayed delivery's next attempt is 2, and it starts the run.
+        let again = store
+            .lease_due("w1", 5_000, 60_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(again.delivery.attempts, 1);
+        let run_id = again.delivery.run_id.clone().unwrap();
+        let run = NewRun {
+            id: run_id.clone(),
+            workflow_id: "noop".into(),
+            inputs: json!({"pr": 1}),
+            status: RunStatus::Running,
+            dead_letter: None,
+            session: None,
+        };
+        let ok = commit_for(
+            &again,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            Some(run),
+            5_100,
+        );
+        assert_eq!(
+            store.commit_attempt(ok).await.unwrap().run_id.as_deref(),
+            Some(run_id.as_str())
+        );
+        let attempts = store.attempts(&id).await.unwrap();
+        assert_eq!(
+            attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Consumed
+        );
+
+        let conflict = |r: StoreResult<RunRecord>| match r {
+            Err(StoreError::Conflict(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            conflict(
+                store
+                    .finish_run(&run_id, RunStatus::Running, None, 6_000)
+                    .await
+            ),
+            "running is not a terminal status"
+        );
+        let done = store
+            .finish_run(
+                &run_id,
+                RunStatus::Completed,
+                Some(json!({"ok": true})),
+                6_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (done.status, done.output, done.updated_at),
+            (RunStatus::Completed, Some(json!({"ok": true})), 6_000)
+        );
+        assert_eq!(
+            conflict(
+                store
+                    .finish_run(&run_id, RunStatus::Failed, None, 6_100)
+                    .await
+            ),
+            "the run is already completed"
+        );
+        let log = store.run_events(&run_id, None, 10).await.unwrap();
+        assert_eq!(
+            log.iter()
+                .map(|e| e.event_type.as_str())
+                .collect::<Vec<_>>(),
+            vec!["run.started", "trigger.delivery.attempted", "run.completed"]
+        );
+        assert!(matches!(
+            store
+                .finish_run("run_missing", RunStatus::Completed, None, 6_000)
+                .await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+}
