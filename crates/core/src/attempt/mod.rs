@@ -285,7 +285,7 @@ pub struct AttemptWrites {
     pub transition: Option<Transition>,
 }
 
-/// Decides what attempt `report` of the delivery in `snapshot` writes, at `now` (database clock, Unix
+/// Decides what attempt `report` of the delivery in `snapshot` writes, at `now` (store clock, Unix
 /// ms: `updated_at`, the due time of a retry, event timestamps, `consumed_at`, `last_success_at`).
 ///
 /// * Lease: refused unless [`lease::accepts_completion`] (token, open delivery, next attempt number).

@@ -15,7 +15,7 @@ use tb_core::receipt::{self, ReceiptState};
 use tb_core::replay;
 use tb_core::retention;
 use tb_core::run::{self, RunStatus};
-use tb_core::subscription::{transition, SubscriptionInput, SubscriptionState, Transition};
+use tb_core::subscription::{transition, SubscriptionInput, Transition};
 
 use super::read::{self, no_row};
 use crate::model::*;
@@ -227,17 +227,20 @@ fn apply_transition(
     )
 }
 
+/// An operator's (or the breaker's cool-down's) input to subscription `id` at `now` (Unix ms): the row
+/// is locked, [`transition`] decides, and [`Transition::resets_streak`] says whether the failure streak
+/// is cleared. Errors: `NotFound("subscription")`.
 pub(crate) fn apply_subscription_input(
     c: &dyn Db,
     id: &str,
     input: SubscriptionInput,
     now: i64,
 ) -> StoreResult<Option<Transition>> {
-    let sub = read::get_subscription(c, id)?;
+    let sub = read::lock_subscription(c, id)?;
     let t = transition(sub.state, input);
     if let Some(t) = &t {
         apply_transition(c, &sub, t, None, now)?;
-        if t.to == SubscriptionState::Active {
+        if t.resets_streak() {
             c.exec(
                 "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL WHERE id = ?1",
                 p![id],
