@@ -1568,3 +1568,90 @@ async fn a_replay_reopens_once_and_a_run_finishes_once() {
         ));
     }
 }
+
+#[tokio::test]
+async fn an_outbound_webhook_delivery_without_a_receipt_row_records_its_attempt() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let hook = "wh_test".to_string();
+        store
+            .create_webhook(
+                WebhookRecord {
+                    id: hook.clone(),
+                    url: "https://example.test/hook".into(),
+                    events: vec!["run.completed".into()],
+                    tenant_id: "t".into(),
+                    secret_file: "hook.secret".into(),
+                    standard_secret_file: None,
+                    created_at: 1_000,
+                },
+                SubscriptionDef {
+                    id: hook.clone(),
+                    source: Source::Webhook,
+                    connector: "webhook".into(),
+                    config: json!({}),
+                    failure_threshold: 0,
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
+            .await
+            .unwrap();
+        let lease = store
+            .lease_due("w1", 2_000, 60_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        let run = NewRun {
+            id: lease.delivery.run_id.clone().unwrap(),
+            workflow_id: "noop".into(),
+            inputs: json!({}),
+            status: RunStatus::Completed,
+            dead_letter: None,
+            session: None,
+        };
+        let c = commit_for(
+            &lease,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            Some(run),
+            2_100,
+        );
+        store.commit_attempt(c).await.unwrap();
+        // run.completed fanned out to the webhook: a delivery whose receipt column holds the event id.
+        let out = store.lease_due("w1", 2_200, 60_000, 10).await.unwrap();
+        assert_eq!(out.len(), 1);
+        let w = &out[0];
+        assert_eq!(
+            (
+                w.delivery.subscription_id.as_str(),
+                w.delivery.action.as_str()
+            ),
+            (hook.as_str(), "webhook")
+        );
+        assert!(
+            store.get_receipt(&w.delivery.receipt_id).await.is_err(),
+            "no receipt row"
+        );
+        let fail = commit_for(
+            w,
+            AttemptOutcome::DeadLettered,
+            DeliveryState::DeadLettered,
+            None,
+            2_300,
+        );
+        store.commit_attempt(fail).await.unwrap();
+        let d = store.get_delivery(&w.delivery.id).await.unwrap();
+        assert_eq!((d.state, d.attempts), (DeliveryState::DeadLettered, 1));
+        assert_eq!(
+            store
+                .get_subscription(&hook)
+                .await
+                .unwrap()
+                .consecutive_failures,
+            1
+        );
+    }
+}

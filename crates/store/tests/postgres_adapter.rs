@@ -101,9 +101,13 @@ fn concurrent_migrations_from_three_clients_apply_once_and_none_fails() {
         .map(|t| t.join().expect("no panic").expect("no migration fails"))
         .collect();
     results.sort();
-    assert_eq!(
-        results,
-        vec![(0, latest), (latest, latest), (latest, latest)]
+    // One transaction per version: a client may apply the later versions after another applied the
+    // first, but every client ends at the latest, and one started from nothing.
+    assert!(results.iter().all(|&(_, to)| to == latest), "{results:?}");
+    assert_eq!(results[0].0, 0, "{results:?}");
+    assert!(
+        results[1..].iter().all(|&(from, _)| from > 0),
+        "{results:?}"
     );
     let rows: i64 = client(&db)
         .query_one("SELECT COUNT(*) FROM schema_migrations", &[])

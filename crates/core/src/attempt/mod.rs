@@ -83,7 +83,9 @@ pub struct SubscriptionRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptSnapshot {
     pub delivery: DeliveryRow,
-    pub receipt: ReceiptRow,
+    /// `None` when the delivery has no receipt row: an outbound webhook delivery references the run
+    /// event it sends, not a receipt. Nothing is settled then.
+    pub receipt: Option<ReceiptRow>,
     /// `None` when the delivery's subscription has no row (runs started through `POST /v1/runs`): no
     /// streak and no transition then. A backend may load it without a lock first and lock it only when
     /// [`AttemptWrites::subscription`] is `Some`, then ask [`after_attempt`] again on the locked row.
@@ -296,7 +298,8 @@ pub struct AttemptWrites {
 /// * Event: `trigger.delivery.attempted` (`runId` only when delivered) under the report's event id.
 /// * Run: the effect's started session, else the report's run, unless it already exists; its log is
 ///   [`first_events`].
-/// * Receipt: settled only when the delivery became terminal ([`receipt::settled_state`]).
+/// * Receipt: settled only when the delivery became terminal and has a receipt row
+///   ([`receipt::settled_state`]).
 /// * Subscription: policy refusals (`receipt::is_policy_refusal`) and runs without a subscription row
 ///   change nothing, and neither does a delivered attempt of an `active` subscription with no failure
 ///   streak and a fresh `last_success_at` (`crate::subscription::success_needs_write` false): then
@@ -362,11 +365,9 @@ pub fn after_attempt(
         .filter(|_| !snapshot.run_exists)
         .map(|r| run_log::create(r, d, &report.event_id, &attempted, now));
 
-    let receipt_state = state
-        .is_terminal()
-        .then(|| {
-            let mut views: Vec<DeliveryView<'_>> = snapshot
-                .receipt
+    let receipt_state = match &snapshot.receipt {
+        Some(receipt) if state.is_terminal() => {
+            let mut views: Vec<DeliveryView<'_>> = receipt
                 .others
                 .iter()
                 .map(|o| DeliveryView {
@@ -380,9 +381,10 @@ pub fn after_attempt(
                 reason: dl_reason.as_deref(),
                 consumed,
             });
-            receipt::settled_state(snapshot.receipt.state, &views)
-        })
-        .flatten();
+            receipt::settled_state(receipt.state, &views)
+        }
+        _ => None,
+    };
 
     let policy_refusal =
         outcome != AttemptOutcome::Delivered && receipt::is_policy_refusal(error_class.as_deref());

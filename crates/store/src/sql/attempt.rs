@@ -22,7 +22,7 @@ use tb_core::receipt::ReceiptState;
 use tb_core::signal::MailboxPolicy;
 
 use super::lease::{lock_lease, lost};
-use super::read::{self, bad, no_row};
+use super::read::{self, bad};
 use super::write::insert_run_event_with_id;
 use crate::model::*;
 use crate::session::Effect;
@@ -121,28 +121,33 @@ fn load(
             .is_some(),
         None => false,
     };
-    let state: String = c
-        .value(
-            &format!(
-                "SELECT state FROM receipts WHERE id = ?1{}",
-                c.dialect().for_update()
-            ),
-            p![d.receipt_id],
-        )?
-        .ok_or_else(no_row)?;
-    let others = c.rows(
-        "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries \
-         WHERE receipt_id = ?1 AND id <> ?2",
-        p![d.receipt_id, d.id],
-        |r| {
-            let s: String = r.get(0)?;
-            Ok(SiblingDelivery {
-                state: DeliveryState::parse(&s).ok_or_else(|| bad("delivery state", &s))?,
-                dead_letter_reason: r.get(1)?,
-                consumed: r.get(2)?,
-            })
-        },
+    // An outbound webhook delivery references the run event it sends, not a receipt: no row then.
+    let state: Option<String> = c.value(
+        &format!(
+            "SELECT state FROM receipts WHERE id = ?1{}",
+            c.dialect().for_update()
+        ),
+        p![d.receipt_id],
     )?;
+    let receipt = match state {
+        None => None,
+        Some(state) => Some(ReceiptRow {
+            state: ReceiptState::parse(&state).ok_or_else(|| bad("receipt state", &state))?,
+            others: c.rows(
+                "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries \
+                 WHERE receipt_id = ?1 AND id <> ?2",
+                p![d.receipt_id, d.id],
+                |r| {
+                    let s: String = r.get(0)?;
+                    Ok(SiblingDelivery {
+                        state: DeliveryState::parse(&s).ok_or_else(|| bad("delivery state", &s))?,
+                        dead_letter_reason: r.get(1)?,
+                        consumed: r.get(2)?,
+                    })
+                },
+            )?,
+        }),
+    };
     // Runs started through `POST /v1/runs` (and capability signals) have no subscription row.
     let subscription = match read::get_subscription(c, &d.subscription_id) {
         Ok(s) => Some(subscription_row(&s)),
@@ -159,10 +164,7 @@ fn load(
             run_id: d.run_id.clone(),
             first_attempt_at: d.first_attempt_at,
         },
-        receipt: ReceiptRow {
-            state: ReceiptState::parse(&state).ok_or_else(|| bad("receipt state", &state))?,
-            others,
-        },
+        receipt,
         subscription,
         run_exists,
     })

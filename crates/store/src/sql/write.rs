@@ -459,7 +459,7 @@ pub(crate) fn sweep(
             let due = ReceiptState::parse(state)
                 .is_some_and(|s| retention::body_expired(s, *received_at, bodies_before));
             if due {
-                counts.bodies += c.exec("DELETE FROM bodies WHERE receipt_id = ?1", p![id])? as u64;
+                counts.bodies += c.exec("DELETE FROM bodies WHERE receipt_id = ?1", p![id])?;
             }
             next.bodies_after = Some(id.clone());
         }
@@ -477,7 +477,7 @@ pub(crate) fn sweep(
                 continue;
             }
             c.exec("DELETE FROM attempts WHERE delivery_id = ?1", p![id])?;
-            counts.dead_letters += c.exec("DELETE FROM deliveries WHERE id = ?1", p![id])? as u64;
+            counts.dead_letters += c.exec("DELETE FROM deliveries WHERE id = ?1", p![id])?;
         }
         next.dead_letters_done = page.len() < batch as usize;
         next.dead_letters_after = page.last().map(|(id, _, _)| id.clone());
@@ -485,7 +485,7 @@ pub(crate) fn sweep(
     if !next.idempotency_done {
         // Deleted rows leave the candidate set, so "fewer than a batch" means none is left.
         counts.idempotency = c
-            .exec("DELETE FROM idempotency_keys WHERE (scope, key) IN (SELECT scope, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)", p![now, batch])? as u64;
+            .exec("DELETE FROM idempotency_keys WHERE (scope, key) IN (SELECT scope, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)", p![now, batch])?;
         next.idempotency_done = counts.idempotency < batch as u64;
     }
     if !next.signals_done {
