@@ -156,6 +156,17 @@ pub struct AttemptReport {
     pub failure_policy: FailurePolicy,
 }
 
+impl AttemptReport {
+    /// The run this attempt would start: the session its effect started, else [`AttemptReport::run`]. A
+    /// backend checks whether it exists already ([`AttemptSnapshot::run_exists`]).
+    pub fn run_to_start(&self) -> Option<&RunStart> {
+        match &self.effect {
+            Some(e) => e.started.as_ref().or(self.run.as_ref()),
+            None => self.run.as_ref(),
+        }
+    }
+}
+
 /// The `attempts` row to insert.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptRow {
@@ -328,10 +339,7 @@ pub fn after_attempt(
         error_class.as_deref(),
         report.failure.as_ref().is_some_and(|f| f.permanent),
     );
-    let to_start = match &report.effect {
-        Some(e) => e.started.as_ref().or(report.run.as_ref()),
-        None => report.run.as_ref(),
-    };
+    let to_start = report.run_to_start();
     let target = match &report.effect {
         Some(e) => Some(e.run_id.clone()),
         None => report.run.as_ref().map(|r| r.id.clone()),

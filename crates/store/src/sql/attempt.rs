@@ -110,12 +110,7 @@ fn load(
     lease: LeaseRow,
     report: &AttemptReport,
 ) -> StoreResult<AttemptSnapshot> {
-    let to_start = report
-        .effect
-        .as_ref()
-        .and_then(|e| e.started.as_ref())
-        .or(report.run.as_ref());
-    let run_exists = match to_start {
+    let run_exists = match report.run_to_start() {
         Some(r) => c
             .value::<i64>("SELECT 1 FROM runs WHERE id = ?1", p![r.id])?
             .is_some(),
