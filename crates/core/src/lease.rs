@@ -9,9 +9,9 @@
 //! its `UPDATE` on the token as well (`WHERE id = ?1 AND lease_token = ?2`): zero rows updated means the
 //! race was lost ([`fenced`]).
 //!
-//! **Clock.** Every `now` here is the database's clock in Unix ms (PostgreSQL:
-//! `(extract(epoch from clock_timestamp()) * 1000)::bigint`; SQLite: the process clock, as there is one
-//! process), so replicas with skewed clocks still agree on when a lease lapses.
+//! **Clock.** Every `now` here is the store's clock in Unix ms. The store passes the caller's (the
+//! worker's) clock today (architecture §9): replicas keep their clocks close, a skew only lengthens or
+//! shortens a lease, and the token alone decides who may write.
 
 use crate::delivery::DeliveryState;
 use crate::ids::{new_id, IdKind};
@@ -21,7 +21,7 @@ use crate::ids::{new_id, IdKind};
 pub const OPEN_STATES: [DeliveryState; 2] = [DeliveryState::Pending, DeliveryState::Retrying];
 
 /// True when a delivery in `state` due at `due_at` (Unix ms; `None` = never due) can be leased at `now`
-/// (database clock, Unix ms): it is open and `due_at <= now`. A leased delivery's `due_at` is its lease's
+/// (store clock, Unix ms): it is open and `due_at <= now`. A leased delivery's `due_at` is its lease's
 /// end ([`LeaseGrant::due_at`]), so work in flight is simply not due until its lease lapses.
 pub fn is_due(state: DeliveryState, due_at: Option<i64>, now: i64) -> bool {
     OPEN_STATES.contains(&state) && due_at.is_some_and(|d| d <= now)
@@ -33,13 +33,13 @@ pub struct LeaseGrant {
     /// Fencing token, `lse_<32 hex>`; written to the row's `lease_token`. Every delivery granted by one
     /// call may share it: a later grant on the same row always mints a new one.
     pub token: String,
-    /// Lease end, Unix ms (database clock): `now + lease_ms`.
+    /// Lease end, Unix ms (store clock): `now + lease_ms`.
     pub until: i64,
     /// The row's new `due_at`, Unix ms: the lease's end (see [`is_due`]).
     pub due_at: i64,
 }
 
-/// Grants a lease of `lease_ms` (ms) at `now` (database clock, Unix ms) with a freshly minted token.
+/// Grants a lease of `lease_ms` (ms) at `now` (store clock, Unix ms) with a freshly minted token.
 pub fn grant(now: i64, lease_ms: u64) -> LeaseGrant {
     grant_with(new_id(IdKind::Lease), now, lease_ms)
 }
@@ -67,7 +67,7 @@ pub struct LeaseRow {
     pub attempts: u32,
     /// `deliveries.lease_token`: the token of the last grant, `None` once released or completed.
     pub token: Option<String>,
-    /// `deliveries.lease_until`, Unix ms (database clock).
+    /// `deliveries.lease_until`, Unix ms (store clock).
     pub until: Option<i64>,
 }
 
@@ -108,7 +108,7 @@ pub struct Renewal {
     pub due_at: i64,
 }
 
-/// Renews the lease `token` holds by `lease_ms` (ms) from `now` (database clock, Unix ms); the token is
+/// Renews the lease `token` holds by `lease_ms` (ms) from `now` (store clock, Unix ms); the token is
 /// kept. Errors: [`LeaseLost::Ended`], [`LeaseLost::NotHeld`], or [`LeaseLost::Lapsed`] when the lease
 /// already ended (`until <= now`: it may have been granted again by then, so it is not extended).
 pub fn renew(row: &LeaseRow, token: &str, now: i64, lease_ms: u64) -> Result<Renewal, LeaseLost> {

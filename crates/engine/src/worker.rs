@@ -8,10 +8,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tb_core::delivery::{decide, ActionResult, AttemptDecision, AttemptOutcome};
+use tb_core::attempt::{AttemptFailure, AttemptReport, RunStart};
+use tb_core::delivery::{decide, ActionResult, AttemptDecision, AttemptOutcome, RETRIES_EXHAUSTED};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
 use tb_core::run::RunStatus;
-use tb_store::{AttemptCommit, AttemptRecord, Lease, NewRun, StoreError};
+use tb_store::{AttemptCommit, Lease, StoreError};
 use tokio::sync::{watch, Semaphore};
 
 use crate::executor::{self, StartRequest};
@@ -20,7 +22,8 @@ use crate::{clock, Engine};
 /// Worker settings.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
-    /// This worker's lease owner id.
+    /// This worker's id (`worker-att_<32 hex>` by default), stored as a lease's owner for display; the
+    /// lease itself is fenced by the token of each grant, never by this id.
     pub owner: String,
     /// Lease length in ms; a crashed attempt is retried after this.
     pub lease_ms: u64,
@@ -147,7 +150,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         tracing::warn!(delivery = %d.id, "subscription no longer configured; releasing lease");
         let _ = engine
             .store
-            .release_lease(&d.id, &lease.owner, clock::now_ms())
+            .release_lease(&d.id, &lease.token, clock::now_ms())
             .await;
         return;
     };
@@ -226,32 +229,29 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             Err(f) => f.clone(),
         };
         // Each operator replay grants one attempt beyond the policy (attempt numbers never reset).
-        let mut policy = sub.retry.clone();
-        policy.max_attempts = policy.max_attempts.saturating_add(d.replays);
+        let policy = sub.retry.with_replays(d.replays);
         let decision = decide(&policy, number, &action, rand::random::<f64>());
-        let (outcome, next_state) = decision.outcome();
-        let now = clock::now_ms();
-        let next_due_at = match decision {
-            AttemptDecision::Retry { delay_ms } => Some(now + delay_ms as i64),
-            _ => None,
-        };
-        let (error_class, permanent) = match &action {
+        let failure = match &action {
             ActionResult::Failed {
                 error_class,
                 permanent,
                 ..
-            } => (Some(error_class.clone()), *permanent),
-            ActionResult::Done => (None, false),
+            } => Some(AttemptFailure {
+                error_class: error_class.clone(),
+                message: message.clone(),
+                permanent: *permanent,
+            }),
+            ActionResult::Done => None,
         };
         let run = match (result, d.workflow_id.as_ref()) {
             (Ok(_), _) if effect.is_some() => None,
-            (Ok(status), Some(w)) => Some(NewRun {
+            (Ok(status), Some(w)) => Some(RunStart {
                 id: run_id.clone(),
                 workflow_id: w.clone(),
                 inputs: d.inputs.clone(),
                 status: *status,
                 dead_letter: None,
-                session: None,
+                session: false,
             }),
             // A run requested through the API exists from its 201; when its start is exhausted it is
             // kept as a dead-lettered, failed run (RFC 0053), fork-eligible. Trigger deliveries start no
@@ -260,67 +260,55 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                 if d.subscription_id == crate::API_SOURCE
                     && decision == AttemptDecision::DeadLetter =>
             {
-                Some(NewRun {
+                Some(RunStart {
                     id: run_id.clone(),
                     workflow_id: w.clone(),
                     inputs: d.inputs.clone(),
                     status: RunStatus::Failed,
-                    dead_letter: Some(("retries_exhausted".into(), number)),
-                    session: None,
+                    dead_letter: Some((RETRIES_EXHAUSTED.to_string(), number)),
+                    session: false,
                 })
             }
             _ => None,
         };
-        let elapsed = t0.elapsed();
         AttemptCommit {
             delivery_id: d.id.clone(),
-            lease_owner: lease.owner.clone(),
-            attempt: AttemptRecord {
-                delivery_id: d.id.clone(),
-                attempt: number,
-                event_id: event_id.clone(),
-                outcome,
-                error_class: error_class.clone(),
-                message: if result.is_err() {
-                    message.clone()
-                } else {
-                    None
+            report: AttemptReport {
+                lease: Completion {
+                    token: lease.token.clone(),
+                    attempt: number,
                 },
+                event_id: event_id.clone(),
+                decision,
+                failure,
                 started_at: started,
-                duration_ms: elapsed.as_millis() as u64,
-                next_due_at,
+                duration_ms: t0.elapsed().as_millis() as u64,
+                run,
+                effect: None,
+                failure_policy: sub.failure,
             },
-            next_state,
-            run,
-            // A permanent failure is dead-lettered under its own class (e.g. target_terminal).
-            dead_letter_reason: matches!(decision, AttemptDecision::DeadLetter).then(|| {
-                match (&error_class, permanent) {
-                    (Some(c), true) => c.clone(),
-                    _ => "retries_exhausted".to_string(),
-                }
-            }),
             effect,
-            failure_policy: sub.failure,
-            now,
+            now: clock::now_ms(),
         }
     };
     // What the log and the notifications need, read before the commit moves.
     let summary = |c: &AttemptCommit| {
+        let r = &c.report;
         (
-            c.attempt.outcome,
-            c.attempt.error_class.clone(),
-            c.attempt.next_due_at,
+            r.decision.outcome().0,
+            r.failure.as_ref().map(|f| f.error_class.clone()),
+            matches!(r.decision, AttemptDecision::Retry { .. }),
             c.effect.is_some(),
         )
     };
     let commit = build(&result, effect);
-    let (mut outcome, mut error_class, mut next_due_at, had_effect) = summary(&commit);
+    let (mut outcome, mut error_class, mut retrying, had_effect) = summary(&commit);
     let mut changed_session = had_effect;
     let mut committed = engine.store.commit_attempt(commit).await;
     if let (true, Err(StoreError::Rejected { code, .. })) = (had_effect, &committed) {
         // The local effect was refused inside the transaction (nothing written): record the failure.
         let failed = build(&Err(crate::effects::refusal(*code)), None);
-        (outcome, error_class, next_due_at, changed_session) = summary(&failed);
+        (outcome, error_class, retrying, changed_session) = summary(&failed);
         committed = engine.store.commit_attempt(failed).await;
     }
     // A refused local effect replaced the result: its message no longer applies.
@@ -363,7 +351,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             if let Some(t) = done.subscription_transition {
                 engine.note_transition(&d.subscription_id, &t);
             }
-            if next_due_at.is_some() {
+            if retrying {
                 engine.work_ready.notify_one();
             }
             if changed_session {
@@ -380,7 +368,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
 }
 
 /// Drives `work` while renewing `lease` every `lease_ms / 3` (extending it by `lease_ms`, fenced by the
-/// grant: see [`tb_store::Store::renew_lease`]). When the lease cannot be renewed (it lapsed and moved
+/// grant's token: see [`tb_store::Store::renew_lease`]). When the lease cannot be renewed (it lapsed and moved
 /// on) renewing stops; the attempt's commit is then refused as `LeaseLost`.
 async fn with_heartbeat<F: std::future::Future>(
     engine: &Engine,
@@ -390,16 +378,15 @@ async fn with_heartbeat<F: std::future::Future>(
     let every = Duration::from_millis((lease.lease_ms / 3).max(1));
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut until = lease.lease_until;
     tokio::pin!(work);
     loop {
         tokio::select! {
             out = &mut work => return out,
             _ = tick.tick() => {
                 let d = &lease.delivery.id;
-                match engine.store.renew_lease(d, &lease.owner, until, clock::now_ms(), lease.lease_ms).await {
-                    Ok(Some(u)) => until = u,
-                    Ok(None) => {
+                match engine.store.renew_lease(d, &lease.token, clock::now_ms(), lease.lease_ms).await {
+                    Ok(_) => {}
+                    Err(StoreError::LeaseLost(_)) => {
                         tracing::warn!(delivery = %d, "lease lapsed during the attempt; no longer renewed");
                         return work.await;
                     }

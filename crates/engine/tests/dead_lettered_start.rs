@@ -4,8 +4,10 @@
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::attempt::{AttemptFailure, AttemptReport};
+use tb_core::delivery::{AttemptDecision, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
 use tb_core::receipt::ReceiptState;
 use tb_core::subscription::{FailurePolicy, SubscriptionState};
 use tb_store::sqlite::SqliteStore;
@@ -70,27 +72,29 @@ async fn dead_letter(store: &dyn Store, now: i64) {
     store
         .commit_attempt(AttemptCommit {
             delivery_id: lease.delivery.id.clone(),
-            lease_owner: lease.owner.clone(),
-            attempt: AttemptRecord {
-                delivery_id: lease.delivery.id.clone(),
-                attempt: 1,
+            report: AttemptReport {
+                lease: Completion {
+                    token: lease.token.clone(),
+                    attempt: 1,
+                },
                 event_id: new_id(IdKind::Event),
-                outcome: AttemptOutcome::DeadLettered,
-                error_class: Some("connect".into()),
-                message: Some("could not connect to the worker".into()),
+                decision: AttemptDecision::DeadLetter,
+                failure: Some(AttemptFailure {
+                    error_class: "connect".into(),
+                    message: Some("could not connect to the worker".into()),
+                    permanent: false,
+                }),
                 started_at: now,
                 duration_ms: 1,
-                next_due_at: None,
+                run: None,
+                effect: None,
+                failure_policy: FailurePolicy {
+                    failure_window_ms: 0,
+                    dead_letter_after_ms: 0,
+                    dead_letter_min_failures: 1,
+                },
             },
-            next_state: DeliveryState::DeadLettered,
-            run: None,
-            dead_letter_reason: Some("retries_exhausted".into()),
             effect: None,
-            failure_policy: FailurePolicy {
-                failure_window_ms: 0,
-                dead_letter_after_ms: 0,
-                dead_letter_min_failures: 1,
-            },
             now,
         })
         .await

@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::attempt::{AttemptFailure, AttemptReport};
+use tb_core::delivery::{AttemptDecision, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
 use tb_core::receipt::ReceiptState;
 use tb_core::subscription::Source;
 use tb_store::sqlite::SqliteStore;
@@ -159,7 +161,7 @@ async fn a_dead_letter_sweep_walks_every_batch() {
     for (i, lease) in leases.iter().enumerate() {
         if i < 2 {
             store
-                .release_lease(&lease.delivery.id, "w", 2 * DAY_MS)
+                .release_lease(&lease.delivery.id, &lease.token, 2 * DAY_MS)
                 .await
                 .unwrap();
             open_ids.push(lease.delivery.id.clone());
@@ -169,23 +171,25 @@ async fn a_dead_letter_sweep_walks_every_batch() {
         store
             .commit_attempt(AttemptCommit {
                 delivery_id: lease.delivery.id.clone(),
-                lease_owner: "w".into(),
-                attempt: AttemptRecord {
-                    delivery_id: lease.delivery.id.clone(),
-                    attempt: 1,
+                report: AttemptReport {
+                    lease: Completion {
+                        token: lease.token.clone(),
+                        attempt: 1,
+                    },
                     event_id: new_id(IdKind::Event),
-                    outcome: AttemptOutcome::DeadLettered,
-                    error_class: Some("http_500".into()),
+                    decision: AttemptDecision::DeadLetter,
+                    failure: Some(AttemptFailure {
+                        error_class: "http_500".into(),
+                        message: Some("HTTP 500".into()),
+                        permanent: false,
+                    }),
                     started_at: now,
                     duration_ms: 3,
-                    next_due_at: None,
-                    message: Some("HTTP 500".into()),
+                    run: None,
+                    effect: None,
+                    failure_policy: Default::default(),
                 },
-                next_state: DeliveryState::DeadLettered,
-                run: None,
-                dead_letter_reason: Some("retries_exhausted".into()),
                 effect: None,
-                failure_policy: Default::default(),
                 now,
             })
             .await

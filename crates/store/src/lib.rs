@@ -144,8 +144,10 @@ pub trait Store: Send + Sync + 'static {
     async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome>;
 
     // --- delivery worker -----------------------------------------------------------------------------
-    /// Leases up to `limit` due deliveries (`pending`/`retrying`, `due_at <= now`, no live lease) to `owner`
-    /// until `now + lease_ms`.
+    /// Leases up to `limit` due deliveries (`pending`/`retrying`, `due_at <= now`: a leased delivery's
+    /// `due_at` is its lease's end) to `owner` (display only) until `now + lease_ms` (Unix ms, ms; the
+    /// caller's clock), each with a fresh fencing token (`tb_core::lease::grant`). On PostgreSQL the
+    /// candidates are taken `FOR UPDATE SKIP LOCKED`, so replicas leasing at once take disjoint batches.
     async fn lease_due(
         &self,
         owner: &str,
@@ -154,25 +156,30 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> StoreResult<Vec<Lease>>;
     /// Records one attempt and everything that follows from it, atomically (see [`AttemptCommit`]).
+    /// Errors: `LeaseLost` (the token no longer holds the delivery); `Rejected` (its local effect was
+    /// refused; nothing written).
     async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted>;
-    /// Puts a dead-lettered delivery back in the queue, due at `now`, and its receipt back to `routed`.
-    /// Attempt numbers continue (a replay after 3 attempts is attempt 4) and each replay grants one
-    /// attempt beyond the retry policy. Errors: `NotFound`; `Conflict` unless the delivery is dead-lettered.
+    /// Puts a dead-lettered delivery back in the queue, due at `now`, and its receipt back to `routed`
+    /// (`tb_core::replay::reopen`). Attempt numbers continue (a replay after 3 attempts is attempt 4)
+    /// and each replay grants one attempt beyond the retry policy. Errors: `NotFound`; `Conflict`
+    /// unless the delivery is dead-lettered.
     async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord>;
-    /// Heartbeat of an attempt in flight: extends the lease granted until `lease_until` (ms) to
-    /// `now + lease_ms` and returns the new end. Fenced by the grant: `None` (nothing written) when the
-    /// lease is no longer `owner`'s grant ending at `lease_until` (it lapsed, or was re-leased, or the
-    /// delivery was settled), so a lapsed holder never extends another holder's lease.
+    /// Heartbeat of an attempt in flight: extends the lease of grant `token` to `now + lease_ms`
+    /// (Unix ms, ms) and returns the new end (`tb_core::lease::renew`). Errors: `LeaseLost` (nothing
+    /// written) when the row carries another token (re-leased, released, completed), the delivery is
+    /// terminal, or the lease already lapsed (`lease_until <= now`), so a lapsed holder never extends
+    /// another holder's lease; `NotFound`.
     async fn renew_lease(
         &self,
         delivery_id: &str,
-        owner: &str,
-        lease_until: i64,
+        token: &str,
         now: i64,
         lease_ms: u64,
-    ) -> StoreResult<Option<i64>>;
-    /// Releases a lease without recording an attempt; the delivery is due again at `now`.
-    async fn release_lease(&self, delivery_id: &str, owner: &str, now: i64) -> StoreResult<()>;
+    ) -> StoreResult<i64>;
+    /// Releases the lease of grant `token` without recording an attempt; the delivery is due again at
+    /// `now` (Unix ms; `tb_core::lease::release`). Errors: `LeaseLost` (nothing written) when `token`
+    /// no longer holds it; `NotFound`.
+    async fn release_lease(&self, delivery_id: &str, token: &str, now: i64) -> StoreResult<()>;
     /// The earliest `due_at` of open deliveries, for the worker's sleep.
     async fn next_due_at(&self) -> StoreResult<Option<i64>>;
 

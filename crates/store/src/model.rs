@@ -163,11 +163,19 @@ pub struct DeliveryRecord {
     pub consumed_at: Option<i64>,
 }
 
-/// A delivery leased to a worker until `lease_until`.
+/// A delivery leased to a worker until `lease_until` (`Store::lease_due`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {
+    /// The delivery as it was leased (`attempts` is the number of attempts recorded before this one).
     pub delivery: DeliveryRecord,
+    /// Who holds it, for display only (`deliveries.lease_owner`: the worker's id, e.g. `worker-att_...`).
+    /// It fences nothing: two grants to the same owner carry different tokens.
     pub owner: String,
+    /// Fencing token of this grant, `lse_<32 hex>` (`tb_core::lease::grant`): renewal, release and the
+    /// attempt's commit must present it, and are refused with [`crate::StoreError::LeaseLost`] once the
+    /// delivery was granted again.
+    pub token: String,
+    /// Lease end, Unix ms (the caller's clock, as passed to `lease_due`).
     pub lease_until: i64,
     /// The lease length granted, in ms (what a heartbeat extends by).
     pub lease_ms: u64,
@@ -207,26 +215,29 @@ pub struct NewRun {
     pub session: Option<(Value, tb_core::signal::MailboxPolicy)>,
 }
 
-/// Everything one attempt writes, in one transaction: the attempt row, the delivery's next state and due
-/// time, the `trigger.delivery.attempted` event, the run (when delivered), the receipt's settled state and
-/// the subscription's counters and state transition.
+/// One attempt to record, in one transaction. The store loads the delivery (locked), the run a local
+/// effect acts on (through the session code), the receipt (locked) with its other deliveries and, only
+/// when the rule needs to write it, the subscription (locked), and writes what
+/// `tb_core::attempt::after_attempt` decides from them and `report`: the attempt row, the delivery's next
+/// state and due time, the `trigger.delivery.attempted` event, the run it starts, the receipt's settled
+/// state and the subscription's streak and state.
+///
+/// Errors: [`crate::StoreError::LeaseLost`] when `report.lease` no longer holds the delivery (another
+/// grant's token, a terminal delivery, an attempt number already recorded, or a lost fenced update);
+/// [`crate::StoreError::Rejected`] when `effect` is refused (nothing is written).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptCommit {
     pub delivery_id: String,
-    /// The lease holder; the commit is refused with [`StoreError::LeaseLost`] if the lease moved on.
-    pub lease_owner: String,
-    pub attempt: AttemptRecord,
-    /// Next delivery state (`delivered`, `retrying`, `dead-lettered`).
-    pub next_state: DeliveryState,
-    pub run: Option<NewRun>,
-    pub dead_letter_reason: Option<String>,
+    /// The worker's account of the attempt: lease token and attempt number, event id, decision,
+    /// failure, timing (Unix ms / ms), the run it starts and the failure policy. Its `effect` is left
+    /// `None`: the store fills it from [`AttemptCommit::effect`] inside the transaction.
+    pub report: tb_core::attempt::AttemptReport,
     /// A local action performed in the same transaction (session start with coalescing, signal, prompt).
     /// If it cannot be done the whole commit is refused with [`crate::StoreError::Rejected`] and nothing
     /// is written; the worker then records a failed attempt.
     pub effect: Option<crate::session::Effect>,
-    /// The subscription's failure policy (from its config): with the stored streak it decides the
-    /// breaker and dead-lettering (`tb_core::subscription::transition`).
-    pub failure_policy: tb_core::subscription::FailurePolicy,
+    /// Unix ms (the caller's clock): `updated_at`, a retry's due time (`now + delay_ms`), event
+    /// timestamps, `consumed_at`, `last_success_at`.
     pub now: i64,
 }
 

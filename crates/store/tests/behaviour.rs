@@ -5,8 +5,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::json;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::attempt::{AttemptFailure, AttemptReport, RunStart};
+use tb_core::delivery::{AttemptDecision, AttemptOutcome, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
 use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{FailurePolicy, Source, SubscriptionInput, SubscriptionState};
@@ -92,27 +94,39 @@ fn commit_for(
     run: Option<NewRun>,
     now: i64,
 ) -> AttemptCommit {
+    let decision = match (outcome, next) {
+        (AttemptOutcome::Delivered, _) => AttemptDecision::Delivered,
+        (_, DeliveryState::DeadLettered) => AttemptDecision::DeadLetter,
+        _ => AttemptDecision::Retry { delay_ms: 0 },
+    };
     AttemptCommit {
         delivery_id: lease.delivery.id.clone(),
-        lease_owner: lease.owner.clone(),
-        attempt: AttemptRecord {
-            delivery_id: lease.delivery.id.clone(),
-            attempt: lease.delivery.attempts + 1,
+        report: AttemptReport {
+            lease: Completion {
+                token: lease.token.clone(),
+                attempt: lease.delivery.attempts + 1,
+            },
             event_id: new_id(IdKind::Event),
-            outcome,
-            error_class: (outcome != AttemptOutcome::Delivered).then(|| "http_500".to_string()),
-            message: (outcome != AttemptOutcome::Delivered)
-                .then(|| "HTTP 500: db down".to_string()),
+            decision,
+            failure: (outcome != AttemptOutcome::Delivered).then(|| AttemptFailure {
+                error_class: "http_500".to_string(),
+                message: Some("HTTP 500: db down".to_string()),
+                permanent: false,
+            }),
             started_at: now,
             duration_ms: 3,
-            next_due_at: (next == DeliveryState::Retrying).then_some(now),
+            run: run.as_ref().map(|r| RunStart {
+                id: r.id.clone(),
+                workflow_id: r.workflow_id.clone(),
+                inputs: r.inputs.clone(),
+                status: r.status,
+                dead_letter: r.dead_letter.clone(),
+                session: false,
+            }),
+            effect: None,
+            failure_policy: IMMEDIATE,
         },
-        next_state: next,
-        run,
-        dead_letter_reason: (next == DeliveryState::DeadLettered)
-            .then(|| "retries_exhausted".to_string()),
         effect: None,
-        failure_policy: IMMEDIATE,
         now,
     }
 }
@@ -250,7 +264,7 @@ async fn delivered_attempt_starts_the_run_with_causation() {
             Some(run),
             2_010,
         );
-        let event_id = c.attempt.event_id.clone();
+        let event_id = c.report.event_id.clone();
         store.commit_attempt(c).await.unwrap();
 
         let run = store.get_run(&run_id).await.unwrap();
@@ -675,14 +689,13 @@ async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records
             .await
             .unwrap()
             .remove(0);
-        let mut c = commit_for(
+        let c = commit_for(
             &lease,
             AttemptOutcome::DeadLettered,
             DeliveryState::DeadLettered,
             None,
             2_100,
         );
-        c.attempt.next_due_at = None;
         store.commit_attempt(c).await.unwrap();
         // A queued receipt keeps its body whatever its age.
         let queued = receipt("s", "dk_q", b"queued body", &["b1"]);
@@ -1189,59 +1202,42 @@ async fn a_lease_renews_only_for_its_own_grant() {
         assert_eq!((lease.lease_until, lease.lease_ms), (2_300, 300));
         let id = lease.delivery.id.clone();
         // The holder renews before expiry: extended by lease_ms from now, and not due meanwhile.
-        let until = store
-            .renew_lease(&id, "w1", 2_300, 2_100, 300)
-            .await
-            .unwrap();
-        assert_eq!(until, Some(2_400));
+        let until = store.renew_lease(&id, &lease.token, 2_100, 300).await;
+        assert_eq!(until.unwrap(), 2_400);
         assert!(store
             .lease_due("w2", 2_350, 300, 10)
             .await
             .unwrap()
             .is_empty());
-        // A stale grant (the old lease_until), another owner, or a lapsed lease never extends.
-        assert_eq!(
-            store
-                .renew_lease(&id, "w1", 2_300, 2_200, 300)
-                .await
-                .unwrap(),
-            None
-        );
-        assert_eq!(
-            store
-                .renew_lease(&id, "w2", 2_400, 2_200, 300)
-                .await
-                .unwrap(),
-            None
-        );
-        assert_eq!(
-            store
-                .renew_lease(&id, "w1", 2_400, 2_400, 300)
-                .await
-                .unwrap(),
-            None
-        );
-        // Once lapsed another worker takes it; the first holder cannot extend the new grant.
+        // Another token, or a lapsed lease, never extends.
+        let lost = |r: StoreResult<i64>| matches!(r, Err(StoreError::LeaseLost(_)));
+        assert!(lost(store.renew_lease(&id, "lse_other", 2_200, 300).await));
+        assert!(lost(store.renew_lease(&id, &lease.token, 2_400, 300).await));
+        // Once lapsed another worker takes it; the first holder cannot extend or release the new grant.
         let taken = store
             .lease_due("w2", 2_401, 300, 10)
             .await
             .unwrap()
             .remove(0);
         assert_eq!(taken.lease_until, 2_701);
+        assert_ne!(taken.token, lease.token, "every grant mints a new token");
+        assert!(lost(store.renew_lease(&id, &lease.token, 2_450, 300).await));
+        assert!(matches!(
+            store.release_lease(&id, &lease.token, 2_450).await,
+            Err(StoreError::LeaseLost(_))
+        ));
         assert_eq!(
             store
-                .renew_lease(&id, "w1", 2_400, 2_450, 300)
+                .renew_lease(&id, &taken.token, 2_450, 300)
                 .await
                 .unwrap(),
-            None
+            2_750
         );
-        assert_eq!(
-            store
-                .renew_lease(&id, "w2", 2_701, 2_450, 300)
-                .await
-                .unwrap(),
-            Some(2_750)
-        );
+        // Its own release gives it back at once, and the token no longer renews.
+        store.release_lease(&id, &taken.token, 2_460).await.unwrap();
+        assert!(lost(store.renew_lease(&id, &taken.token, 2_470, 300).await));
+        let again = store.lease_due("w3", 2_460, 300, 10).await.unwrap();
+        assert_eq!(again.len(), 1, "due again at the release");
     }
 }
 
@@ -1322,6 +1318,386 @@ async fn failure_streak_message_and_state_listing_are_kept() {
                 s.first_failure_at
             ),
             (SubscriptionState::Active, 8_000, 0, None)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_stale_token_of_the_same_owner_is_refused_after_a_re_lease() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        store
+            .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
+            .await
+            .unwrap();
+        let old = store
+            .lease_due("w1", 2_000, 1_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        // The lease lapses and the SAME worker takes the delivery again: a new grant, a new token.
+        let new = store
+            .lease_due("w1", 3_000, 1_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!((old.owner.as_str(), new.owner.as_str()), ("w1", "w1"));
+        assert_ne!(old.token, new.token);
+        assert!(new.token.starts_with("lse_"), "{}", new.token);
+        let id = new.delivery.id.clone();
+        let lost = |r: StoreResult<AttemptCommitted>| matches!(r, Err(StoreError::LeaseLost(_)));
+        let late = commit_for(
+            &old,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_100,
+        );
+        assert!(
+            lost(store.commit_attempt(late).await),
+            "the stale grant's completion"
+        );
+        assert!(matches!(
+            store.renew_lease(&id, &old.token, 3_100, 1_000).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert!(matches!(
+            store.release_lease(&id, &old.token, 3_100).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        assert_eq!(store.get_delivery(&id).await.unwrap().attempts, 0);
+        let ok = commit_for(
+            &new,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_200,
+        );
+        store.commit_attempt(ok).await.unwrap();
+        // The completion cleared the token: the same grant cannot record the attempt twice.
+        let twice = commit_for(
+            &new,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            None,
+            3_300,
+        );
+        assert!(lost(store.commit_attempt(twice).await));
+        let d = store.get_delivery(&id).await.unwrap();
+        assert_eq!(
+            (
+                d.state,
+                d.attempts,
+                d.lease_owner,
+                d.lease_until,
+                d.updated_at
+            ),
+            (DeliveryState::Delivered, 1, None, None, 3_200)
+        );
+        let attempts = store.attempts(&id).await.unwrap();
+        assert_eq!(
+            attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+            vec![1]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_delivered_attempt_of_a_healthy_subscription_leaves_its_row_unwritten() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        for k in ["dk_1", "dk_2", "dk_3", "dk_4"] {
+            store
+                .commit_receipt(receipt("s", k, b"{}", &["b1"]))
+                .await
+                .unwrap();
+        }
+        let mut leases = store.lease_due("w1", 2_000, 60_000, 10).await.unwrap();
+        assert_eq!(leases.len(), 4);
+        let mut next = || leases.remove(0);
+        let delivered = |l: &Lease, now| {
+            commit_for(
+                l,
+                AttemptOutcome::Delivered,
+                DeliveryState::Delivered,
+                None,
+                now,
+            )
+        };
+        // The first success is recorded (no last_success_at yet).
+        store
+            .commit_attempt(delivered(&next(), 3_000))
+            .await
+            .unwrap();
+        let before = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (
+                before.last_success_at,
+                before.consecutive_failures,
+                before.updated_at
+            ),
+            (Some(3_000), 0, 1_000)
+        );
+        // Another within the resolution (1 s): the row is not written at all.
+        store
+            .commit_attempt(delivered(&next(), 3_500))
+            .await
+            .unwrap();
+        assert_eq!(store.get_subscription("s").await.unwrap(), before);
+        // A failure is written, and the next success resets the streak.
+        let fail = commit_for(
+            &next(),
+            AttemptOutcome::Retrying,
+            DeliveryState::Retrying,
+            None,
+            3_600,
+        );
+        store.commit_attempt(fail).await.unwrap();
+        let failed = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (
+                failed.consecutive_failures,
+                failed.first_failure_at,
+                failed.last_success_at
+            ),
+            (1, Some(3_600), Some(3_000))
+        );
+        store
+            .commit_attempt(delivered(&next(), 3_700))
+            .await
+            .unwrap();
+        let reset = store.get_subscription("s").await.unwrap();
+        assert_eq!(
+            (
+                reset.consecutive_failures,
+                reset.first_failure_at,
+                reset.last_success_at
+            ),
+            (0, None, Some(3_700))
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_replay_reopens_once_and_a_run_finishes_once() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let r = receipt("s", "dk_1", b"{}", &["b1"]);
+        let rid = r.id.clone();
+        store.commit_receipt(r).await.unwrap();
+        let lease = store
+            .lease_due("w1", 2_000, 60_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        let id = lease.delivery.id.clone();
+        let dead = commit_for(
+            &lease,
+            AttemptOutcome::DeadLettered,
+            DeliveryState::DeadLettered,
+            None,
+            2_100,
+        );
+        store.commit_attempt(dead).await.unwrap();
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::DeadLettered
+        );
+        let d = store.get_delivery(&id).await.unwrap();
+        assert_eq!(d.dead_letter_reason.as_deref(), Some("retries_exhausted"));
+
+        let d = store.replay_delivery(&id, 5_000).await.unwrap();
+        assert_eq!(
+            (
+                d.state,
+                d.due_at,
+                d.replays,
+                d.attempts,
+                d.dead_letter_reason,
+                d.lease_owner
+            ),
+            (DeliveryState::Pending, Some(5_000), 1, 1, None, None)
+        );
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Routed
+        );
+        match store.replay_delivery(&id, 5_001).await {
+            Err(StoreError::Conflict(m)) => assert_eq!(
+                m,
+                "only dead-lettered deliveries can be replayed; this one is pending"
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Attempt numbers continue: the replayed delivery's next attempt is 2, and it starts the run.
+        let again = store
+            .lease_due("w1", 5_000, 60_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(again.delivery.attempts, 1);
+        let run_id = again.delivery.run_id.clone().unwrap();
+        let run = NewRun {
+            id: run_id.clone(),
+            workflow_id: "noop".into(),
+            inputs: json!({"pr": 1}),
+            status: RunStatus::Running,
+            dead_letter: None,
+            session: None,
+        };
+        let ok = commit_for(
+            &again,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            Some(run),
+            5_100,
+        );
+        assert_eq!(
+            store.commit_attempt(ok).await.unwrap().run_id.as_deref(),
+            Some(run_id.as_str())
+        );
+        let attempts = store.attempts(&id).await.unwrap();
+        assert_eq!(
+            attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
+            vec![1, 2]
+        );
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Consumed
+        );
+
+        let conflict = |r: StoreResult<RunRecord>| match r {
+            Err(StoreError::Conflict(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            conflict(
+                store
+                    .finish_run(&run_id, RunStatus::Running, None, 6_000)
+                    .await
+            ),
+            "running is not a terminal status"
+        );
+        let done = store
+            .finish_run(
+                &run_id,
+                RunStatus::Completed,
+                Some(json!({"ok": true})),
+                6_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            (done.status, done.output, done.updated_at),
+            (RunStatus::Completed, Some(json!({"ok": true})), 6_000)
+        );
+        assert_eq!(
+            conflict(
+                store
+                    .finish_run(&run_id, RunStatus::Failed, None, 6_100)
+                    .await
+            ),
+            "the run is already completed"
+        );
+        let log = store.run_events(&run_id, None, 10).await.unwrap();
+        assert_eq!(
+            log.iter()
+                .map(|e| e.event_type.as_str())
+                .collect::<Vec<_>>(),
+            vec!["run.started", "trigger.delivery.attempted", "run.completed"]
+        );
+        assert!(matches!(
+            store
+                .finish_run("run_missing", RunStatus::Completed, None, 6_000)
+                .await,
+            Err(StoreError::NotFound(_))
+        ));
+    }
+}
+
+#[tokio::test]
+async fn an_outbound_webhook_delivery_without_a_receipt_row_records_its_attempt() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let hook = "wh_test".to_string();
+        store
+            .create_webhook(
+                WebhookRecord {
+                    id: hook.clone(),
+                    url: "https://example.test/hook".into(),
+                    events: vec!["run.completed".into()],
+                    tenant_id: "t".into(),
+                    secret_file: "hook.secret".into(),
+                    standard_secret_file: None,
+                    created_at: 1_000,
+                },
+                SubscriptionDef {
+                    id: hook.clone(),
+                    source: Source::Webhook,
+                    connector: "webhook".into(),
+                    config: json!({}),
+                    failure_threshold: 0,
+                },
+            )
+            .await
+            .unwrap();
+        store
+            .commit_receipt(receipt("s", "dk_1", b"{}", &["b1"]))
+            .await
+            .unwrap();
+        let lease = store
+            .lease_due("w1", 2_000, 60_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        let run = NewRun {
+            id: lease.delivery.run_id.clone().unwrap(),
+            workflow_id: "noop".into(),
+            inputs: json!({}),
+            status: RunStatus::Completed,
+            dead_letter: None,
+            session: None,
+        };
+        let c = commit_for(
+            &lease,
+            AttemptOutcome::Delivered,
+            DeliveryState::Delivered,
+            Some(run),
+            2_100,
+        );
+        store.commit_attempt(c).await.unwrap();
+        // run.completed fanned out to the webhook: a delivery whose receipt column holds the event id.
+        let out = store.lease_due("w1", 2_200, 60_000, 10).await.unwrap();
+        assert_eq!(out.len(), 1);
+        let w = &out[0];
+        assert_eq!(
+            (
+                w.delivery.subscription_id.as_str(),
+                w.delivery.action.as_str()
+            ),
+            (hook.as_str(), "webhook")
+        );
+        assert!(
+            store.get_receipt(&w.delivery.receipt_id).await.is_err(),
+            "no receipt row"
+        );
+        let fail = commit_for(
+            w,
+            AttemptOutcome::DeadLettered,
+            DeliveryState::DeadLettered,
+            None,
+            2_300,
+        );
+        store.commit_attempt(fail).await.unwrap();
+        let d = store.get_delivery(&w.delivery.id).await.unwrap();
+        assert_eq!((d.state, d.attempts), (DeliveryState::DeadLettered, 1));
+        assert_eq!(
+            store
+                .get_subscription(&hook)
+                .await
+                .unwrap()
+                .consecutive_failures,
+            1
         );
     }
 }

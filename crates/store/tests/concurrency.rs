@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::attempt::AttemptReport;
+use tb_core::delivery::{AttemptDecision, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
 use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
 use tb_core::signal::{DataPlacement, MailboxPolicy, SignalSource, SourceKind};
@@ -138,23 +140,21 @@ fn start_receipt(sub: &str, key: Option<&str>) -> NewReceipt {
 fn delivered(lease: &Lease, effect: Effect, now: i64) -> AttemptCommit {
     AttemptCommit {
         delivery_id: lease.delivery.id.clone(),
-        lease_owner: lease.owner.clone(),
-        attempt: AttemptRecord {
-            delivery_id: lease.delivery.id.clone(),
-            attempt: lease.delivery.attempts + 1,
+        report: AttemptReport {
+            lease: Completion {
+                token: lease.token.clone(),
+                attempt: lease.delivery.attempts + 1,
+            },
             event_id: new_id(IdKind::Event),
-            outcome: AttemptOutcome::Delivered,
-            error_class: None,
-            message: None,
+            decision: AttemptDecision::Delivered,
+            failure: None,
             started_at: now,
             duration_ms: 1,
-            next_due_at: None,
+            run: None,
+            effect: None,
+            failure_policy: IMMEDIATE,
         },
-        next_state: DeliveryState::Delivered,
-        run: None,
-        dead_letter_reason: None,
         effect: Some(effect),
-        failure_policy: IMMEDIATE,
         now,
     }
 }

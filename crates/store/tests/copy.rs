@@ -8,8 +8,10 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use serde_json::json;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
+use tb_core::attempt::{AttemptFailure, AttemptReport, RunStart};
+use tb_core::delivery::{AttemptDecision, AttemptOutcome, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
 use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{FailurePolicy, Source};
@@ -91,26 +93,45 @@ fn receipt(i: usize, routed: bool) -> NewReceipt {
 }
 
 fn commit(lease: &Lease, outcome: AttemptOutcome, next: DeliveryState, now: i64) -> AttemptCommit {
+    let decision = match (outcome, next) {
+        (AttemptOutcome::Delivered, _) => AttemptDecision::Delivered,
+        (_, DeliveryState::DeadLettered) => AttemptDecision::DeadLetter,
+        _ => AttemptDecision::Retry { delay_ms: 1_000 },
+    };
     AttemptCommit {
         delivery_id: lease.delivery.id.clone(),
-        lease_owner: lease.owner.clone(),
-        attempt: AttemptRecord {
-            delivery_id: lease.delivery.id.clone(),
-            attempt: lease.delivery.attempts + 1,
+        report: AttemptReport {
+            lease: Completion {
+                token: lease.token.clone(),
+                attempt: lease.delivery.attempts + 1,
+            },
             event_id: new_id(IdKind::Event),
-            outcome,
-            error_class: (outcome != AttemptOutcome::Delivered).then(|| "http_500".to_string()),
-            message: None,
+            decision,
+            failure: (outcome != AttemptOutcome::Delivered).then(|| AttemptFailure {
+                error_class: "http_500".to_string(),
+                message: None,
+                permanent: false,
+            }),
             started_at: now,
             duration_ms: 4,
-            next_due_at: (next == DeliveryState::Retrying).then_some(now + 1_000),
+            run: None,
+            effect: None,
+            failure_policy: POLICY,
         },
-        next_state: next,
-        run: None,
-        dead_letter_reason: None,
         effect: None,
-        failure_policy: POLICY,
         now,
+    }
+}
+
+/// The run a delivered attempt starts, as the worker reports it.
+fn run_start(r: NewRun) -> RunStart {
+    RunStart {
+        id: r.id,
+        workflow_id: r.workflow_id,
+        inputs: r.inputs,
+        status: r.status,
+        dead_letter: r.dead_letter,
+        session: false,
     }
 }
 
@@ -158,14 +179,14 @@ async fn fill(dir: &Path) -> Filled {
             DeliveryState::Delivered,
             3_100,
         );
-        c.run = Some(NewRun {
+        c.report.run = Some(run_start(NewRun {
             id: lease.delivery.run_id.clone().unwrap(),
             workflow_id: "noop".into(),
             inputs: json!({"n": n}),
             status: RunStatus::Completed,
             dead_letter: None,
             session: None,
-        });
+        }));
         s.commit_attempt(c).await.unwrap();
     }
     s.commit_attempt(commit(

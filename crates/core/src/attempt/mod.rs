@@ -83,9 +83,12 @@ pub struct SubscriptionRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AttemptSnapshot {
     pub delivery: DeliveryRow,
-    pub receipt: ReceiptRow,
+    /// `None` when the delivery has no receipt row: an outbound webhook delivery references the run
+    /// event it sends, not a receipt. Nothing is settled then.
+    pub receipt: Option<ReceiptRow>,
     /// `None` when the delivery's subscription has no row (runs started through `POST /v1/runs`): no
-    /// streak and no transition then.
+    /// streak and no transition then. A backend may load it without a lock first and lock it only when
+    /// [`AttemptWrites::subscription`] is `Some`, then ask [`after_attempt`] again on the locked row.
     pub subscription: Option<SubscriptionRow>,
     /// Whether a run with the id of the run to start already exists (`SELECT 1 FROM runs WHERE id =
     /// ?1`). An existing run is never written again (see [`AttemptWrites::run`]).
@@ -151,6 +154,17 @@ pub struct AttemptReport {
     pub effect: Option<EffectDone>,
     /// The subscription's failure policy (its config).
     pub failure_policy: FailurePolicy,
+}
+
+impl AttemptReport {
+    /// The run this attempt would start: the session its effect started, else [`AttemptReport::run`]. A
+    /// backend checks whether it exists already ([`AttemptSnapshot::run_exists`]).
+    pub fn run_to_start(&self) -> Option<&RunStart> {
+        match &self.effect {
+            Some(e) => e.started.as_ref().or(self.run.as_ref()),
+            None => self.run.as_ref(),
+        }
+    }
 }
 
 /// The `attempts` row to insert.
@@ -275,6 +289,7 @@ pub struct AttemptWrites {
     pub run: Option<RunCreate>,
     /// `UPDATE receipts SET state, updated_at = now` when `Some`.
     pub receipt_state: Option<ReceiptState>,
+    /// `None` when the subscription row is neither to be written nor locked (see [`after_attempt`]).
     pub subscription: Option<SubscriptionUpdate>,
     /// The run the delivery started or targeted (answered to the worker).
     pub run_id: Option<String>,
@@ -283,7 +298,7 @@ pub struct AttemptWrites {
     pub transition: Option<Transition>,
 }
 
-/// Decides what attempt `report` of the delivery in `snapshot` writes, at `now` (database clock, Unix
+/// Decides what attempt `report` of the delivery in `snapshot` writes, at `now` (store clock, Unix
 /// ms: `updated_at`, the due time of a retry, event timestamps, `consumed_at`, `last_success_at`).
 ///
 /// * Lease: refused unless [`lease::accepts_completion`] (token, open delivery, next attempt number).
@@ -294,9 +309,14 @@ pub struct AttemptWrites {
 /// * Event: `trigger.delivery.attempted` (`runId` only when delivered) under the report's event id.
 /// * Run: the effect's started session, else the report's run, unless it already exists; its log is
 ///   [`first_events`].
-/// * Receipt: settled only when the delivery became terminal ([`receipt::settled_state`]).
+/// * Receipt: settled only when the delivery became terminal and has a receipt row
+///   ([`receipt::settled_state`]).
 /// * Subscription: policy refusals (`receipt::is_policy_refusal`) and runs without a subscription row
-///   change nothing; otherwise the streak and the state machine (`crate::subscription::transition`).
+///   change nothing, and neither does a delivered attempt of an `active` subscription with no failure
+///   streak and a fresh `last_success_at` (`crate::subscription::success_needs_write` false): then
+///   `subscription` is `None` and a backend neither locks nor writes the row (a busy subscription's
+///   attempts do not queue behind it). Otherwise the streak and the state machine
+///   (`crate::subscription::transition`).
 ///
 /// Errors: [`LeaseLost`] (nothing may be written; the store answers `StoreError::LeaseLost`).
 pub fn after_attempt(
@@ -319,10 +339,7 @@ pub fn after_attempt(
         error_class.as_deref(),
         report.failure.as_ref().is_some_and(|f| f.permanent),
     );
-    let to_start = match &report.effect {
-        Some(e) => e.started.as_ref().or(report.run.as_ref()),
-        None => report.run.as_ref(),
-    };
+    let to_start = report.run_to_start();
     let target = match &report.effect {
         Some(e) => Some(e.run_id.clone()),
         None => report.run.as_ref().map(|r| r.id.clone()),
@@ -356,11 +373,9 @@ pub fn after_attempt(
         .filter(|_| !snapshot.run_exists)
         .map(|r| run_log::create(r, d, &report.event_id, &attempted, now));
 
-    let receipt_state = state
-        .is_terminal()
-        .then(|| {
-            let mut views: Vec<DeliveryView<'_>> = snapshot
-                .receipt
+    let receipt_state = match &snapshot.receipt {
+        Some(receipt) if state.is_terminal() => {
+            let mut views: Vec<DeliveryView<'_>> = receipt
                 .others
                 .iter()
                 .map(|o| DeliveryView {
@@ -374,14 +389,15 @@ pub fn after_attempt(
                 reason: dl_reason.as_deref(),
                 consumed,
             });
-            receipt::settled_state(snapshot.receipt.state, &views)
-        })
-        .flatten();
+            receipt::settled_state(receipt.state, &views)
+        }
+        _ => None,
+    };
 
     let policy_refusal =
         outcome != AttemptOutcome::Delivered && receipt::is_policy_refusal(error_class.as_deref());
     let (subscription, transition) = match &snapshot.subscription {
-        Some(sub) if !policy_refusal => {
+        Some(sub) if !policy_refusal && !streak::untouched(sub, outcome, now) => {
             let s = streak::judge(sub, report, outcome, now);
             events.extend(
                 s.events

@@ -7,7 +7,10 @@ use super::{AttemptReport, StreakUpdate, SubscriptionRow, SubscriptionUpdate};
 use crate::delivery::AttemptOutcome;
 use crate::events::SubscriptionStateChanged;
 use crate::ids::{new_id, IdKind};
-use crate::subscription::{transition, FailureStreak, SubscriptionInput, Transition};
+use crate::subscription::{
+    success_needs_write, transition, FailureStreak, SubscriptionInput, SubscriptionState,
+    Transition,
+};
 
 /// What an attempt does to its subscription.
 pub(super) struct Judged {
@@ -16,6 +19,21 @@ pub(super) struct Judged {
     pub events: Vec<(String, Value)>,
     /// The whole change (from the state before to the state after), if any.
     pub transition: Option<Transition>,
+}
+
+/// True when an attempt announced as `outcome` at `now` (Unix ms) leaves subscription `sub` exactly as
+/// it is: delivered, `active`, and [`success_needs_write`] false (no streak to reset, `last_success_at`
+/// fresher than `crate::subscription::LAST_SUCCESS_RESOLUTION_MS`). Its row is then neither written nor
+/// locked.
+pub(super) fn untouched(sub: &SubscriptionRow, outcome: AttemptOutcome, now: i64) -> bool {
+    outcome == AttemptOutcome::Delivered
+        && sub.state == SubscriptionState::Active
+        && !success_needs_write(
+            sub.last_success_at,
+            sub.consecutive_failures,
+            sub.first_failure_at,
+            now,
+        )
 }
 
 /// Judges attempt `report` (announced as `outcome`) at `now` (Unix ms) for subscription `sub`:

@@ -25,10 +25,10 @@ fn snapshot() -> AttemptSnapshot {
             run_id: None,
             first_attempt_at: None,
         },
-        receipt: ReceiptRow {
+        receipt: Some(ReceiptRow {
             state: ReceiptState::Routed,
             others: vec![],
-        },
+        }),
         subscription: Some(SubscriptionRow {
             id: "github".into(),
             source: Source::Webhook,
@@ -123,7 +123,7 @@ fn a_completion_without_the_lease_writes_nothing() {
 #[test]
 fn a_delivered_start_writes_the_run_its_log_and_settles_the_receipt() {
     let mut s = snapshot();
-    s.receipt.others = vec![sibling(D::Delivered, None, true)];
+    s.receipt.as_mut().unwrap().others = vec![sibling(D::Delivered, None, true)];
     let r = AttemptReport {
         run: Some(run(RunStatus::Completed)),
         ..report(Dec::Delivered)
@@ -253,7 +253,7 @@ fn a_running_run_has_no_terminal_event_and_next_sequence_two() {
 #[test]
 fn a_retry_is_due_after_its_delay_and_settles_nothing() {
     let mut s = snapshot();
-    s.receipt.others = vec![sibling(D::Delivered, None, true)];
+    s.receipt.as_mut().unwrap().others = vec![sibling(D::Delivered, None, true)];
     let w = after_attempt(
         &s,
         &failing(Dec::Retry { delay_ms: 5_000 }, "http_500", false),
@@ -367,7 +367,7 @@ fn a_delivered_attempt_closes_the_breaker() {
 fn an_exhausted_delivery_after_days_of_failure_trips_and_dead_letters_in_one_attempt() {
     let mut s = snapshot();
     s.delivery.lease.attempts = 7;
-    s.receipt.others = vec![sibling(D::Delivered, None, true)];
+    s.receipt.as_mut().unwrap().others = vec![sibling(D::Delivered, None, true)];
     let sub = s.subscription.as_mut().unwrap();
     sub.consecutive_failures = 9;
     sub.first_failure_at = Some(STARTED - 7_200_000);
@@ -562,7 +562,7 @@ fn a_signal_to_a_live_session_targets_its_run_and_waits_to_be_consumed() {
 #[test]
 fn an_expired_receipt_keeps_its_state() {
     let mut s = snapshot();
-    s.receipt.state = ReceiptState::Expired;
+    s.receipt.as_mut().unwrap().state = ReceiptState::Expired;
     let w = after_attempt(&s, &failing(Dec::DeadLetter, "http_500", false), NOW).unwrap();
     assert_eq!(w.receipt_state, None);
 }
@@ -570,13 +570,13 @@ fn an_expired_receipt_keeps_its_state() {
 #[test]
 fn the_receipt_waits_for_its_other_deliveries() {
     let mut s = snapshot();
-    s.receipt.others = vec![
+    s.receipt.as_mut().unwrap().others = vec![
         sibling(D::Retrying, None, false),
         sibling(D::DeadLettered, Some("binding_revoked"), false),
     ];
     let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
     assert_eq!(w.receipt_state, None);
-    s.receipt.others[0] = sibling(D::Delivered, None, true);
+    s.receipt.as_mut().unwrap().others[0] = sibling(D::Delivered, None, true);
     let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
     assert_eq!(w.receipt_state, Some(ReceiptState::Disabled));
 }
@@ -607,7 +607,8 @@ fn invariants_hold_for_every_combination() {
                             for streak in [0u32, 4, 40] {
                                 n += 1;
                                 let mut s = snapshot();
-                                s.receipt.others = vec![sibling(D::Delivered, None, true)];
+                                s.receipt.as_mut().unwrap().others =
+                                    vec![sibling(D::Delivered, None, true)];
                                 match &mut s.subscription {
                                     Some(sub) if with_sub => {
                                         sub.state = sub_state;
@@ -686,4 +687,55 @@ fn invariants_hold_for_every_combination() {
         }
     }
     assert_eq!(n, 3 * 3 * 4 * 2 * 2 * 3 * 3);
+}
+
+#[test]
+fn a_delivered_attempt_of_a_healthy_subscription_leaves_its_row_alone() {
+    let mut s = snapshot();
+    let sub = s.subscription.as_mut().unwrap();
+    sub.last_success_at = Some(NOW - 999);
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert_eq!(types(&w), vec!["trigger.delivery.attempted"]);
+    assert_eq!((w.subscription, w.transition), (None, None));
+
+    // A success one resolution (1 s) older is refreshed; a streak to reset is always written.
+    s.subscription.as_mut().unwrap().last_success_at = Some(NOW - 1_000);
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert_eq!(
+        w.subscription.map(|u| u.streak),
+        Some(StreakUpdate::Reset {
+            last_success_at: NOW
+        })
+    );
+    let sub = s.subscription.as_mut().unwrap();
+    (
+        sub.last_success_at,
+        sub.consecutive_failures,
+        sub.first_failure_at,
+    ) = (Some(NOW - 10), 1, Some(NOW - 50));
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert!(w.subscription.is_some(), "the streak is reset");
+
+    // Not active (the breaker is open): a delivered attempt closes it, so the row is written.
+    let sub = s.subscription.as_mut().unwrap();
+    (sub.state, sub.consecutive_failures, sub.first_failure_at) = (S::Failed, 0, None);
+    let w = after_attempt(&s, &report(Dec::Delivered), NOW).unwrap();
+    assert_eq!(w.subscription.and_then(|u| u.state), Some(S::Active));
+
+    // A failure always writes.
+    let mut s = snapshot();
+    s.subscription.as_mut().unwrap().last_success_at = Some(NOW - 1);
+    let w = after_attempt(
+        &s,
+        &failing(Dec::Retry { delay_ms: 5 }, "http_500", false),
+        NOW,
+    )
+    .unwrap();
+    assert!(matches!(
+        w.subscription.map(|u| u.streak),
+        Some(StreakUpdate::Failed {
+            consecutive_failures: 1,
+            ..
+        })
+    ));
 }

@@ -11,6 +11,10 @@ use crate::StoreResult;
 pub const MIGRATIONS: &[(i64, &str)] = &[
     (1, include_str!("../../migrations/postgres/0001_init.sql")),
     (
+        2,
+        include_str!("../../migrations/postgres/0002_lease_token.sql"),
+    ),
+    (
         3,
         include_str!("../../migrations/postgres/0003_session_counters.sql"),
     ),

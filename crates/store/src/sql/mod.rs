@@ -2,8 +2,10 @@
 //! (`crate::sqlite`, `crate::postgres`) supplies the connection and the transaction; the code here loads
 //! what a rule in `tb_core` needs, calls the rule, and writes what it returned.
 
+pub(crate) mod attempt;
 pub(crate) mod config;
 mod db;
+pub(crate) mod lease;
 pub(crate) mod read;
 pub(crate) mod session;
 mod store;

@@ -7,7 +7,7 @@ use serde_json::Value;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{SubscriptionInput, Transition};
 
-use super::{config, read, session, write, Db};
+use super::{attempt, config, lease, read, session, write, Db};
 use crate::model::*;
 use crate::session::*;
 use crate::sync::ConfigChange;
@@ -144,12 +144,12 @@ impl<B: Backend> Store for SqlStore<B> {
     ) -> StoreResult<Vec<Lease>> {
         let owner = owner.to_string();
         self.backend
-            .write(move |c| write::lease_due(c, &owner, now, lease_ms, limit))
+            .write(move |c| lease::lease_due(c, &owner, now, lease_ms, limit))
             .await
     }
     async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted> {
         self.backend
-            .write(move |c| write::commit_attempt(c, &commit))
+            .write(move |c| attempt::commit_attempt(c, &commit))
             .await
     }
     async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
@@ -161,20 +161,19 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn renew_lease(
         &self,
         delivery_id: &str,
-        owner: &str,
-        lease_until: i64,
+        token: &str,
         now: i64,
         lease_ms: u64,
-    ) -> StoreResult<Option<i64>> {
-        let (d, o) = (delivery_id.to_string(), owner.to_string());
+    ) -> StoreResult<i64> {
+        let (d, t) = (delivery_id.to_string(), token.to_string());
         self.backend
-            .write(move |c| write::renew_lease(c, &d, &o, lease_until, now, lease_ms))
+            .write(move |c| lease::renew_lease(c, &d, &t, now, lease_ms))
             .await
     }
-    async fn release_lease(&self, delivery_id: &str, owner: &str, now: i64) -> StoreResult<()> {
-        let (d, o) = (delivery_id.to_string(), owner.to_string());
+    async fn release_lease(&self, delivery_id: &str, token: &str, now: i64) -> StoreResult<()> {
+        let (d, t) = (delivery_id.to_string(), token.to_string());
         self.backend
-            .write(move |c| write::release_lease(c, &d, &o, now))
+            .write(move |c| lease::release_lease(c, &d, &t, now))
             .await
     }
     async fn next_due_at(&self) -> StoreResult<Option<i64>> {

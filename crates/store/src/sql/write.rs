@@ -1,19 +1,21 @@
-//! Write transactions of the SQLite backend. Each function runs inside the writer's batch transaction (in
-//! its own savepoint); an `Err` rolls back just that function's writes.
+//! Write transactions shared by every backend (the attempt's commit is `super::attempt`, leases
+//! `super::lease`). Each function runs inside the backend's write transaction (on SQLite in its own
+//! savepoint of the writer's batch); an `Err` rolls back just that function's writes. The decisions are
+//! `tb_core`'s: this file loads, locks and writes.
 
 use crate::p;
 use crate::sql::{Db, Dialect};
 use serde_json::Value;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
-use tb_core::events::{self, DeliveryAttempted, RunStarted, SubscriptionStateChanged};
+use tb_core::attempt;
+use tb_core::delivery::DeliveryState;
+use tb_core::events::{self, SubscriptionStateChanged};
 use tb_core::ids::{new_id, IdKind};
 use tb_core::outbox;
 use tb_core::receipt::{self, ReceiptState};
+use tb_core::replay;
 use tb_core::retention;
-use tb_core::run::RunStatus;
-use tb_core::subscription::{
-    self, transition, FailureStreak, SubscriptionInput, SubscriptionState, Transition,
-};
+use tb_core::run::{self, RunStatus};
+use tb_core::subscription::{transition, SubscriptionInput, Transition};
 
 use super::read::{self, no_row};
 use crate::model::*;
@@ -120,113 +122,21 @@ pub(crate) fn commit_receipt(
 }
 
 /// A delivery created dead-lettered (its subscription is dead-lettered) is recorded as attempt 1 with
-/// outcome `dead-lettered` and its `trigger.delivery.attempted` event, so it appears in the dead-letter
-/// read like any other (RFC 0232) and a replay continues at attempt 2.
+/// its `trigger.delivery.attempted` event ([`tb_core::attempt::dead_lettered_at_ingest`]).
 fn dead_letter_at_ingest(c: &dyn Db, r: &NewReceipt, d: &NewDelivery) -> StoreResult<()> {
-    let event_id = new_id(IdKind::Event);
-    c.exec(
-        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at) \
-         VALUES (?1, 1, ?2, 'dead-lettered', ?4, ?3, 0, NULL)", p![d.id, event_id, r.received_at, d.dead_letter_reason.as_deref().unwrap_or("subscription_dead_lettered")])?;
-    c.exec(
-        "UPDATE deliveries SET attempts = 1, first_attempt_at = ?2 WHERE id = ?1",
-        p![d.id, r.received_at],
-    )?;
-    let payload = serde_json::to_value(DeliveryAttempted {
-        subscription_id: r.subscription_id.clone(),
-        dedup_key: r.dedup_key.clone(),
-        attempt: 1,
-        outcome: AttemptOutcome::DeadLettered,
-        run_id: None,
-    })
-    .expect("serializable");
-    insert_sub_event(
-        c,
+    let w = attempt::dead_lettered_at_ingest(
+        &d.id,
         &r.subscription_id,
-        events::DELIVERY_ATTEMPTED,
-        &payload,
-        Some(&d.id),
-        &event_id,
+        &r.dedup_key,
+        d.dead_letter_reason.as_deref(),
         r.received_at,
-    )
-}
-
-pub(crate) fn lease_due(
-    c: &dyn Db,
-    owner: &str,
-    now: i64,
-    lease_ms: u64,
-    limit: u32,
-) -> StoreResult<Vec<Lease>> {
-    let until = now + lease_ms as i64;
-    // A lease moves `due_at` to the lease's end: a leased delivery is simply not due until its lease
-    // lapses, so the due index alone finds work and never rescans work in flight. On SQLite the index is
-    // named (without statistics the planner prefers deliveries_by_state and sorts every open row); on
-    // PostgreSQL the rows are taken with SKIP LOCKED so replicas leasing at once take disjoint batches.
-    let pick = match c.dialect() {
-        Dialect::Sqlite => {
-            "SELECT id FROM deliveries INDEXED BY deliveries_due \
-             WHERE state IN ('pending','retrying') AND due_at <= ?3 ORDER BY due_at LIMIT ?4"
-        }
-        Dialect::Postgres => {
-            "SELECT id FROM deliveries \
-             WHERE state IN ('pending','retrying') AND due_at <= ?3 ORDER BY due_at LIMIT ?4 \
-             FOR UPDATE SKIP LOCKED"
-        }
-    };
-    let sql = format!(
-        "UPDATE deliveries SET lease_owner = ?1, lease_until = ?2, due_at = ?2 WHERE id IN ({pick}) RETURNING {}",
-        read::DELIVERY_COLS
     );
-    let rows = c.rows(&sql, p![owner, until, now, limit], read::delivery_row)?;
-    let mut out = Vec::with_capacity(rows.len());
-    for delivery in rows {
-        out.push(Lease {
-            delivery,
-            owner: owner.to_string(),
-            lease_until: until,
-            lease_ms,
-        });
-    }
-    Ok(out)
-}
-
-pub(crate) fn renew_lease(
-    c: &dyn Db,
-    id: &str,
-    owner: &str,
-    lease_until: i64,
-    now: i64,
-    lease_ms: u64,
-) -> StoreResult<Option<i64>> {
-    let until = now + lease_ms as i64;
-    let n = c.exec(
-        "UPDATE deliveries SET lease_until = ?4, due_at = ?4 \
-             WHERE id = ?1 AND lease_owner = ?2 AND lease_until = ?3 AND lease_until > ?5 \
-             AND state IN ('pending','retrying')",
-        p![id, owner, lease_until, until, now],
+    super::attempt::insert_attempt(c, &w.attempt)?;
+    c.exec(
+        "UPDATE deliveries SET attempts = ?2, first_attempt_at = ?3 WHERE id = ?1",
+        p![d.id, w.attempt.attempt, w.first_attempt_at],
     )?;
-    Ok((n == 1).then_some(until))
-}
-
-pub(crate) fn release_lease(c: &dyn Db, id: &str, owner: &str, now: i64) -> StoreResult<()> {
-    c.exec(
-        "UPDATE deliveries SET lease_owner = NULL, lease_until = NULL, due_at = ?3 WHERE id = ?1 AND lease_owner = ?2", p![id, owner, now])?;
-    Ok(())
-}
-
-fn insert_sub_event(
-    c: &dyn Db,
-    sub: &str,
-    ty: &str,
-    payload: &Value,
-    delivery: Option<&str>,
-    id: &str,
-    now: i64,
-) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)", p![id, sub, ty, payload.to_string(), delivery, now])?;
-    Ok(())
+    super::attempt::insert_event(c, &w.event)
 }
 
 pub(crate) fn insert_run_event(
@@ -252,7 +162,7 @@ pub(crate) fn insert_run_event(
 
 /// [`insert_run_event`] with a given event id (the delivered attempt's event keeps its id on the run log).
 #[allow(clippy::too_many_arguments)]
-fn insert_run_event_with_id(
+pub(crate) fn insert_run_event_with_id(
     c: &dyn Db,
     event_id: &str,
     run: &str,
@@ -302,36 +212,35 @@ fn apply_transition(
         "UPDATE subscriptions SET state = ?2, updated_at = ?3, state_changed_at = ?3 WHERE id = ?1",
         p![sub.id, t.to.as_str(), now],
     )?;
-    let payload = serde_json::to_value(SubscriptionStateChanged {
-        subscription_id: sub.id.clone(),
-        source: sub.source.as_str().to_string(),
-        from_state: t.from,
-        to_state: t.to,
-        reason: t.reason,
-    })
-    .expect("serializable");
-    insert_sub_event(
+    let payload = serde_json::to_value(SubscriptionStateChanged::of(&sub.id, sub.source, t))
+        .expect("serializable");
+    super::attempt::insert_event(
         c,
-        &sub.id,
-        events::SUBSCRIPTION_STATE_CHANGED,
-        &payload,
-        cause,
-        &new_id(IdKind::Event),
-        now,
+        &tb_core::attempt::SubscriptionEvent {
+            event_id: new_id(IdKind::Event),
+            subscription_id: sub.id.clone(),
+            event_type: events::SUBSCRIPTION_STATE_CHANGED,
+            payload,
+            delivery_id: cause.map(str::to_string),
+            timestamp: now,
+        },
     )
 }
 
+/// An operator's (or the breaker's cool-down's) input to subscription `id` at `now` (Unix ms): the row
+/// is locked, [`transition`] decides, and [`Transition::resets_streak`] says whether the failure streak
+/// is cleared. Errors: `NotFound("subscription")`.
 pub(crate) fn apply_subscription_input(
     c: &dyn Db,
     id: &str,
     input: SubscriptionInput,
     now: i64,
 ) -> StoreResult<Option<Transition>> {
-    let sub = read::get_subscription(c, id)?;
+    let sub = read::lock_subscription(c, id)?;
     let t = transition(sub.state, input);
     if let Some(t) = &t {
         apply_transition(c, &sub, t, None, now)?;
-        if t.to == SubscriptionState::Active {
+        if t.resets_streak() {
             c.exec(
                 "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL WHERE id = ?1",
                 p![id],
@@ -341,290 +250,29 @@ pub(crate) fn apply_subscription_input(
     Ok(t)
 }
 
-pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<AttemptCommitted> {
-    let d = read::lock_delivery(c, &a.delivery_id)?;
-    let owner: Option<String> = c
-        .row(
-            "SELECT lease_owner FROM deliveries WHERE id = ?1",
-            p![&a.delivery_id],
-            |r| r.get(0),
+/// Settles receipt `receipt_id` after one of its deliveries changed (a session consumed its effect):
+/// the receipt row is locked (`FOR UPDATE` on PostgreSQL), its deliveries are read in a later statement
+/// (so two deliveries ending at once on two replicas cannot both see the other still open), and
+/// [`receipt::settled_state`] says what to write. `now` is Unix ms.
+pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreResult<()> {
+    let current: String = c
+        .value(
+            &format!(
+                "SELECT state FROM receipts WHERE id = ?1{}",
+                c.dialect().for_update()
+            ),
+            p![receipt_id],
         )?
         .ok_or_else(no_row)?;
-    if d.state.is_terminal()
-        || owner.as_deref() != Some(a.lease_owner.as_str())
-        || d.attempts + 1 != a.attempt.attempt
-    {
-        return Err(StoreError::LeaseLost(a.delivery_id.clone()));
-    }
-    let at = &a.attempt;
-    // A local effect (session start with coalescing, signal, prompt) happens first: if it is refused,
-    // this whole job rolls back and the worker records a failed attempt instead.
-    let mut run_to_write = a.run.clone();
-    let mut target = a.run.as_ref().map(|r| r.id.clone());
-    let mut consumed = a.run.is_some() && at.outcome == AttemptOutcome::Delivered;
-    if let Some(e) = &a.effect {
-        let done = super::session::apply_effect(c, e, a.now)?;
-        if let (true, crate::session::Effect::StartSession { run, .. }) = (done.start, e) {
-            run_to_write = Some(run.clone());
-        }
-        target = Some(done.run_id);
-        consumed = done.consumed;
-    }
-    c.exec(
-        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at, message) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)", p![
-        a.delivery_id,
-        at.attempt,
-        at.event_id,
-        at.outcome.as_str(),
-        at.error_class,
-        at.started_at,
-        at.duration_ms as i64,
-        at.next_due_at,
-        at.message
-    ])?;
-    c.exec(
-        "UPDATE deliveries SET state = ?2, attempts = ?3, due_at = ?4, lease_owner = NULL, lease_until = NULL, \
-         first_attempt_at = COALESCE(first_attempt_at, ?5), last_error = ?6, dead_letter_reason = ?7, updated_at = ?8, \
-         run_id = COALESCE(run_id, ?9), consumed_at = ?10 WHERE id = ?1", p![
-        a.delivery_id,
-        a.next_state.as_str(),
-        at.attempt,
-        at.next_due_at,
-        at.started_at,
-        at.error_class,
-        a.dead_letter_reason,
-        a.now,
-        target.as_deref(),
-        consumed.then_some(a.now)
-    ])?;
-    let run_id = target.clone();
-    let attempted = serde_json::to_value(DeliveryAttempted {
-        subscription_id: d.subscription_id.clone(),
-        dedup_key: d.dedup_key.clone(),
-        attempt: at.attempt,
-        outcome: at.outcome,
-        run_id: if at.outcome == AttemptOutcome::Delivered {
-            run_id.clone()
-        } else {
-            None
-        },
-    })
-    .expect("serializable");
-    insert_sub_event(
-        c,
-        &d.subscription_id,
-        events::DELIVERY_ATTEMPTED,
-        &attempted,
-        Some(&d.id),
-        &at.event_id,
-        a.now,
-    )?;
-
-    if let Some(run) = &run_to_write {
-        insert_run(c, run, &d, &at.event_id, &attempted, a.now)?;
-    }
-    if a.next_state.is_terminal() {
-        settle_receipt(c, &d.receipt_id, a.now)?;
-    }
-
-    // Subscription counters and state machine (the rules live in tb_core::subscription). Runs started
-    // through the API (`POST /v1/runs`) belong to no trigger subscription: nothing to update.
-    let policy = at.outcome != AttemptOutcome::Delivered
-        && receipt::is_policy_refusal(at.error_class.as_deref());
-    let sub = match read::get_subscription(c, &d.subscription_id) {
-        Ok(_) if policy => {
-            return Ok(AttemptCommitted {
-                subscription_transition: None,
-                run_id: target,
-            })
-        }
-        Ok(s) => s,
-        Err(StoreError::NotFound(_)) => {
-            return Ok(AttemptCommitted {
-                subscription_transition: None,
-                run_id: target,
-            })
-        }
-        Err(e) => return Err(e),
-    };
-    if at.outcome == AttemptOutcome::Delivered
-        && sub.state == SubscriptionState::Active
-        && !subscription::success_needs_write(
-            sub.last_success_at,
-            sub.consecutive_failures,
-            sub.first_failure_at,
-            a.now,
-        )
-    {
-        // Nothing to change: the busy subscription's row is neither written nor locked.
-        return Ok(AttemptCommitted {
-            subscription_transition: None,
-            run_id: target,
-        });
-    }
-    // Counters and state are read, then rewritten: read them again under the row's lock.
-    let sub = read::lock_subscription(c, &sub.id)?;
-    // The store supplies the inputs (last success, failures since, first failure time); the rules
-    // that judge them live in tb_core::subscription.
-    let mut inputs = Vec::new();
-    if at.outcome == AttemptOutcome::Delivered {
-        inputs.push(SubscriptionInput::AttemptDelivered);
-        c.exec(
-            "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL, last_success_at = ?2 WHERE id = ?1", p![sub.id, a.now])?;
-    } else {
-        let streak = FailureStreak::next(
-            sub.last_success_at,
-            sub.consecutive_failures,
-            sub.first_failure_at,
-            at.started_at,
-        );
-        inputs.push(SubscriptionInput::AttemptFailed {
-            streak,
-            threshold: sub.failure_threshold,
-            policy: a.failure_policy,
-        });
-        if at.outcome == AttemptOutcome::DeadLettered {
-            inputs.push(SubscriptionInput::DeliveryExhausted {
-                streak,
-                policy: a.failure_policy,
-            });
-        }
-        let last_error = match (&at.error_class, &at.message) {
-            (Some(class), Some(m)) => Some(format!("{class}: {m}")),
-            (Some(class), None) => Some(class.clone()),
-            (None, m) => m.clone(),
-        };
-        c.exec(
-            "UPDATE subscriptions SET consecutive_failures = ?2, first_failure_at = ?3, last_error = ?4 WHERE id = ?1", p![
-            sub.id,
-            streak.failures_since,
-            streak.first_failure_at,
-            last_error
-        ])?;
-    }
-    let mut state = sub.state;
-    let mut last = None;
-    for input in inputs {
-        if let Some(t) = transition(state, input) {
-            apply_transition(c, &sub, &t, Some(&d.id), a.now)?;
-            state = t.to;
-            last = Some(Transition {
-                from: sub.state,
-                ..t
-            });
-        }
-    }
-    Ok(AttemptCommitted {
-        subscription_transition: last,
-        run_id: target,
-    })
-}
-
-/// Writes a started run: `run.started` (seq 0, causationId = the attempt's event), the delivered
-/// `trigger.delivery.attempted` under its own event id (seq 1; spec notes §15), and the terminal event
-/// when the run already ended (seq 2). A dead-lettered API run gets `run.dead_lettered` then `run.failed`.
-fn insert_run(
-    c: &dyn Db,
-    run: &NewRun,
-    d: &DeliveryRecord,
-    causation: &str,
-    attempted: &Value,
-    now: i64,
-) -> StoreResult<()> {
-    let terminal = run.status.terminal_event();
-    let next_seq = if terminal.is_some() { 3 } else { 2 };
-    if let Some((reason, attempts)) = &run.dead_letter {
-        // RFC 0053: the run never started; its log is the dead-lettering and the failure, last.
-        insert_run_row(c, run, d, causation, 2, now)?;
-        let dl = serde_json::json!({"runId": run.id, "reason": reason, "attempts": attempts});
-        insert_run_event(
-            c,
-            &run.id,
-            0,
-            "run.dead_lettered",
-            &dl,
-            Some(causation),
-            now,
-        )?;
-        let failed = serde_json::json!({"error": {"code": reason, "message": "the run could not be started; its retries are exhausted"}});
-        return insert_run_event(c, &run.id, 1, "run.failed", &failed, None, now);
-    }
-    insert_run_row(c, run, d, causation, next_seq, now)?;
-    let started = serde_json::to_value(RunStarted {
-        workflow_id: run.workflow_id.clone(),
-        inputs: run.inputs.clone(),
-    })
-    .expect("serializable");
-    insert_run_event(
-        c,
-        &run.id,
-        0,
-        events::RUN_STARTED,
-        &started,
-        Some(causation),
-        now,
-    )?;
-    insert_run_event_with_id(
-        c,
-        causation,
-        &run.id,
-        1,
-        events::DELIVERY_ATTEMPTED,
-        attempted,
-        None,
-        now,
-    )?;
-    if let Some(ty) = terminal {
-        insert_run_event(c, &run.id, 2, ty, &serde_json::json!({}), None, now)?;
-    }
-    if let Some((content, mailbox)) = &run.session {
-        super::session::start_session(c, &run.id, content, mailbox, now)?;
-    }
-    Ok(())
-}
-
-fn insert_run_row(
-    c: &dyn Db,
-    run: &NewRun,
-    d: &DeliveryRecord,
-    causation: &str,
-    next_seq: u64,
-    now: i64,
-) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, causation_id, \
-         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)", p![
-        run.id,
-        run.workflow_id,
-        run.status.as_str(),
-        run.inputs.to_string(),
-        d.id,
-        d.receipt_id,
-        d.subscription_id,
-        causation,
-        next_seq as i64,
-        now
-    ])?;
-    Ok(())
-}
-
-pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreResult<()> {
-    // Two deliveries of one receipt finishing at once on two replicas must not each see the other as
-    // still open: lock the receipt, then read its deliveries (each statement sees what committed).
-    c.query(
-        &format!(
-            "SELECT id FROM receipts WHERE id = ?1{}",
-            c.dialect().for_update()
-        ),
-        p![receipt_id],
-    )?;
+    let current =
+        ReceiptState::parse(&current).ok_or_else(|| read::bad("receipt state", &current))?;
     let rows = c.rows(
         "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries WHERE receipt_id = ?1",
         p![receipt_id],
         |r| {
+            let s: String = r.get(0)?;
             Ok((
-                r.get::<String>(0)?,
+                DeliveryState::parse(&s).ok_or_else(|| read::bad("delivery state", &s))?,
                 r.get::<Option<String>>(1)?,
                 r.get::<bool>(2)?,
             ))
@@ -632,21 +280,25 @@ pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreRes
     )?;
     let views: Vec<receipt::DeliveryView> = rows
         .iter()
-        .map(|(s, reason, consumed)| receipt::DeliveryView {
-            state: DeliveryState::parse(s).unwrap_or(DeliveryState::Pending),
+        .map(|(state, reason, consumed)| receipt::DeliveryView {
+            state: *state,
             reason: reason.as_deref(),
             consumed: *consumed,
         })
         .collect();
-    if let Some(settled) = receipt::settle(&views) {
+    if let Some(settled) = receipt::settled_state(current, &views) {
         c.exec(
-            "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1 AND state != 'expired'",
+            "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1",
             p![receipt_id, settled.as_str(), now],
         )?;
     }
     Ok(())
 }
 
+/// Ends run `run_id` with `status` at `now` (Unix ms): the run row is locked, [`run::finish`] checks
+/// the end and names the terminal event, the session rules' run-end expiry writes its events, then the
+/// status, output and the terminal event at the run's next sequence. Errors: `NotFound("run")`;
+/// `Conflict` with [`run::FinishRefused`]'s sentence.
 pub(crate) fn finish_run(
     c: &dyn Db,
     run_id: &str,
@@ -654,19 +306,9 @@ pub(crate) fn finish_run(
     output: Option<&Value>,
     now: i64,
 ) -> StoreResult<RunRecord> {
-    let Some(ty) = status.terminal_event() else {
-        return Err(StoreError::Conflict(format!(
-            "{} is not a terminal status",
-            status.as_str()
-        )));
-    };
-    let run = read::lock_run(c, run_id)?;
-    if run.status.is_terminal() {
-        return Err(StoreError::Conflict(format!(
-            "the run is already {}",
-            run.status.as_str()
-        )));
-    }
+    let current = read::lock_run(c, run_id)?;
+    let ty =
+        run::finish(current.status, status).map_err(|e| StoreError::Conflict(e.to_string()))?;
     // Stop / cancel wins the armed wait (DESIGN §4 Wait); its events come before the terminal one.
     super::session::on_run_end(c, run_id, now)?;
     let seq: i64 = c
@@ -676,20 +318,21 @@ pub(crate) fn finish_run(
     read::get_run(c, run_id)
 }
 
+/// Puts dead-lettered delivery `id` back in the queue at `now` (Unix ms): the delivery row is locked and
+/// [`replay::reopen`] decides its new state, due time and replay count and the receipt's state.
+/// Errors: `NotFound("delivery")`; `Conflict` with [`replay::NotDeadLettered`]'s sentence.
 pub(crate) fn replay_delivery(c: &dyn Db, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
-    let d = read::get_delivery(c, id)?;
-    if d.state != DeliveryState::DeadLettered {
-        return Err(StoreError::Conflict(format!(
-            "only dead-lettered deliveries can be replayed; this one is {}",
-            d.state.as_str()
-        )));
-    }
+    let d = read::lock_delivery(c, id)?;
+    let r =
+        replay::reopen(d.state, d.replays, now).map_err(|e| StoreError::Conflict(e.to_string()))?;
     c.exec(
-        "UPDATE deliveries SET state = 'pending', due_at = ?2, replays = replays + 1, dead_letter_reason = NULL, \
-         lease_owner = NULL, lease_until = NULL, updated_at = ?2 WHERE id = ?1", p![id, now])?;
+        "UPDATE deliveries SET state = ?2, due_at = ?3, replays = ?4, dead_letter_reason = NULL, \
+         lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = ?5 WHERE id = ?1",
+        p![id, r.state.as_str(), r.due_at, r.replays, now],
+    )?;
     c.exec(
-        "UPDATE receipts SET state = 'routed', updated_at = ?2 WHERE id = ?1",
-        p![d.receipt_id, now],
+        "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1",
+        p![d.receipt_id, r.receipt_state.as_str(), now],
     )?;
     read::get_delivery(c, id)
 }
@@ -816,7 +459,7 @@ pub(crate) fn sweep(
             let due = ReceiptState::parse(state)
                 .is_some_and(|s| retention::body_expired(s, *received_at, bodies_before));
             if due {
-                counts.bodies += c.exec("DELETE FROM bodies WHERE receipt_id = ?1", p![id])? as u64;
+                counts.bodies += c.exec("DELETE FROM bodies WHERE receipt_id = ?1", p![id])?;
             }
             next.bodies_after = Some(id.clone());
         }
@@ -834,7 +477,7 @@ pub(crate) fn sweep(
                 continue;
             }
             c.exec("DELETE FROM attempts WHERE delivery_id = ?1", p![id])?;
-            counts.dead_letters += c.exec("DELETE FROM deliveries WHERE id = ?1", p![id])? as u64;
+            counts.dead_letters += c.exec("DELETE FROM deliveries WHERE id = ?1", p![id])?;
         }
         next.dead_letters_done = page.len() < batch as usize;
         next.dead_letters_after = page.last().map(|(id, _, _)| id.clone());
@@ -842,7 +485,7 @@ pub(crate) fn sweep(
     if !next.idempotency_done {
         // Deleted rows leave the candidate set, so "fewer than a batch" means none is left.
         counts.idempotency = c
-            .exec("DELETE FROM idempotency_keys WHERE (scope, key) IN (SELECT scope, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)", p![now, batch])? as u64;
+            .exec("DELETE FROM idempotency_keys WHERE (scope, key) IN (SELECT scope, key FROM idempotency_keys WHERE expires_at <= ?1 LIMIT ?2)", p![now, batch])?;
         next.idempotency_done = counts.idempotency < batch as u64;
     }
     if !next.signals_done {

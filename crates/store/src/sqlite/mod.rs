@@ -42,6 +42,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         include_str!("../../migrations/sqlite/0007_attempt_message.sql"),
     ),
     (
+        8,
+        include_str!("../../migrations/sqlite/0008_lease_token.sql"),
+    ),
+    (
         9,
         include_str!("../../migrations/sqlite/0009_session_counters.sql"),
     ),
