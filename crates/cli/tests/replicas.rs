@@ -31,6 +31,14 @@ struct Replica {
     child: Child,
 }
 
+/// A replica that did not stop is killed when the test ends, even when it fails.
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn spawn(config: &Path, url: &str, id: &str, port: u16, data: &Path) -> Child {
     Command::new(BIN)
         .args(["serve", "--config"])
@@ -176,7 +184,7 @@ id = "receiver"
 executor = "http"
 url = "http://127.0.0.1:{sink_port}/run"
 secret = "env:STANDARD_WEBHOOK_SECRET"
-timeout_ms = 5000
+timeout_ms = 1000
 [[bindings]]
 id = "all"
 subscription = "standard"
@@ -382,10 +390,7 @@ workflow = "receiver"
         killed_at.duration_since(started).as_secs_f64(),
         held.len()
     );
-    for r in &mut replicas {
-        let _ = r.child.kill();
-        let _ = r.child.wait();
-    }
+    drop(replicas);
 }
 
 const GH_SECRET: &str = "replicas-github-secret";
@@ -483,12 +488,17 @@ signal = "pr.{action}"
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn replica");
-        replicas.push((port, child));
+        replicas.push(Replica {
+            id,
+            port,
+            data,
+            child,
+        });
     }
-    for (port, _) in &replicas {
-        healthy(&http, *port).await;
+    for r in &replicas {
+        healthy(&http, r.port).await;
     }
-    let ports: Vec<u16> = replicas.iter().map(|(p, _)| *p).collect();
+    let ports: Vec<u16> = replicas.iter().map(|r| r.port).collect();
 
     // 1. Twelve different "opened" deliveries for PR 7, four through each replica, all at once.
     let barrier = Arc::new(tokio::sync::Barrier::new(12));
@@ -631,8 +641,8 @@ signal = "pr.{action}"
         let (run, wait_id) = (run.clone(), wait_id.clone());
         query(&url, move |c| {
             c.query_one(
-                "SELECT COUNT(*) FROM run_events WHERE run_id = $1 AND type = 'tb.wait.resolved' \
-                 AND payload LIKE '%' || $2 || '%'",
+                "SELECT COUNT(*) FROM run_events WHERE run_id = $1 \
+                 AND type IN ('tb.wait.resolved', 'tb.wait.timeout') AND payload LIKE '%' || $2 || '%'",
                 &[&run, &wait_id],
             )
             .unwrap()
@@ -661,8 +671,5 @@ signal = "pr.{action}"
         "sessions over 3 replicas: 12 concurrent first events -> {sessions} session, {joined} signals; \
          30 signals in order; the raced wait resolved once (winner {winner})"
     );
-    for (_, mut c) in replicas {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
+    drop(replicas);
 }

@@ -213,6 +213,10 @@ pub async fn copy(
         }
         None => false,
     };
+    if !truncated {
+        let t = shared.clone();
+        dst.write(move |c| rows::clear_seeded(c, &t)).await?;
+    }
     for t in &tables {
         copy_table(source, target, t, opts, progress).await?;
     }

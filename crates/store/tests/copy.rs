@@ -280,17 +280,19 @@ async fn fill(dir: &Path) -> Filled {
     )
     .await
     .unwrap();
-    s.create_webhook(
+    // A webhook whose secret is sealed in the store (the change log gets its row too).
+    s.create_webhook_sealed(
         WebhookRecord {
             id: "wh_1".into(),
             url: "https://example.com/hook".into(),
             events: vec!["run.completed".into()],
             tenant_id: "t1".into(),
-            secret_file: "wh_1.secret".into(),
+            secret_file: "store:whs_1".into(),
             standard_secret_file: None,
             created_at: 5_100,
         },
         def("wh_1"),
+        vec![("whs_1".into(), vec![1, 0, 255, 7, 42])],
     )
     .await
     .unwrap();
@@ -587,7 +589,7 @@ async fn schemas_that_differ_are_refused_before_anything_is_written() {
                 diffs[0].starts_with("table runs: source columns ("),
                 "{diffs:?}"
             );
-            assert!(diffs[0].ends_with(", mailbox, tenant)"), "{diffs:?}");
+            assert!(diffs[0].ends_with(", next_turn_seq, tenant)"), "{diffs:?}");
             assert_eq!(diffs[1], "table pg_extra is in the target only");
         }
         other => panic!("expected SchemaMismatch, got {other:?}"),

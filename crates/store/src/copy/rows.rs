@@ -165,9 +165,24 @@ pub fn count(c: &dyn Db, table: &str) -> StoreResult<u64> {
     Ok(n.max(0) as u64)
 }
 
-/// The first of `tables` (in order) that holds a row, if any.
+/// Tables a migration fills with their initial rows (the change-log counter,
+/// `migrations/*/0010_config_sync.sql`): they count as empty with only those rows, and the copy replaces
+/// them with the source's ([`clear_seeded`]).
+pub const SEEDED: &[&str] = &["config_change_seq"];
+
+/// Deletes the migration-seeded rows of the [`SEEDED`] tables among `tables` on the target, so the
+/// source's rows take their place.
+pub fn clear_seeded(c: &dyn Db, tables: &[Table]) -> StoreResult<()> {
+    for t in tables.iter().filter(|t| SEEDED.contains(&t.name.as_str())) {
+        c.exec(&format!("DELETE FROM {}", quote(&t.name)), crate::p![])?;
+    }
+    Ok(())
+}
+
+/// The first of `tables` (in order) that holds a row, if any; a [`SEEDED`] table counts as empty
+/// (whatever it holds is the migration's or is replaced by the copy).
 pub fn first_non_empty(c: &dyn Db, tables: &[Table]) -> StoreResult<Option<String>> {
-    for t in tables {
+    for t in tables.iter().filter(|t| !SEEDED.contains(&t.name.as_str())) {
         let sql = format!("SELECT 1 FROM {} LIMIT 1", quote(&t.name));
         if !c.query(&sql, crate::p![])?.is_empty() {
             return Ok(Some(t.name.clone()));
