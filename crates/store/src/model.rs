@@ -199,22 +199,6 @@ pub struct AttemptRecord {
     pub next_due_at: Option<i64>,
 }
 
-/// The run a delivered attempt starts.
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewRun {
-    pub id: String,
-    pub workflow_id: String,
-    pub inputs: Value,
-    /// `completed` (noop, or an http worker answering 200/201/204) or `running` (202); `failed` for a
-    /// dead-lettered API run.
-    pub status: RunStatus,
-    /// Set when the run exhausted its start retries (RFC 0053): the log is `run.dead_lettered {runId,
-    /// reason, attempts}` then `run.failed`, and the run stays fork-eligible for the retention period.
-    pub dead_letter: Option<(String, u32)>,
-    /// A session run: its start turn's content and its mailbox policy.
-    pub session: Option<(Value, tb_core::signal::MailboxPolicy)>,
-}
-
 /// One attempt to record, in one transaction. The store loads the delivery (locked), the run a local
 /// effect acts on (through the session code), the receipt (locked) with its other deliveries and, only
 /// when the rule needs to write it, the subscription (locked), and writes what

@@ -8,7 +8,23 @@ use tb_core::signal::{DataPlacement, SignalSource};
 use tb_core::turn::{TurnKind, TurnState};
 use tb_core::wait::{WaitSpec, WaitState};
 
-use crate::model::NewRun;
+use tb_core::run::RunStatus;
+
+/// The run a delivered attempt starts (a session start carries one too, in [`Effect::StartSession`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewRun {
+    pub id: String,
+    pub workflow_id: String,
+    pub inputs: Value,
+    /// `completed` (noop, or an http worker answering 200/201/204) or `running` (202); `failed` for a
+    /// dead-lettered API run.
+    pub status: RunStatus,
+    /// Set when the run exhausted its start retries (RFC 0053): the log is `run.dead_lettered {runId,
+    /// reason, attempts}` then `run.failed`, and the run stays fork-eligible for the retention period.
+    pub dead_letter: Option<(String, u32)>,
+    /// A session run: its start turn's content and its mailbox policy.
+    pub session: Option<(Value, tb_core::signal::MailboxPolicy)>,
+}
 
 /// A signal to raise. The server stamps `source` and the time; `signal_id` is the idempotency identity.
 #[derive(Debug, Clone, PartialEq)]

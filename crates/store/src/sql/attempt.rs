@@ -12,9 +12,8 @@ use crate::p;
 use crate::sql::Db;
 use serde_json::Value;
 use tb_core::attempt::{
-    after_attempt, AttemptReport, AttemptRow, AttemptSnapshot, AttemptWrites, DeliveryRow,
-    EffectDone, ReceiptRow, RunCreate, RunStart, SiblingDelivery, StreakUpdate, SubscriptionEvent,
-    SubscriptionRow,
+    after_attempt, AttemptReport, AttemptSnapshot, AttemptWrites, DeliveryRow, EffectDone,
+    ReceiptRow, RunCreate, RunStart, SiblingDelivery, StreakUpdate, SubscriptionRow,
 };
 use tb_core::delivery::DeliveryState;
 use tb_core::lease::{self, LeaseRow};
@@ -22,10 +21,11 @@ use tb_core::receipt::ReceiptState;
 use tb_core::signal::MailboxPolicy;
 
 use super::lease::{lock_lease, lost};
+use super::log::{insert_attempt, insert_event, insert_run_event_with_id};
 use super::read::{self, bad};
-use super::write::insert_run_event_with_id;
 use crate::model::*;
 use crate::session::Effect;
+use crate::session::NewRun;
 use crate::{StoreError, StoreResult};
 
 /// Records attempt `a` (see [`AttemptCommit`]). Errors: `LeaseLost` (nothing written: another token,
@@ -247,43 +247,6 @@ fn apply(
             )?;
         }
     }
-    Ok(())
-}
-
-/// Inserts an `attempts` row.
-pub(crate) fn insert_attempt(c: &dyn Db, a: &AttemptRow) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, \
-         next_due_at, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        p![
-            a.delivery_id,
-            a.attempt,
-            a.event_id,
-            a.outcome.as_str(),
-            a.error_class,
-            a.started_at,
-            a.duration_ms,
-            a.next_due_at,
-            a.message
-        ],
-    )?;
-    Ok(())
-}
-
-/// Inserts a run-less trigger event into `subscription_events`.
-pub(crate) fn insert_event(c: &dyn Db, e: &SubscriptionEvent) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        p![
-            e.event_id,
-            e.subscription_id,
-            e.event_type,
-            e.payload.to_string(),
-            e.delivery_id,
-            e.timestamp
-        ],
-    )?;
     Ok(())
 }
 

@@ -6,6 +6,7 @@ pub(crate) mod attempt;
 pub(crate) mod config;
 mod db;
 pub(crate) mod lease;
+pub(crate) mod log;
 pub(crate) mod read;
 pub(crate) mod session;
 mod store;

@@ -10,8 +10,7 @@ use tb_core::attempt;
 use tb_core::delivery::DeliveryState;
 use tb_core::events::{self, SubscriptionStateChanged};
 use tb_core::ids::{new_id, IdKind};
-use tb_core::outbox;
-use tb_core::receipt::{self, ReceiptState};
+use tb_core::receipt::ReceiptState;
 use tb_core::replay;
 use tb_core::retention;
 use tb_core::run::{self, RunStatus};
@@ -131,72 +130,12 @@ fn dead_letter_at_ingest(c: &dyn Db, r: &NewReceipt, d: &NewDelivery) -> StoreRe
         d.dead_letter_reason.as_deref(),
         r.received_at,
     );
-    super::attempt::insert_attempt(c, &w.attempt)?;
+    super::log::insert_attempt(c, &w.attempt)?;
     c.exec(
         "UPDATE deliveries SET attempts = ?2, first_attempt_at = ?3 WHERE id = ?1",
         p![d.id, w.attempt.attempt, w.first_attempt_at],
     )?;
-    super::attempt::insert_event(c, &w.event)
-}
-
-pub(crate) fn insert_run_event(
-    c: &dyn Db,
-    run: &str,
-    seq: u64,
-    ty: &str,
-    payload: &Value,
-    causation: Option<&str>,
-    now: i64,
-) -> StoreResult<()> {
-    insert_run_event_with_id(
-        c,
-        &new_id(IdKind::Event),
-        run,
-        seq,
-        ty,
-        payload,
-        causation,
-        now,
-    )
-}
-
-/// [`insert_run_event`] with a given event id (the delivered attempt's event keeps its id on the run log).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn insert_run_event_with_id(
-    c: &dyn Db,
-    event_id: &str,
-    run: &str,
-    seq: u64,
-    ty: &str,
-    payload: &Value,
-    causation: Option<&str>,
-    now: i64,
-) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", p![run, seq as i64, event_id, ty, payload.to_string(), causation, now])?;
-    // Outbox for outbound webhooks: one delivery per live webhook that takes this event type, written
-    // with the event (the rule: tb_core::outbox). The event id stands in the receipt column, so
-    // (event, webhook) is unique.
-    let hooks = c.rows(
-        "SELECT id, events FROM webhooks WHERE deleted = 0",
-        p![],
-        |r| {
-            Ok(outbox::LiveWebhook {
-                id: r.get(0)?,
-                events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
-            })
-        },
-    )?;
-    for o in outbox::fan_out(&hooks, run, event_id, ty, now) {
-        c.exec(
-            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-               inputs, state, due_at, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5)",
-            p![o.id, o.event_id, o.webhook_id, o.run_id, o.due_at],
-        )?;
-    }
-    Ok(())
+    super::log::insert_event(c, &w.event)
 }
 
 /// Persists a subscription transition and its `state.changed` event; `cause` is the delivery whose
@@ -214,7 +153,7 @@ fn apply_transition(
     )?;
     let payload = serde_json::to_value(SubscriptionStateChanged::of(&sub.id, sub.source, t))
         .expect("serializable");
-    super::attempt::insert_event(
+    super::log::insert_event(
         c,
         &tb_core::attempt::SubscriptionEvent {
             event_id: new_id(IdKind::Event),
@@ -250,51 +189,6 @@ pub(crate) fn apply_subscription_input(
     Ok(t)
 }
 
-/// Settles receipt `receipt_id` after one of its deliveries changed (a session consumed its effect):
-/// the receipt row is locked (`FOR UPDATE` on PostgreSQL), its deliveries are read in a later statement
-/// (so two deliveries ending at once on two replicas cannot both see the other still open), and
-/// [`receipt::settled_state`] says what to write. `now` is Unix ms.
-pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreResult<()> {
-    let current: String = c
-        .value(
-            &format!(
-                "SELECT state FROM receipts WHERE id = ?1{}",
-                c.dialect().for_update()
-            ),
-            p![receipt_id],
-        )?
-        .ok_or_else(no_row)?;
-    let current =
-        ReceiptState::parse(&current).ok_or_else(|| read::bad("receipt state", &current))?;
-    let rows = c.rows(
-        "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries WHERE receipt_id = ?1",
-        p![receipt_id],
-        |r| {
-            let s: String = r.get(0)?;
-            Ok((
-                DeliveryState::parse(&s).ok_or_else(|| read::bad("delivery state", &s))?,
-                r.get::<Option<String>>(1)?,
-                r.get::<bool>(2)?,
-            ))
-        },
-    )?;
-    let views: Vec<receipt::DeliveryView> = rows
-        .iter()
-        .map(|(state, reason, consumed)| receipt::DeliveryView {
-            state: *state,
-            reason: reason.as_deref(),
-            consumed: *consumed,
-        })
-        .collect();
-    if let Some(settled) = receipt::settled_state(current, &views) {
-        c.exec(
-            "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1",
-            p![receipt_id, settled.as_str(), now],
-        )?;
-    }
-    Ok(())
-}
-
 /// Ends run `run_id` with `status` at `now` (Unix ms): the run row is locked, [`run::finish`] checks
 /// the end and names the terminal event, the session rules' run-end expiry writes its events, then the
 /// status, output and the terminal event at the run's next sequence. Errors: `NotFound("run")`;
@@ -314,7 +208,7 @@ pub(crate) fn finish_run(
     let seq: i64 = c
         .row("UPDATE runs SET status = ?2, output = ?3, wait_reason = NULL, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1", p![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))?
         .ok_or_else(|| StoreError::NotFound("run".into()))?;
-    insert_run_event(c, run_id, seq as u64, ty, &serde_json::json!({}), None, now)?;
+    super::log::insert_run_event(c, run_id, seq as u64, ty, &serde_json::json!({}), None, now)?;
     read::get_run(c, run_id)
 }
 

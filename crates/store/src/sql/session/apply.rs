@@ -220,7 +220,7 @@ fn apply_op(
             )?;
         }
         Op::Event { seq, event } => {
-            write::insert_run_event(
+            super::super::log::insert_run_event(
                 c,
                 run_id,
                 *seq,

@@ -16,7 +16,6 @@ use tb_core::turn::{TurnKind, TurnState};
 use tb_core::wait::{WaitKind, WaitState};
 
 use super::read::{self, no_row};
-use super::write;
 
 mod apply;
 mod capabilities;
@@ -75,7 +74,7 @@ pub(super) fn live_run(c: &dyn Db, run_id: &str) -> StoreResult<RunRecord> {
     Ok(run)
 }
 
-/// Marks a delivery's effect consumed (once) and settles its receipt (`write::settle_receipt`).
+/// Marks a delivery's effect consumed (once) and settles its receipt (`log::settle_receipt`).
 pub(super) fn consume_delivery(c: &dyn Db, delivery_id: &str, now: i64) -> StoreResult<()> {
     let receipt = c.row(
         "UPDATE deliveries SET consumed_at = ?2 WHERE id = ?1 AND consumed_at IS NULL RETURNING receipt_id",
@@ -83,7 +82,7 @@ pub(super) fn consume_delivery(c: &dyn Db, delivery_id: &str, now: i64) -> Store
         |r| r.get::<String>(0),
     )?;
     if let Some(receipt) = receipt {
-        write::settle_receipt(c, &receipt, now)?;
+        super::log::settle_receipt(c, &receipt, now)?;
     }
     Ok(())
 }

@@ -1,0 +1,157 @@
+//! The low-level records every write path appends: run events (with the outbound webhook outbox),
+//! attempt rows, subscription events, and a receipt's settled state. A leaf of `crate::sql`: the attempt,
+//! session and ingest code call it; it calls none of them.
+
+use serde_json::Value;
+use tb_core::attempt::{AttemptRow, SubscriptionEvent};
+use tb_core::delivery::DeliveryState;
+use tb_core::ids::{new_id, IdKind};
+use tb_core::outbox;
+use tb_core::receipt::{self, ReceiptState};
+
+use super::read::{self, no_row};
+use crate::p;
+use crate::sql::Db;
+use crate::StoreResult;
+
+pub(crate) fn insert_run_event(
+    c: &dyn Db,
+    run: &str,
+    seq: u64,
+    ty: &str,
+    payload: &Value,
+    causation: Option<&str>,
+    now: i64,
+) -> StoreResult<()> {
+    insert_run_event_with_id(
+        c,
+        &new_id(IdKind::Event),
+        run,
+        seq,
+        ty,
+        payload,
+        causation,
+        now,
+    )
+}
+
+/// [`insert_run_event`] with a given event id (the delivered attempt's event keeps its id on the run log).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn insert_run_event_with_id(
+    c: &dyn Db,
+    event_id: &str,
+    run: &str,
+    seq: u64,
+    ty: &str,
+    payload: &Value,
+    causation: Option<&str>,
+    now: i64,
+) -> StoreResult<()> {
+    c.exec(
+        "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", p![run, seq as i64, event_id, ty, payload.to_string(), causation, now])?;
+    // Outbox for outbound webhooks: one delivery per live webhook that takes this event type, written
+    // with the event (the rule: tb_core::outbox). The event id stands in the receipt column, so
+    // (event, webhook) is unique.
+    let hooks = c.rows(
+        "SELECT id, events FROM webhooks WHERE deleted = 0",
+        p![],
+        |r| {
+            Ok(outbox::LiveWebhook {
+                id: r.get(0)?,
+                events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
+            })
+        },
+    )?;
+    for o in outbox::fan_out(&hooks, run, event_id, ty, now) {
+        c.exec(
+            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+               inputs, state, due_at, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5)",
+            p![o.id, o.event_id, o.webhook_id, o.run_id, o.due_at],
+        )?;
+    }
+    Ok(())
+}
+
+/// Settles receipt `receipt_id` after one of its deliveries changed (a session consumed its effect):
+/// the receipt row is locked (`FOR UPDATE` on PostgreSQL), its deliveries are read in a later statement
+/// (so two deliveries ending at once on two replicas cannot both see the other still open), and
+/// [`receipt::settled_state`] says what to write. `now` is Unix ms.
+pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreResult<()> {
+    let current: String = c
+        .value(
+            &format!(
+                "SELECT state FROM receipts WHERE id = ?1{}",
+                c.dialect().for_update()
+            ),
+            p![receipt_id],
+        )?
+        .ok_or_else(no_row)?;
+    let current =
+        ReceiptState::parse(&current).ok_or_else(|| read::bad("receipt state", &current))?;
+    let rows = c.rows(
+        "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries WHERE receipt_id = ?1",
+        p![receipt_id],
+        |r| {
+            let s: String = r.get(0)?;
+            Ok((
+                DeliveryState::parse(&s).ok_or_else(|| read::bad("delivery state", &s))?,
+                r.get::<Option<String>>(1)?,
+                r.get::<bool>(2)?,
+            ))
+        },
+    )?;
+    let views: Vec<receipt::DeliveryView> = rows
+        .iter()
+        .map(|(state, reason, consumed)| receipt::DeliveryView {
+            state: *state,
+            reason: reason.as_deref(),
+            consumed: *consumed,
+        })
+        .collect();
+    if let Some(settled) = receipt::settled_state(current, &views) {
+        c.exec(
+            "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1",
+            p![receipt_id, settled.as_str(), now],
+        )?;
+    }
+    Ok(())
+}
+
+/// Inserts an `attempts` row.
+pub(crate) fn insert_attempt(c: &dyn Db, a: &AttemptRow) -> StoreResult<()> {
+    c.exec(
+        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, \
+         next_due_at, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        p![
+            a.delivery_id,
+            a.attempt,
+            a.event_id,
+            a.outcome.as_str(),
+            a.error_class,
+            a.started_at,
+            a.duration_ms,
+            a.next_due_at,
+            a.message
+        ],
+    )?;
+    Ok(())
+}
+
+/// Inserts a run-less trigger event into `subscription_events`.
+pub(crate) fn insert_event(c: &dyn Db, e: &SubscriptionEvent) -> StoreResult<()> {
+    c.exec(
+        "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        p![
+            e.event_id,
+            e.subscription_id,
+            e.event_type,
+            e.payload.to_string(),
+            e.delivery_id,
+            e.timestamp
+        ],
+    )?;
+    Ok(())
+}
