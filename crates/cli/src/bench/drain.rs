@@ -12,15 +12,24 @@ use serde_json::Value;
 
 use super::load;
 
-fn spawn(config: &Path, data: &Path, port: u16, worker: bool) -> Result<Child> {
+fn spawn(
+    config: &Path,
+    data: &Path,
+    database_url: Option<&str>,
+    port: u16,
+    worker: bool,
+) -> Result<Child> {
     let exe = std::env::current_exe()?;
     let mut cmd = Command::new(exe);
     cmd.args(["serve", "--config"])
         .arg(config)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
         .arg(data);
+    if let Some(url) = database_url {
+        cmd.args(["--database-url", url]);
+    }
     if !worker {
-        cmd.arg("--no-worker");
+        cmd.args(["--role", "api"]);
     }
     cmd.env("RUST_LOG", "warn")
         .stdout(Stdio::null())
@@ -73,6 +82,7 @@ pub async fn run(
     count: u64,
     connections: usize,
     data: &Path,
+    database_url: Option<&str>,
     port: u16,
     secret: &str,
 ) -> Result<()> {
@@ -83,7 +93,7 @@ pub async fn run(
     let base = format!("http://127.0.0.1:{port}");
     let http = load::client(connections)?;
 
-    let mut server = spawn(config, data, port, false)?;
+    let mut server = spawn(config, data, database_url, port, false)?;
     wait_healthy(&http, &base).await?;
     eprintln!("queueing {count} deliveries with the worker stopped ...");
     let url = load::ingest_url(&base, "standard");
@@ -126,7 +136,7 @@ pub async fn run(
         .status()?;
     server.wait()?;
 
-    let mut server = spawn(config, data, port, true)?;
+    let mut server = spawn(config, data, database_url, port, true)?;
     let pid = server.id();
     let start = Instant::now();
     wait_healthy(&http, &base).await?;

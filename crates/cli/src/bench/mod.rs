@@ -128,6 +128,10 @@ pub enum BenchCmd {
         /// Store directory of the server under test (wiped first)
         #[arg(long, default_value = "./data/bench-drain")]
         data_dir: PathBuf,
+        /// Run the server under test on this PostgreSQL database instead (not wiped: give it an empty
+        /// schema, e.g. `?options=-c%20search_path%3Dbench`)
+        #[arg(long)]
+        database_url: Option<String>,
         /// Port for the server under test
         #[arg(long, default_value_t = 18090)]
         port: u16,
@@ -176,8 +180,20 @@ pub async fn run(cmd: BenchCmd) -> Result<()> {
             count,
             connections,
             data_dir,
+            database_url,
             port,
             secret,
-        } => drain::run(&config, count, connections, &data_dir, port, &secret).await,
+        } => {
+            drain::run(
+                &config,
+                count,
+                connections,
+                &data_dir,
+                database_url.as_deref(),
+                port,
+                &secret,
+            )
+            .await
+        }
     }
 }
