@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every benchmark scenario of issue #3 on this machine and writes bench/RESULTS.md.
+# Runs every benchmark scenario of issue #3 on this machine, then SQLite and PostgreSQL (one and three
+# replicas) side by side (bench/backends.sh, issue #10), and writes bench/RESULTS.md.
 #
 #   cargo build --release && bench/run.sh            # DURATION=10 by default (seconds per scenario)
 #
@@ -64,6 +65,13 @@ echo "== drain" >&2
 "$B" bench drain --config bench/bench.toml --count "${DRAIN_COUNT:-100000}" --data-dir "$DATA-drain" >"$out/s5_drain.out" 2>"$out/s5_drain.err"
 echo "== $(tail -n1 "$out/s5_drain.out")" >&2
 
+echo "== backends: SQLite, PostgreSQL x1, PostgreSQL x3 (bench/backends.sh)" >&2
+if command -v psql >/dev/null && command -v pgbench >/dev/null; then
+  DURATION=$DURATION CONN=$CONN B=$B bench/backends.sh >"$out/backends.md" 2>"$out/backends.err" || echo "(bench/backends.sh failed: see $out/backends.err)" >"$out/backends.md"
+else
+  echo "(skipped: psql and pgbench are needed for the PostgreSQL side)" >"$out/backends.md"
+fi
+
 cpu_per() { # µs of server CPU per answered request
   local n; n=$(grep -o '^[^:]*: [0-9]*' "$out/$1.out" | head -n1 | awk '{print $NF}')
   awk -v c="$(cat "$out/$1.cpu")" -v r="$n" -v d="$DURATION" 'BEGIN { if (r > 0) printf "%.0f", c * 1000 / (r * d); else print "-" }'
@@ -90,6 +98,12 @@ cpu_per() { # µs of server CPU per answered request
   echo "| 5. drain ${DRAIN_COUNT:-100000} pending noop deliveries | \`bench drain --count ${DRAIN_COUNT:-100000}\` | $(tail -n1 "$out/s5_drain.out") | |"
   echo
   echo "Ratios: pure receipt ingest = $(awk -v a="$peak" -v b="$baseline" 'BEGIN{printf "%.0f", 100*a/b}') % of the storage baseline; duplicates answered at $(awk -v a="$(rate s3_dup100)" -v b="$peak" 'BEGIN{printf "%.1f", a/b}') x the rate of new receipts."
+  echo
+  echo "## SQLite and PostgreSQL side by side (\`bench/backends.sh\`, same run)"
+  echo
+  echo "DURATION=${DURATION}s, $CONN connections. Storage limit: SQLite \`bench storage\` (1 KiB rows, fsync per group commit); PostgreSQL pgbench, one 1 KiB-row INSERT per transaction, $CONN clients. End to end = signed ingest -> \`http\` run delivered to the receiver of \`bench outbound\`. CPU per event counts the trigger-bridge processes AND every PostgreSQL process. Transactions per event: SQLite group commits (\`tb_store_transactions_total\`), PostgreSQL all commits of the database (\`pg_stat_database.xact_commit\`, reads included). Rows per event: PostgreSQL rows inserted + updated + deleted. Bytes per event: SQLite bytes the server wrote to storage (\`/proc/PID/io\`), PostgreSQL WAL bytes."
+  echo
+  cat "$out/backends.md"
   if [ -f bench/analysis.md ]; then echo; cat bench/analysis.md; fi
 } >bench/RESULTS.md
 echo "wrote bench/RESULTS.md (raw outputs in $out)" >&2
