@@ -21,7 +21,7 @@ use tb_core::receipt::ReceiptState;
 use tb_core::signal::MailboxPolicy;
 
 use super::lease::{lock_lease, lost};
-use super::log::{insert_attempt, insert_event, insert_run_event_with_id};
+use super::log::{insert_attempt, insert_event, RunLog};
 use super::read::{self, bad};
 use crate::model::*;
 use crate::session::Effect;
@@ -268,9 +268,9 @@ fn insert_run(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
             r.created_at
         ],
     )?;
+    let mut log = RunLog::new(c);
     for e in &r.events {
-        insert_run_event_with_id(
-            c,
+        log.append(
             &e.event_id,
             &r.id,
             e.sequence,

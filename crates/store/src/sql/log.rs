@@ -47,31 +47,66 @@ pub(crate) fn insert_run_event_with_id(
     causation: Option<&str>,
     now: i64,
 ) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)", p![run, seq as i64, event_id, ty, payload.to_string(), causation, now])?;
-    // Outbox for outbound webhooks: one delivery per live webhook that takes this event type, written
-    // with the event (the rule: tb_core::outbox). The event id stands in the receipt column, so
-    // (event, webhook) is unique.
-    let hooks = c.rows(
-        "SELECT id, events FROM webhooks WHERE deleted = 0",
-        p![],
-        |r| {
-            Ok(outbox::LiveWebhook {
-                id: r.get(0)?,
-                events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
-            })
-        },
-    )?;
-    for o in outbox::fan_out(&hooks, run, event_id, ty, now) {
-        c.exec(
-            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-               inputs, state, due_at, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5)",
-            p![o.id, o.event_id, o.webhook_id, o.run_id, o.due_at],
-        )?;
+    RunLog::new(c).append(event_id, run, seq, ty, payload, causation, now)
+}
+
+/// Appends run events inside one transaction, with their outbox: one `webhook` delivery per live
+/// outbound webhook that takes the event's type (the rule: `tb_core::outbox`). The live webhooks are
+/// read at most once per `RunLog` (an attempt that starts a run appends two or three events), not once
+/// per event.
+pub(crate) struct RunLog<'c> {
+    c: &'c dyn Db,
+    hooks: Option<Vec<outbox::LiveWebhook>>,
+}
+
+impl<'c> RunLog<'c> {
+    /// A log writer on `c` (the open transaction).
+    pub(crate) fn new(c: &'c dyn Db) -> RunLog<'c> {
+        RunLog { c, hooks: None }
     }
-    Ok(())
+
+    /// Appends event `event_id` at `seq` of run `run` and its outbox deliveries (due at `now`, Unix ms).
+    /// The event id stands in the deliveries' receipt column, so (event, webhook) is unique.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn append(
+        &mut self,
+        event_id: &str,
+        run: &str,
+        seq: u64,
+        ty: &str,
+        payload: &Value,
+        causation: Option<&str>,
+        now: i64,
+    ) -> StoreResult<()> {
+        let c = self.c;
+        c.exec(
+            "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            p![run, seq as i64, event_id, ty, payload.to_string(), causation, now],
+        )?;
+        if self.hooks.is_none() {
+            self.hooks = Some(c.rows(
+                "SELECT id, events FROM webhooks WHERE deleted = 0",
+                p![],
+                |r| {
+                    Ok(outbox::LiveWebhook {
+                        id: r.get(0)?,
+                        events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
+                    })
+                },
+            )?);
+        }
+        let hooks = self.hooks.as_deref().unwrap_or_default();
+        for o in outbox::fan_out(hooks, run, event_id, ty, now) {
+            c.exec(
+                "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+                   inputs, state, due_at, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5)",
+                p![o.id, o.event_id, o.webhook_id, o.run_id, o.due_at],
+            )?;
+        }
+        Ok(())
+    }
 }
 
 /// Settles receipt `receipt_id` after one of its deliveries changed (a session consumed its effect):
