@@ -175,6 +175,8 @@ async fn three_replicas_one_killed_keep_every_promise() {
             r#"
 [server]
 lease_ms = {LEASE_MS}
+# Six replicas of two tests may run at once: keep within PostgreSQL's 100 connections.
+database_pool_size = 4
 [[subscriptions]]
 id = "standard"
 connector = "standard-webhooks"
@@ -450,6 +452,8 @@ async fn sessions_over_three_replicas_coalesce_keep_order_and_resolve_once() {
     std::fs::write(
         &config,
         r#"
+[server]
+database_pool_size = 4
 [[subscriptions]]
 id = "github-sessions"
 connector = "github"
