@@ -434,6 +434,39 @@ async fn exhaustion_dead_letters_and_moves_the_subscription() {
                 dead_lettered: 1
             }
         );
+        // The bulk-replay selection, with and without each filter (every filter unset failed on
+        // PostgreSQL before: an untyped `?N IS NULL`).
+        let select = |from: Option<i64>, to: Option<i64>, class: Option<&str>| DeadLetterSelect {
+            subscription_id: "s".into(),
+            from,
+            to,
+            error_class: class.map(str::to_string),
+            not_before: 0,
+            limit: 10,
+        };
+        let all = store
+            .dead_letter_selection(select(None, None, None))
+            .await
+            .unwrap();
+        assert_eq!(
+            (all.count, all.delivery_ids.clone()),
+            (1, vec![d[0].id.clone()])
+        );
+        let by_class = store
+            .dead_letter_selection(select(Some(0), Some(now + 1), Some("http_500")))
+            .await
+            .unwrap();
+        assert_eq!(by_class.count, 1);
+        let other = store
+            .dead_letter_selection(select(None, None, Some("timeout")))
+            .await
+            .unwrap();
+        assert_eq!(other.count, 0);
+        let later = store
+            .dead_letter_selection(select(Some(now + 1), None, None))
+            .await
+            .unwrap();
+        assert_eq!(later.count, 0);
 
         let t = store
             .apply_subscription_input("s", SubscriptionInput::OperatorResume, now)

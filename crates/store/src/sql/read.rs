@@ -492,6 +492,8 @@ pub(crate) fn dead_letters(c: &dyn Db, q: &DeadLetterQuery) -> StoreResult<Vec<D
 /// The dead letters a bulk replay selects: count and the first `q.limit` ids, oldest first, in one
 /// statement (the window count and the ids come from the same snapshot). The filter is the last
 /// attempt's error class and the dead-lettering time (`updated_at`), `from` inclusive, `to` exclusive.
+/// An unset filter is `CAST(?N AS type) IS NULL`: PostgreSQL cannot infer the type of a parameter that
+/// only meets `IS NULL`.
 pub(crate) fn dead_letter_selection(
     c: &dyn Db,
     q: &DeadLetterSelect,
@@ -500,8 +502,9 @@ pub(crate) fn dead_letter_selection(
         "SELECT d.id, COUNT(*) OVER () FROM deliveries d \
                JOIN attempts a ON a.delivery_id = d.id AND a.attempt = d.attempts \
              WHERE d.subscription_id = ?1 AND d.state = 'dead-lettered' AND d.updated_at >= ?2 \
-               AND (?3 IS NULL OR d.updated_at >= ?3) AND (?4 IS NULL OR d.updated_at < ?4) \
-               AND (?5 IS NULL OR a.error_class = ?5) \
+               AND (CAST(?3 AS BIGINT) IS NULL OR d.updated_at >= ?3) \
+               AND (CAST(?4 AS BIGINT) IS NULL OR d.updated_at < ?4) \
+               AND (CAST(?5 AS TEXT) IS NULL OR a.error_class = ?5) \
              ORDER BY d.updated_at ASC, d.id ASC LIMIT ?6",
         p![
             q.subscription_id,
