@@ -68,8 +68,9 @@ impl Backend for PgBackend {
         T: Send + 'static,
         F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
     {
-        // Every statement is a network round trip: there is nothing to gain from the calling thread.
-        self.pool.read(f).await
+        // Every statement is a network round trip: nothing to gain from the calling thread, but a point
+        // read skips the BEGIN / COMMIT round trips of a transaction (autocommit).
+        self.pool.read_point(f).await
     }
 
     fn is_alive(&self) -> bool {

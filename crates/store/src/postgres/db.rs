@@ -52,25 +52,85 @@ impl StatementCache {
     }
 }
 
+/// What a [`PgDb`] sends its statements on: an open transaction, or (for a point read) the client
+/// itself in autocommit, where each statement is its own snapshot and no `BEGIN`/`COMMIT` round trips
+/// are paid.
+pub trait PgConn {
+    /// Prepares `sql` (already in PostgreSQL's `$N` form).
+    fn prepare(&mut self, sql: &str) -> Result<Statement, postgres::Error>;
+    /// Runs `st`; rows changed.
+    fn execute(
+        &mut self,
+        st: &Statement,
+        p: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error>;
+    /// Runs `st`; every row.
+    fn query(
+        &mut self,
+        st: &Statement,
+        p: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, postgres::Error>;
+}
+
+impl PgConn for Transaction<'_> {
+    fn prepare(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        Transaction::prepare(self, sql)
+    }
+    fn execute(
+        &mut self,
+        st: &Statement,
+        p: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        Transaction::execute(self, st, p)
+    }
+    fn query(
+        &mut self,
+        st: &Statement,
+        p: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, postgres::Error> {
+        Transaction::query(self, st, p)
+    }
+}
+
+impl PgConn for &mut postgres::Client {
+    fn prepare(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
+        postgres::Client::prepare(self, sql)
+    }
+    fn execute(
+        &mut self,
+        st: &Statement,
+        p: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, postgres::Error> {
+        postgres::Client::execute(self, st, p)
+    }
+    fn query(
+        &mut self,
+        st: &Statement,
+        p: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, postgres::Error> {
+        postgres::Client::query(self, st, p)
+    }
+}
+
 /// A [`Db`] over one open PostgreSQL transaction (`BEGIN` was sent; the owner commits or rolls back
-/// with [`PgDb::into_transaction`]). Statements come from, and go into, the connection's
-/// [`StatementCache`].
-pub struct PgDb<'c> {
-    tx: RefCell<Transaction<'c>>,
+/// with [`PgDb::into_transaction`]), or over a client in autocommit for a point read. Statements come
+/// from, and go into, the connection's [`StatementCache`].
+pub struct PgDb<'c, C: PgConn = Transaction<'c>> {
+    tx: RefCell<C>,
     cache: &'c RefCell<StatementCache>,
 }
 
-impl<'c> PgDb<'c> {
-    /// Wraps an open transaction and the cache of the connection it runs on.
-    pub fn new(tx: Transaction<'c>, cache: &'c RefCell<StatementCache>) -> PgDb<'c> {
+impl<'c, C: PgConn> PgDb<'c, C> {
+    /// Wraps an open transaction (or an autocommit client) and the cache of the connection it runs on.
+    pub fn new(tx: C, cache: &'c RefCell<StatementCache>) -> PgDb<'c, C> {
         PgDb {
             tx: RefCell::new(tx),
             cache,
         }
     }
 
-    /// The transaction back, to commit or roll back.
-    pub fn into_transaction(self) -> Transaction<'c> {
+    /// The transaction (or client) back, to commit or roll back.
+    pub fn into_transaction(self) -> C {
         self.tx.into_inner()
     }
 
@@ -116,7 +176,7 @@ fn bind<'p>(params: &'p [Param<'_>]) -> Vec<&'p (dyn ToSql + Sync)> {
     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
-impl Db for PgDb<'_> {
+impl<C: PgConn> Db for PgDb<'_, C> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }

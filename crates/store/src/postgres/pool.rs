@@ -71,6 +71,8 @@ impl Default for PoolOptions {
 enum Access {
     Read,
     Write,
+    /// A short read of one or two indexed statements, run in autocommit (no `BEGIN`/`COMMIT`).
+    Point,
 }
 
 trait Job: Send {
@@ -259,6 +261,18 @@ impl PgPool {
         self.submit(Access::Read, f).await
     }
 
+    /// A point read (the ingest path's dedup probe: one or two index lookups) in autocommit: no
+    /// `BEGIN`/`COMMIT` round trips, so each statement reads its own snapshot, and nothing stops `f`
+    /// from writing: only for reads whose statements stay consistent one by one. Errors as
+    /// [`PgPool::read`].
+    pub async fn read_point<T, F>(&self, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
+    {
+        self.submit(Access::Point, f).await
+    }
+
     /// Readiness probe: runs `SELECT 1` through the queue and a connection. Errors as [`PgPool::read`].
     pub async fn ping(&self) -> StoreResult<()> {
         let one = self
@@ -415,6 +429,14 @@ fn in_transaction(
     cache: &RefCell<StatementCache>,
     job: &mut dyn Job,
 ) -> (Run, bool) {
+    if job.access() == Access::Point {
+        let r = {
+            let db = PgDb::new(&mut *client, cache);
+            job.run(&db)
+        };
+        let lost = client.is_closed() || matches!(r, Err(StoreError::Unavailable(_)));
+        return (Run::Done(r), lost);
+    }
     let tx = match client
         .build_transaction()
         .isolation_level(IsolationLevel::ReadCommitted)

@@ -31,9 +31,9 @@ pub trait Backend: Send + Sync + 'static {
         T: Send + 'static,
         F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static;
 
-    /// Runs a short point read (an index lookup of a few µs, the ingest path's dedup probe) on the calling
-    /// thread when the backend can without blocking the runtime for long (SQLite); otherwise as
-    /// [`Backend::read`].
+    /// Runs a short point read (an index lookup of a few µs, the ingest path's dedup probe) as cheaply
+    /// as the backend can: on the calling thread (SQLite), or in autocommit without `BEGIN`/`COMMIT`
+    /// (PostgreSQL), so its statements need not share one snapshot.
     async fn read_now<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
