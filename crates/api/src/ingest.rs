@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
-use tb_core::ErrorCode;
 use tb_engine::ingest::{ingest as run_ingest, IngestAnswer};
 
 use crate::error::ApiError;
@@ -28,10 +27,7 @@ pub async fn ingest(
     body: Body,
 ) -> Result<Response, ApiError> {
     let Some(sub) = st.engine.catalog().subscription(&id).cloned() else {
-        return Err(ApiError::new(
-            ErrorCode::NotFound,
-            "no such trigger subscription",
-        ));
+        return Err(st.engine.missing_subscription(&id).into());
     };
     let limit = sub.max_body_bytes;
     let declared = headers

@@ -192,10 +192,7 @@ pub async fn ingest(
     body: Bytes,
 ) -> Result<IngestAnswer, TbError> {
     let Some(sub) = engine.catalog().subscription(subscription_id).cloned() else {
-        return Err(TbError::new(
-            ErrorCode::NotFound,
-            "no such trigger subscription",
-        ));
+        return Err(engine.missing_subscription(subscription_id));
     };
     let connector = sub.connector.name();
     let state = engine

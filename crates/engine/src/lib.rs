@@ -66,6 +66,9 @@ pub struct Engine {
     /// Id of the last configuration change ([`tb_store::ConfigChange`]) this engine's caches reflect;
     /// read from the store before the caches were loaded, advanced by [`sync::poll_once`].
     pub(crate) config_cursor: std::sync::atomic::AtomicI64,
+    /// Registered subscriptions this replica could not load because their secret cannot be unsealed
+    /// here (id -> why); their webhooks get 503 instead of 404 until the key is fixed.
+    pub(crate) unsealable: std::sync::Mutex<HashMap<String, String>>,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -132,6 +135,7 @@ impl Engine {
             rate_limits: Default::default(),
             attempts_in_flight: Default::default(),
             config_cursor: std::sync::atomic::AtomicI64::new(cursor),
+            unsealable: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
@@ -305,6 +309,40 @@ impl Engine {
             "binding revocation changed"
         );
         Ok(changed)
+    }
+
+    /// The error for a subscription id the catalog does not hold: `unavailable` (503) naming the
+    /// reason when it is a registration whose secret cannot be unsealed on this replica (a missing or
+    /// different `TRIGGER_BRIDGE_SECRET_KEY`), else `not_found` (404).
+    pub fn missing_subscription(&self, id: &str) -> TbError {
+        let why = self
+            .unsealable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned();
+        match why {
+            Some(why) => TbError::new(
+                ErrorCode::Unavailable,
+                format!(
+                    "this replica cannot open the subscription's signing secret ({why}); give every replica the same TRIGGER_BRIDGE_SECRET_KEY"
+                ),
+            ),
+            None => TbError::new(ErrorCode::NotFound, "no such trigger subscription"),
+        }
+    }
+
+    /// Records (or, with `None`, clears) why registered subscription `id` could not be loaded.
+    pub(crate) fn set_unsealable(&self, id: &str, why: Option<String>) {
+        let mut m = self.unsealable.lock().unwrap_or_else(|p| p.into_inner());
+        match why {
+            Some(w) => {
+                m.insert(id.to_string(), w);
+            }
+            None => {
+                m.remove(id);
+            }
+        }
     }
 
     /// Operator pause / resume through the state machine; `None` when nothing changed.

@@ -350,6 +350,7 @@ async fn load_record(engine: &Engine, secrets: &SecretStore, rec: SubscriptionRe
             // One lost secret must not stop the bridge: that subscription is not served (404)
             // until its secret is restored; everything else starts.
             tracing::error!(subscription = %rec.id, error = %e.message, "registered subscription not loaded: its secret cannot be read");
+            engine.set_unsealable(&rec.id, Some(e.message));
             return false;
         }
     };
@@ -361,5 +362,6 @@ async fn load_record(engine: &Engine, secrets: &SecretStore, rec: SubscriptionRe
     let fp = secrets.fingerprint(&secret);
     let (sub, binding) = config_of(&rec.id, reg, secret, fp, (&retry, dedup, verification));
     engine.add_to_catalog(sub, binding, rec.state);
+    engine.set_unsealable(&rec.id, None);
     true
 }

@@ -106,6 +106,35 @@ async fn a_sealed_registration_reloads_with_its_key_and_not_with_another() {
     let wrong = SecretStore::with_key(&secrets_dir, Some(SecretKey::generate())).unwrap();
     assert_eq!(load_registered(&other, &wrong).await.unwrap(), 0);
     assert!(other.catalog().subscription(&reg.subscription_id).is_none());
+    // Its webhooks get 503 naming the key (a sender retries; a 404 would read as "gone"), others 404.
+    let refused = ingest(
+        &other,
+        &reg.subscription_id,
+        &signed(&key, "msg_wrong_key_000001", BODY),
+        Bytes::from_static(BODY),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        refused.code,
+        tb_core::ErrorCode::Unavailable,
+        "{}",
+        refused.message
+    );
+    assert!(
+        refused.message.contains("TRIGGER_BRIDGE_SECRET_KEY"),
+        "{}",
+        refused.message
+    );
+    let unknown = ingest(
+        &other,
+        "sub_unknown",
+        &signed(&key, "msg_unknown_000001", BODY),
+        Bytes::from_static(BODY),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(unknown.code, tb_core::ErrorCode::NotFound);
     let e = wrong
         .open_stored(store.as_ref(), &reg.subscription_id)
         .await
