@@ -149,42 +149,42 @@ fn attempt_row(r: &Row) -> StoreResult<AttemptRecord> {
 }
 
 pub(crate) fn get_subscription(c: &dyn Db, id: &str) -> StoreResult<SubscriptionRecord> {
-    one(
+    by_id(
         c,
-        &format!("SELECT {SUB_COLS} FROM subscriptions WHERE id = ?1"),
+        SUB_COLS,
+        "subscriptions",
         id,
         sub_row,
         "subscription",
+        false,
     )
 }
 
 /// The subscription, its row locked until the transaction ends (`FOR UPDATE` on PostgreSQL): taken
 /// before its counters or state are read to be rewritten. Errors: `NotFound("subscription")`.
 pub(crate) fn lock_subscription(c: &dyn Db, id: &str) -> StoreResult<SubscriptionRecord> {
-    one(
+    by_id(
         c,
-        &format!(
-            "SELECT {SUB_COLS} FROM subscriptions WHERE id = ?1{}",
-            c.dialect().for_update()
-        ),
+        SUB_COLS,
+        "subscriptions",
         id,
         sub_row,
         "subscription",
+        true,
     )
 }
 
 /// The delivery, its row locked until the transaction ends (`FOR UPDATE` on PostgreSQL): an attempt's
 /// commit, a replay and a lease renewal decide from its state and lease. Errors: `NotFound("delivery")`.
 pub(crate) fn lock_delivery(c: &dyn Db, id: &str) -> StoreResult<DeliveryRecord> {
-    one(
+    by_id(
         c,
-        &format!(
-            "SELECT {DELIVERY_COLS} FROM deliveries WHERE id = ?1{}",
-            c.dialect().for_update()
-        ),
+        DELIVERY_COLS,
+        "deliveries",
         id,
         delivery_row,
         "delivery",
+        true,
     )
 }
 
@@ -243,6 +243,27 @@ fn delivery_refs(c: &dyn Db, receipt_id: &str) -> StoreResult<Vec<DeliveryRef>> 
                 run_id: r.get(2)?,
             })
         },
+    )
+}
+
+/// The row of `table` whose `id` is `id`, or `NotFound(what)`; with `lock`, locked until the
+/// transaction ends (`Dialect::for_update`).
+fn by_id<T>(
+    c: &dyn Db,
+    cols: &str,
+    table: &str,
+    id: &str,
+    map: fn(&Row) -> StoreResult<T>,
+    what: &str,
+    lock: bool,
+) -> StoreResult<T> {
+    let suffix = if lock { c.dialect().for_update() } else { "" };
+    one(
+        c,
+        &format!("SELECT {cols} FROM {table} WHERE id = ?1{suffix}"),
+        id,
+        map,
+        what,
     )
 }
 
@@ -322,12 +343,14 @@ pub(crate) fn get_body(c: &dyn Db, receipt_id: &str) -> StoreResult<Vec<u8>> {
 }
 
 pub(crate) fn get_delivery(c: &dyn Db, id: &str) -> StoreResult<DeliveryRecord> {
-    one(
+    by_id(
         c,
-        &format!("SELECT {DELIVERY_COLS} FROM deliveries WHERE id = ?1"),
+        DELIVERY_COLS,
+        "deliveries",
         id,
         delivery_row,
         "delivery",
+        false,
     )
 }
 
@@ -355,13 +378,7 @@ pub(crate) fn attempts(c: &dyn Db, delivery_id: &str) -> StoreResult<Vec<Attempt
 }
 
 pub(crate) fn get_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
-    one(
-        c,
-        &format!("SELECT {RUN_COLS} FROM runs WHERE id = ?1"),
-        id,
-        run_row,
-        "run",
-    )
+    by_id(c, RUN_COLS, "runs", id, run_row, "run", false)
 }
 
 /// The run, its row locked until the transaction ends (`FOR UPDATE` on PostgreSQL; SQLite's one writer
@@ -369,16 +386,7 @@ pub(crate) fn get_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
 /// turn claim or ack, the run's end) takes this lock first, so two replicas acting on one run serialize
 /// and each decides from the other's committed result. Errors: `NotFound("run")`.
 pub(crate) fn lock_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
-    one(
-        c,
-        &format!(
-            "SELECT {RUN_COLS} FROM runs WHERE id = ?1{}",
-            c.dialect().for_update()
-        ),
-        id,
-        run_row,
-        "run",
-    )
+    by_id(c, RUN_COLS, "runs", id, run_row, "run", true)
 }
 
 pub(crate) fn list_runs(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<RunRecord>> {

@@ -199,21 +199,7 @@ impl SqliteBackend {
     /// Runs a short point read on the calling thread (no thread hop): for the ingest hot path's dedup
     /// probe, an index lookup of a few µs. Longer reads go through [`Self::read`].
     fn read_inline<T>(&self, f: impl FnOnce(&dyn Db) -> StoreResult<T>) -> StoreResult<T> {
-        let conn = self.readers.lock().expect("reader pool").pop();
-        let conn = match conn {
-            Some(c) => c,
-            None => {
-                let c = Connection::open(&self.path).map_err(db)?;
-                configure(&c, true).map_err(db)?;
-                c
-            }
-        };
-        let r = f(&conn);
-        let mut p = self.readers.lock().expect("reader pool");
-        if p.len() < 8 {
-            p.push(conn);
-        }
-        r
+        with_reader(&self.readers, &self.path, f)
     }
 
     async fn read_blocking<T, F>(&self, f: F) -> StoreResult<T>
@@ -221,28 +207,38 @@ impl SqliteBackend {
         T: Send + 'static,
         F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static,
     {
-        let pool = self.readers.clone();
-        let path = self.path.clone();
-        tokio::task::spawn_blocking(move || {
-            let conn = pool.lock().expect("reader pool").pop();
-            let conn = match conn {
-                Some(c) => c,
-                None => {
-                    let c = Connection::open(&path).map_err(db)?;
-                    configure(&c, true).map_err(db)?;
-                    c
-                }
-            };
-            let r = f(&conn);
-            let mut p = pool.lock().expect("reader pool");
-            if p.len() < 8 {
-                p.push(conn);
-            }
-            r
-        })
-        .await
-        .map_err(|e| StoreError::Database(format!("reader task failed: {e}")))?
+        let (pool, path) = (self.readers.clone(), self.path.clone());
+        tokio::task::spawn_blocking(move || with_reader(&pool, &path, f))
+            .await
+            .map_err(|e| StoreError::Database(format!("reader task failed: {e}")))?
     }
+}
+
+/// Most idle read-only connections the pool keeps.
+const MAX_IDLE_READERS: usize = 8;
+
+/// Runs `f` on an idle read-only connection of `pool` (opening one on `path` when none is idle) and
+/// puts it back, keeping at most [`MAX_IDLE_READERS`]. Errors: opening failed, or `f`'s.
+fn with_reader<T>(
+    pool: &Mutex<Vec<Connection>>,
+    path: &Path,
+    f: impl FnOnce(&dyn Db) -> StoreResult<T>,
+) -> StoreResult<T> {
+    let idle = pool.lock().expect("reader pool").pop();
+    let conn = match idle {
+        Some(c) => c,
+        None => {
+            let c = Connection::open(path).map_err(db)?;
+            configure(&c, true).map_err(db)?;
+            c
+        }
+    };
+    let r = f(&conn);
+    let mut p = pool.lock().expect("reader pool");
+    if p.len() < MAX_IDLE_READERS {
+        p.push(conn);
+    }
+    r
 }
 
 #[async_trait]
