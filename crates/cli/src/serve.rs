@@ -223,6 +223,9 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         Some(secrets.clone()),
         stop_rx.clone(),
     ));
+    // Due deliveries and session changes committed by another replica wake this one's worker and
+    // long-polls at once (PostgreSQL LISTEN); ends at once on SQLite.
+    let wake = tokio::spawn(tb_engine::wake::run(engine.clone(), stop_rx.clone()));
     let day = std::time::Duration::from_secs(86_400);
     let sweeper = role.runs_worker().then(|| {
         tokio::spawn(tb_engine::sweeper::run(
@@ -314,6 +317,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         let _ = t.await;
     }
     let _ = sync.await;
+    let _ = wake.await;
     store.close().await;
     signals.abort();
     tracing::info!("stopped cleanly");

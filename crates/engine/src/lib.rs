@@ -20,6 +20,7 @@ pub mod sessions;
 pub mod ssrf;
 pub mod sweeper;
 pub mod sync;
+pub mod wake;
 pub mod webhooks;
 pub mod wire_event;
 pub mod worker;

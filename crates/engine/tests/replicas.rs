@@ -11,7 +11,9 @@ use bytes::Bytes;
 use http::HeaderMap;
 use tb_core::binding::{Binding, BindingAction};
 use tb_core::connector::ConnectorSpec;
+use tb_core::run::RunStatus;
 use tb_core::subscription::{SubscriptionInput, SubscriptionState};
+use tb_core::wait::{WaitKind, WaitSpec};
 use tb_core::workflow::{Executor, Workflow};
 use tb_core::ErrorCode;
 use tb_store::postgres::testing::TestDatabase;
@@ -20,7 +22,9 @@ use tb_store::Store;
 use trigger_bridge_engine::ingest::{ingest, IngestAnswer};
 use trigger_bridge_engine::registration::{register, RegistrationRequest, SecretStore};
 use trigger_bridge_engine::sealing::SecretKey;
-use trigger_bridge_engine::{catalog::Verification, sync, Catalog, Engine, SubscriptionConfig};
+use trigger_bridge_engine::{
+    catalog::Verification, runs, sessions, sync, wake, worker, Catalog, Engine, SubscriptionConfig,
+};
 
 const SECRET: &str = "replicas-secret";
 /// The most a change may take to reach the other replica.
@@ -43,7 +47,15 @@ fn catalog() -> Catalog {
         id: "noop".into(),
         executor: Executor::Noop,
     };
-    Catalog::new(vec![sub], vec![binding], vec![wf])
+    // A session workflow for the wake-up tests.
+    let chat = Workflow {
+        id: "chat".into(),
+        executor: Executor::Session {
+            config: serde_json::json!({}),
+            mailbox: Default::default(),
+        },
+    };
+    Catalog::new(vec![sub], vec![binding], vec![wf, chat])
 }
 
 struct Replica {
@@ -400,4 +412,114 @@ async fn without_a_shared_key_registration_is_refused_with_a_clear_error() {
         .unwrap()
         .iter()
         .all(|s| s.id == "github"));
+}
+
+/// Starts a worker on `engine` whose own poll is far longer than the test's budget, so only a wake-up
+/// can make it lease in time.
+fn slow_polling_worker(engine: &Arc<Engine>, stop: &tokio::sync::watch::Sender<bool>) {
+    let cfg = worker::WorkerConfig {
+        idle_poll: Duration::from_secs(30),
+        ..Default::default()
+    };
+    tokio::spawn(worker::run(engine.clone(), cfg, stop.subscribe()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_delivery_committed_through_a_is_leased_by_bs_idle_worker_within_1s() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let a = replica(&db, &key, &stop).await; // an API replica: no worker
+    let b = replica(&db, &key, &stop).await;
+    tokio::spawn(wake::run(b.engine.clone(), stop.subscribe()));
+    slow_polling_worker(&b.engine, &stop);
+    // Let B's worker go idle (its first lease finds nothing; it then sleeps up to 30 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut next = seq();
+    let IngestAnswer::Accepted { run_id, .. } = push(&a.engine, &next()).await.unwrap() else {
+        panic!("not accepted");
+    };
+    let run_id = run_id.expect("one run");
+    let took = time_until(|| {
+        let (e, id) = (b.engine.clone(), run_id.clone());
+        async move { e.store.get_run(&id).await.is_ok() }
+    })
+    .await
+    .expect("B's worker never started the run A committed");
+    println!("a delivery committed on A was started by B's idle worker in {took:?}");
+    assert!(took < BUDGET, "took {took:?}");
+    let _ = stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signal_raised_through_a_resolves_a_wait_long_polled_on_b_within_1s() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let a = replica(&db, &key, &stop).await;
+    let b = replica(&db, &key, &stop).await;
+    tokio::spawn(wake::run(b.engine.clone(), stop.subscribe()));
+    tokio::spawn(worker::run(
+        a.engine.clone(),
+        Default::default(),
+        stop.subscribe(),
+    ));
+    let run = runs::start(
+        &a.engine,
+        "chat",
+        serde_json::json!({}),
+        Bytes::from_static(b"{}"),
+    )
+    .await
+    .unwrap();
+    time_until(|| {
+        let (e, id) = (a.engine.clone(), run.clone());
+        async move { matches!(e.store.get_run(&id).await, Ok(r) if r.status == RunStatus::Running) }
+    })
+    .await
+    .expect("the session never started");
+    let spec = WaitSpec {
+        kind: WaitKind::Signal,
+        names: vec!["go".into()],
+        timeout_ms: None,
+        user_input: false,
+        reason: "waiting for go".into(),
+    };
+    let wait = sessions::create_wait(&a.engine, &run, spec).await.unwrap();
+    // B long-polls the wait for far longer than the budget; only a wake-up can end it early.
+    let poll = {
+        let (e, run, id) = (b.engine.clone(), run.clone(), wait.id.clone());
+        tokio::spawn(
+            async move { sessions::poll_wait(&e, &run, &id, Duration::from_secs(20)).await },
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let raised = Instant::now();
+    sessions::raise(
+        &a.engine,
+        &run,
+        sessions::RaiseRequest {
+            name: "go".into(),
+            data: None,
+            signal_id: None,
+            wake: true,
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let w = tokio::time::timeout(GIVE_UP, poll)
+        .await
+        .expect("B's long-poll did not answer")
+        .unwrap()
+        .unwrap();
+    let took = raised.elapsed();
+    println!("a signal raised on A ended B's long-poll in {took:?}");
+    assert_eq!(w.state, tb_core::wait::WaitState::Resolved, "{w:?}");
+    assert!(took < BUDGET, "took {took:?}");
+    let _ = stop.send(true);
 }

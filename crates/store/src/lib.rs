@@ -22,7 +22,7 @@ use tb_core::subscription::{SubscriptionInput, Transition};
 
 pub use model::*;
 pub use session::*;
-pub use sync::{ChangeKind, ConfigChange};
+pub use sync::{ChangeKind, ConfigChange, Wake};
 
 /// Creates `dir` and any missing parents readable by the owner only (`0700` on Unix): a data dir holds
 /// raw webhook bodies and secrets. An existing directory keeps its mode. Errors: the OS error.
@@ -384,6 +384,16 @@ pub trait Store: Send + Sync + 'static {
     /// backend has none (SQLite). A hint: it may be late or lost (while the listener reconnects); the
     /// change log stays the record and must still be polled.
     fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+    /// A counter that changes soon after another replica committed a change of kind `wake` (deliveries
+    /// that became due; a session change), so idle workers and long-polls wake at once instead of at
+    /// their next poll (PostgreSQL: `LISTEN`, with the senders' `NOTIFY` debounced per channel, never
+    /// one per row; see `postgres::notify`). This replica's own changes are not echoed: it wakes its
+    /// own sleepers in-process. `None` where the backend has none (SQLite: one process). A hint only:
+    /// it may be late or lost while the listener reconnects (it then bumps once); sleepers still poll.
+    fn wake_hints(&self, wake: Wake) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let _ = wake;
         None
     }
     /// Registers a trigger subscription through the API in one transaction: the subscription row (as

@@ -58,3 +58,28 @@ pub struct ConfigChange {
     /// When it was committed, Unix ms.
     pub at: i64,
 }
+
+/// A cross-replica wake-up channel (issue #10, DESIGN §9 change stream): what kind of committed change
+/// a hint is about, so a replica wakes the right sleepers instead of waiting for its next poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Wake {
+    /// Deliveries became due (a receipt committed pending deliveries, a dead letter was replayed, a
+    /// lease was released): idle delivery workers should lease now.
+    Work,
+    /// A session changed (a signal raised, a wait armed / cancelled / resolved, a prompt enqueued or
+    /// a turn acknowledged, a run ended): long-polls and the timer loop should read again.
+    Sessions,
+}
+
+impl Wake {
+    /// Both channels.
+    pub const ALL: [Wake; 2] = [Wake::Work, Wake::Sessions];
+
+    /// The PostgreSQL `NOTIFY` channel of this wake-up.
+    pub fn channel(self) -> &'static str {
+        match self {
+            Wake::Work => "trigger_bridge_work",
+            Wake::Sessions => "trigger_bridge_sessions",
+        }
+    }
+}

@@ -236,3 +236,97 @@ async fn postgres_hints_follow_configuration_changes_only() {
     println!("hint arrived {:?} after the commit returned", t0.elapsed());
     assert_eq!(b.changes_since(0, 10).await.unwrap().len(), 1);
 }
+
+/// Receipt `rcpt_wake{n}` of subscription `gh` holding dedup key `key` (its window never ends), with
+/// one pending `start_run` delivery.
+fn pending_receipt(n: u32, key: &str) -> trigger_bridge_store::NewReceipt {
+    use tb_core::delivery::DeliveryState;
+    let id = format!("rcpt_wake{n}");
+    trigger_bridge_store::NewReceipt {
+        id: id.clone(),
+        subscription_id: "gh".into(),
+        dedup_key: key.into(),
+        provider_event_id: id.clone(),
+        event_type: "push".into(),
+        normalized: json!({"event": "push"}),
+        state: tb_core::receipt::ReceiptState::Routed,
+        content_type: None,
+        body: bytes::Bytes::from_static(b"{}"),
+        received_at: 1_000,
+        dedup_until: i64::MAX,
+        deliveries: vec![trigger_bridge_store::NewDelivery {
+            id: format!("dlv_wake{n}"),
+            binding_id: "b1".into(),
+            action: "start_run".into(),
+            workflow_id: Some("noop".into()),
+            run_id: Some(format!("run_wake{n}")),
+            inputs: json!({}),
+            params: None,
+            state: DeliveryState::Pending,
+            dead_letter_reason: None,
+        }],
+        capability: None,
+    }
+}
+
+/// Cross-replica wake-ups on PostgreSQL: a commit of due work through handle A bumps B's `Work`
+/// counter within 1 s (debounced NOTIFY from A's notifier), never A's own, and not B's `Sessions`
+/// counter; a duplicate commit (nothing new is due) sends nothing. SQLite has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_wake_hints_reach_the_other_handles_only() {
+    use trigger_bridge_store::Wake;
+    let dir = tempfile::tempdir().unwrap();
+    let lite = SqliteStore::open_dir(dir.path()).unwrap();
+    assert!(lite.wake_hints(Wake::Work).is_none());
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let opts = || PoolOptions {
+        connections: 2,
+        ..Default::default()
+    };
+    let a = PgStore::connect(db.url(), opts()).await.unwrap();
+    let b = PgStore::connect(db.url(), opts()).await.unwrap();
+    a.upsert_subscription(def("gh"), 1_000).await.unwrap();
+    let mut a_work = a.wake_hints(Wake::Work).unwrap();
+    let mut b_work = b.wake_hints(Wake::Work).unwrap();
+    let mut b_sessions = b.wake_hints(Wake::Sessions).unwrap();
+    for h in [&mut a_work, &mut b_work, &mut b_sessions] {
+        // Each listener bumps once when it is listening.
+        tokio::time::timeout(Duration::from_secs(5), h.changed())
+            .await
+            .expect("listener connected")
+            .unwrap();
+        h.borrow_and_update();
+    }
+    let t0 = Instant::now();
+    a.commit_receipt(pending_receipt(1, "k")).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(1), b_work.changed())
+        .await
+        .expect("B woken within 1 s")
+        .unwrap();
+    println!("work wake-up reached B {:?} after the commit", t0.elapsed());
+    b_work.borrow_and_update();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), a_work.changed())
+            .await
+            .is_err(),
+        "A's own wake-up is not echoed to A"
+    );
+    assert!(
+        !b_sessions.has_changed().unwrap(),
+        "no session wake-up for a receipt"
+    );
+    // The same dedup key again: a duplicate, nothing became due.
+    let dup = a.commit_receipt(pending_receipt(1, "k")).await.unwrap();
+    assert!(
+        matches!(dup, trigger_bridge_store::IngestOutcome::Duplicate { .. }),
+        "{dup:?}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), b_work.changed())
+            .await
+            .is_err(),
+        "a duplicate wakes nobody"
+    );
+}

@@ -13,8 +13,12 @@ pub struct PgBackend {
     pool: PgPool,
     /// Connection settings, for the configuration listener started on first use.
     cfg: postgres::Config,
-    /// The configuration hint counter ([`super::listen`]), once started.
-    hints: std::sync::Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
+    /// The hint counters ([`super::listen`]), once started.
+    hints: std::sync::Mutex<Option<super::listen::Hints>>,
+    /// This store's sender id in wake-up payloads (random per store handle).
+    sender: String,
+    /// Sends this store's wake-ups to the other replicas ([`super::notify`]).
+    notifier: super::notify::Notifier,
 }
 
 /// The PostgreSQL store. Cheap to share behind an `Arc<dyn Store>`.
@@ -32,16 +36,28 @@ impl SqlStore<PgBackend> {
         let pool = tokio::task::spawn_blocking(move || super::open(&url, opts))
             .await
             .map_err(|e| StoreError::Database(format!("opening PostgreSQL failed: {e}")))??;
+        let sender = format!("{:016x}", super::random_u64());
         Ok(SqlStore::new(PgBackend {
             pool,
+            notifier: super::notify::Notifier::new(cfg.clone(), sender.clone()),
             cfg,
             hints: Default::default(),
+            sender,
         }))
     }
 
     /// The pool (connection count, ping).
     pub fn pool(&self) -> &PgPool {
         &self.backend.pool
+    }
+}
+
+impl PgBackend {
+    /// The listener's counters, starting the listener on first use.
+    fn hints(&self) -> super::listen::Hints {
+        let mut h = self.hints.lock().unwrap_or_else(|p| p.into_inner());
+        h.get_or_insert_with(|| super::listen::spawn(self.cfg.clone(), self.sender.clone()))
+            .clone()
     }
 }
 
@@ -78,11 +94,18 @@ impl Backend for PgBackend {
     }
 
     fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        let mut h = self.hints.lock().unwrap_or_else(|p| p.into_inner());
-        Some(
-            h.get_or_insert_with(|| super::listen::spawn(self.cfg.clone()))
-                .clone(),
-        )
+        Some(self.hints().config)
+    }
+
+    fn announce(&self, wake: crate::Wake) {
+        self.notifier.announce(wake);
+    }
+
+    fn wake_hints(&self, wake: crate::Wake) -> Option<tokio::sync::watch::Receiver<u64>> {
+        // A replica that listens for wake-ups is a server that will send them too: connect its
+        // notifier now rather than at its first commit.
+        self.notifier.start();
+        Some(self.hints().wake(wake))
     }
 
     fn facts(&self) -> crate::BackendFacts {

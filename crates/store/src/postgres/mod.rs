@@ -14,6 +14,7 @@ pub mod db;
 pub mod error;
 pub mod listen;
 pub mod migrate;
+pub mod notify;
 pub mod pool;
 #[doc(hidden)]
 pub mod testing;

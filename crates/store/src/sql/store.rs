@@ -10,7 +10,7 @@ use tb_core::subscription::{SubscriptionInput, Transition};
 use super::{attempt, config, lease, read, session, write, Db};
 use crate::model::*;
 use crate::session::*;
-use crate::sync::ConfigChange;
+use crate::sync::{ConfigChange, Wake};
 use crate::{Store, StoreError, StoreResult, StoredResult};
 
 /// How a backend runs the shared data-access code. The backend owns connections and transactions and
@@ -49,6 +49,20 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// Tells the other replicas, soon and cheaply, that a change of kind `wake` was committed (no I/O
+    /// on the caller's thread; PostgreSQL sends one debounced `NOTIFY` per channel from its own
+    /// thread). Called by [`SqlStore`] after the commit returned. Default: nothing (SQLite).
+    fn announce(&self, wake: crate::Wake) {
+        let _ = wake;
+    }
+
+    /// The counter of wake-ups of kind `wake` announced by OTHER replicas (see
+    /// [`crate::Store::wake_hints`]); `None` where there is none (SQLite).
+    fn wake_hints(&self, wake: crate::Wake) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let _ = wake;
+        None
+    }
+
     /// Its name and live connections, for `/ready` (no I/O).
     fn facts(&self) -> crate::BackendFacts;
 
@@ -65,6 +79,14 @@ impl<B: Backend> SqlStore<B> {
     /// The store over `backend`.
     pub fn new(backend: B) -> Self {
         SqlStore { backend }
+    }
+
+    /// Passes `r` through, announcing `wake` to the other replicas when it is `Ok` (committed).
+    fn wakes<T>(&self, wake: Wake, r: StoreResult<T>) -> StoreResult<T> {
+        if r.is_ok() {
+            self.backend.announce(wake);
+        }
+        r
     }
 
     /// The backend (for backend-specific inspection and test hooks).
@@ -131,9 +153,18 @@ impl<B: Backend> Store for SqlStore<B> {
             .iter()
             .map(|d| d.inputs.to_string())
             .collect();
-        self.backend
+        let due = receipt
+            .deliveries
+            .iter()
+            .any(|d| d.state == tb_core::delivery::DeliveryState::Pending);
+        let out = self
+            .backend
             .write(move |c| write::commit_receipt(c, &receipt, &normalized, &inputs))
-            .await
+            .await;
+        if due && matches!(out, Ok(IngestOutcome::Accepted { .. })) {
+            self.backend.announce(Wake::Work);
+        }
+        out
     }
     async fn lease_due(
         &self,
@@ -148,15 +179,24 @@ impl<B: Backend> Store for SqlStore<B> {
             .await
     }
     async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted> {
-        self.backend
+        // A local effect (a signal raised on a session, a session started) changes a session.
+        let session = commit.effect.is_some();
+        let out = self
+            .backend
             .write(move |c| attempt::commit_attempt(c, &commit))
-            .await
+            .await;
+        if session {
+            return self.wakes(Wake::Sessions, out);
+        }
+        out
     }
     async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
         let id = id.to_string();
-        self.backend
+        let out = self
+            .backend
             .write(move |c| write::replay_delivery(c, &id, now))
-            .await
+            .await;
+        self.wakes(Wake::Work, out)
     }
     async fn renew_lease(
         &self,
@@ -172,9 +212,11 @@ impl<B: Backend> Store for SqlStore<B> {
     }
     async fn release_lease(&self, delivery_id: &str, token: &str, now: i64) -> StoreResult<()> {
         let (d, t) = (delivery_id.to_string(), token.to_string());
-        self.backend
+        let out = self
+            .backend
             .write(move |c| lease::release_lease(c, &d, &t, now))
-            .await
+            .await;
+        self.wakes(Wake::Work, out)
     }
     async fn next_due_at(&self) -> StoreResult<Option<i64>> {
         self.backend.read(read::next_due_at).await
@@ -187,9 +229,11 @@ impl<B: Backend> Store for SqlStore<B> {
         now: i64,
     ) -> StoreResult<RunRecord> {
         let id = run_id.to_string();
-        self.backend
+        let out = self
+            .backend
             .write(move |c| write::finish_run(c, &id, status, output.as_ref(), now))
-            .await
+            .await;
+        self.wakes(Wake::Sessions, out)
     }
     async fn get_run(&self, id: &str) -> StoreResult<RunRecord> {
         let id = id.to_string();
@@ -347,9 +391,11 @@ impl<B: Backend> Store for SqlStore<B> {
         now: i64,
     ) -> StoreResult<RaiseOutcome> {
         let r = run_id.to_string();
-        self.backend
+        let out = self
+            .backend
             .write(move |c| session::raise_signal(c, &r, &signal, now))
-            .await
+            .await;
+        self.wakes(Wake::Sessions, out)
     }
     async fn list_signals(
         &self,
@@ -377,15 +423,19 @@ impl<B: Backend> Store for SqlStore<B> {
         now: i64,
     ) -> StoreResult<WaitRecord> {
         let (r, w) = (run_id.to_string(), wait_id.to_string());
-        self.backend
+        let out = self
+            .backend
             .write(move |c| session::create_wait(c, &r, &w, &spec, now))
-            .await
+            .await;
+        self.wakes(Wake::Sessions, out)
     }
     async fn cancel_wait(&self, run_id: &str, wait_id: &str, now: i64) -> StoreResult<WaitRecord> {
         let (r, w) = (run_id.to_string(), wait_id.to_string());
-        self.backend
+        let out = self
+            .backend
             .write(move |c| session::cancel_wait(c, &r, &w, now))
-            .await
+            .await;
+        self.wakes(Wake::Sessions, out)
     }
     async fn get_wait(&self, run_id: &str, wait_id: &str) -> StoreResult<WaitRecord> {
         let (r, w) = (run_id.to_string(), wait_id.to_string());
@@ -398,9 +448,14 @@ impl<B: Backend> Store for SqlStore<B> {
         self.backend.read(move |c| session::list_waits(c, &r)).await
     }
     async fn fire_timers(&self, now: i64, limit: u32) -> StoreResult<u32> {
-        self.backend
+        let out = self
+            .backend
             .write(move |c| session::fire_timers(c, now, limit))
-            .await
+            .await;
+        if matches!(out, Ok(n) if n > 0) {
+            self.backend.announce(Wake::Sessions);
+        }
+        out
     }
     async fn next_timer_at(&self) -> StoreResult<Option<i64>> {
         self.backend.read(session::next_timer_at).await
@@ -412,9 +467,11 @@ impl<B: Backend> Store for SqlStore<B> {
         now: i64,
     ) -> StoreResult<TurnRecord> {
         let r = run_id.to_string();
-        self.backend
+        let out = self
+            .backend
             .write(move |c| session::enqueue_prompt(c, &r, &prompt, now))
-            .await
+            .await;
+        self.wakes(Wake::Sessions, out)
     }
     async fn claim_turn(
         &self,
@@ -435,9 +492,11 @@ impl<B: Backend> Store for SqlStore<B> {
         now: i64,
     ) -> StoreResult<TurnRecord> {
         let (r, t) = (run_id.to_string(), turn_id.to_string());
-        self.backend
+        let out = self
+            .backend
             .write(move |c| session::ack_turn(c, &r, &t, claim, now))
-            .await
+            .await;
+        self.wakes(Wake::Sessions, out)
     }
     async fn list_turns(&self, run_id: &str) -> StoreResult<Vec<TurnRecord>> {
         let r = run_id.to_string();
@@ -489,6 +548,9 @@ impl<B: Backend> Store for SqlStore<B> {
     }
     fn config_change_hints(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         self.backend.config_change_hints()
+    }
+    fn wake_hints(&self, wake: Wake) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.backend.wake_hints(wake)
     }
     async fn changes_since(&self, after_id: i64, limit: u32) -> StoreResult<Vec<ConfigChange>> {
         self.backend
