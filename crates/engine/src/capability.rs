@@ -100,14 +100,19 @@ pub async fn mint(
         "{TOKEN_PREFIX}{}",
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
     );
-    let (hmac_file, hmac_secret) = if req.hmac {
+    // The HMAC key is sealed in the store, in the capability's own transaction, so every replica can
+    // verify the endpoint's requests (issue #10); its record names it `store:<capability id>`.
+    let (hmac_file, hmac_secret, sealed) = if req.hmac {
         let store = secrets.ok_or_else(|| bad("this server has no secret store for HMAC keys"))?;
         let secret = hex::encode(rand::random::<[u8; 32]>());
-        let file = format!("{id}.hmac");
-        store.write(&file, secret.as_bytes())?;
-        (Some(file), Some(secret))
+        let sealed = store.sealing_key()?.seal(&id, secret.as_bytes());
+        (
+            Some(format!("{}{id}", crate::registration::STORED)),
+            Some(secret),
+            Some(sealed),
+        )
     } else {
-        (None, None)
+        (None, None, None)
     };
     let now = clock::now_ms();
     let record = CapabilityRecord {
@@ -127,7 +132,7 @@ pub async fn mint(
     };
     engine
         .store
-        .create_capability(record.clone(), cap::hash_token(&token))
+        .create_capability_sealed(record.clone(), cap::hash_token(&token), sealed)
         .await
         .map_err(store_err)?;
     tracing::info!(endpoint = %record.id, run = %record.run_id, "capability endpoint minted");
@@ -195,11 +200,24 @@ pub async fn ingest(
         metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => outcome)
             .increment(1)
     };
-    if let Some(file) = &c.hmac_file {
+    if let Some(name) = &c.hmac_file {
         let secret = secrets
             .ok_or_else(|| TbError::new(ErrorCode::Unavailable, "secret store unavailable"))?
-            .read_raw(file)?;
-        if let Err(e) = cap::verify_hmac(secret.as_bytes(), headers, &body) {
+            .open_named(engine.store.as_ref(), name)
+            .await
+            .map_err(|e| {
+                // The caller may retry: this replica cannot read the key (no or another sealing key,
+                // or the key is gone), which says nothing about the request.
+                tracing::error!(endpoint = %c.id, error = %e.message, "cannot read the endpoint's HMAC key");
+                TbError::new(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "this replica cannot read the endpoint's HMAC key; check that {} is the same on every replica",
+                        crate::sealing::SECRET_KEY_ENV
+                    ),
+                )
+            })?;
+        if let Err(e) = cap::verify_hmac(&secret, headers, &body) {
             count("rejected");
             return Err(TbError::new(e.code(), e.to_string()));
         }

@@ -25,6 +25,10 @@ use crate::catalog::{Registration, SubscriptionConfig, Verification};
 use crate::sealing::{SecretKey, SECRET_KEY_ENV};
 use crate::{clock, store_err, Engine};
 
+/// Prefix of a secret name that is a sealed secret in the store (the rest is its id) rather than a
+/// file under the secrets directory (outbound webhook and capability HMAC keys made before issue #10).
+pub const STORED: &str = "store:";
+
 /// Where host-generated secrets live: the sealing key (secrets kept in the store) and the directory
 /// of secret files (pre-issue-#10 registrations, capability HMAC keys), plus the key that
 /// fingerprints secrets.
@@ -160,6 +164,21 @@ impl SecretStore {
         let text = std::fs::read_to_string(&p).map_err(|e| io("cannot read", &p, e))?;
         tb_ingress::parse_whsec(text.trim())
             .map_err(|e| TbError::new(ErrorCode::Internal, format!("{}: {e}", p.display())))
+    }
+
+    /// The secret named `name`: `store:<id>` ([`STORED`]) is the secret sealed in `store` under
+    /// `id` ([`SecretStore::open_stored`]); any other name is a secret file of this store's directory
+    /// (outbound webhook and capability HMAC keys made before secrets were sealed in the store).
+    /// Errors: those of [`SecretStore::open_stored`], or `internal` for an unreadable file.
+    pub async fn open_named(
+        &self,
+        store: &dyn tb_store::Store,
+        name: &str,
+    ) -> Result<Vec<u8>, TbError> {
+        match name.strip_prefix(STORED) {
+            Some(id) => self.open_stored(store, id).await,
+            None => self.read_raw(name).map(String::into_bytes),
+        }
     }
 
     /// The plaintext of the secret stored sealed under `id` in `store`. Errors: `not_found` when no

@@ -108,9 +108,9 @@ impl Registry {
     }
 }
 
-/// Prefix of a [`WebhookRecord`] secret name that is a sealed secret in the store (the rest is its
-/// id) rather than a file under the secrets directory (webhooks created before issue #10).
-pub const STORED: &str = "store:";
+/// Prefix of a [`WebhookRecord`] secret name that is a sealed secret in the store (see
+/// [`crate::registration::STORED`]).
+pub use crate::registration::STORED;
 
 /// Retry policy of webhook deliveries. Durable (reference v2 host defaults): 5 attempts, 500 ms
 /// doubling. Best-effort (`webhooks.durable` off): one attempt, no retry.
@@ -326,16 +326,13 @@ pub async fn load(engine: &Engine, secrets: &SecretStore) -> Result<usize, TbErr
     Ok(n)
 }
 
-/// A webhook secret by its stored name: `store:<id>` sealed in the store, else a file name.
+/// A webhook secret by its stored name (see [`SecretStore::open_named`]).
 async fn read_secret(
     engine: &Engine,
     secrets: &SecretStore,
     name: &str,
 ) -> Result<Vec<u8>, TbError> {
-    match name.strip_prefix(STORED) {
-        Some(id) => secrets.open_stored(engine.store.as_ref(), id).await,
-        None => secrets.read_raw(name).map(String::into_bytes),
-    }
+    secrets.open_named(engine.store.as_ref(), name).await
 }
 
 /// The v1 signature of a body sent at `ts` (Unix s): lowercase hex HMAC-SHA256 over `"{ts}.{body}"`.

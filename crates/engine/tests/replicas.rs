@@ -23,7 +23,8 @@ use trigger_bridge_engine::ingest::{ingest, IngestAnswer};
 use trigger_bridge_engine::registration::{register, RegistrationRequest, SecretStore};
 use trigger_bridge_engine::sealing::SecretKey;
 use trigger_bridge_engine::{
-    catalog::Verification, runs, sessions, sync, wake, worker, Catalog, Engine, SubscriptionConfig,
+    capability, catalog::Verification, runs, sessions, sync, wake, worker, Catalog, Engine,
+    SubscriptionConfig,
 };
 
 const SECRET: &str = "replicas-secret";
@@ -521,5 +522,104 @@ async fn a_signal_raised_through_a_resolves_a_wait_long_polled_on_b_within_1s() 
     println!("a signal raised on A ended B's long-poll in {took:?}");
     assert_eq!(w.state, tb_core::wait::WaitState::Resolved, "{w:?}");
     assert!(took < BUDGET, "took {took:?}");
+    let _ = stop.send(true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_hmac_capability_minted_through_a_verifies_requests_on_b() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let a = replica(&db, &key, &stop).await;
+    let b = replica(&db, &key, &stop).await;
+    tokio::spawn(worker::run(
+        a.engine.clone(),
+        Default::default(),
+        stop.subscribe(),
+    ));
+    let run = runs::start(
+        &a.engine,
+        "chat",
+        serde_json::json!({}),
+        Bytes::from_static(b"{}"),
+    )
+    .await
+    .unwrap();
+    time_until(|| {
+        let (e, id) = (a.engine.clone(), run.clone());
+        async move { matches!(e.store.get_run(&id).await, Ok(r) if r.status == RunStatus::Running) }
+    })
+    .await
+    .expect("the session never started");
+    let minted = capability::mint(
+        &a.engine,
+        Some(&a.secrets),
+        capability::MintRequest {
+            run_id: run.clone(),
+            signal: "ci.done".into(),
+            hmac: true,
+            ..Default::default()
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let secret = minted
+        .hmac_secret
+        .clone()
+        .expect("an HMAC key is shown once");
+    assert_eq!(
+        minted.record.hmac_file.as_deref(),
+        Some(format!("store:{}", minted.record.id).as_str()),
+        "the key is sealed in the store, not a file of A's"
+    );
+    let body = br#"{"ok":true}"#;
+    let headers = |sig: &str| {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", "application/json".parse().unwrap());
+        h.insert("x-signature-256", sig.parse().unwrap());
+        h
+    };
+    // B has its own secrets dir (nothing of A's on disk) and the shared sealing key.
+    let on_b = capability::find(&b.engine, &minted.token).await.unwrap();
+    let bad = capability::ingest(
+        &b.engine,
+        Some(&b.secrets),
+        &on_b,
+        &headers(&tb_ingress::capability::sign(b"wrong key", body)),
+        Bytes::from_static(body),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(bad.code, ErrorCode::SignatureInvalid, "{bad:?}");
+    let ok = capability::ingest(
+        &b.engine,
+        Some(&b.secrets),
+        &on_b,
+        &headers(&tb_ingress::capability::sign(secret.as_bytes(), body)),
+        Bytes::from_static(body),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(ok, IngestAnswer::Accepted { .. }), "{ok:?}");
+    // A replica with another sealing key cannot read it: 503 naming the key, never a 401.
+    let other = replica(&db, &SecretKey::generate(), &stop).await;
+    let e = capability::ingest(
+        &other.engine,
+        Some(&other.secrets),
+        &on_b,
+        &headers(&tb_ingress::capability::sign(secret.as_bytes(), body)),
+        Bytes::from_static(body),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
+    assert!(
+        e.message.contains("TRIGGER_BRIDGE_SECRET_KEY"),
+        "{}",
+        e.message
+    );
     let _ = stop.send(true);
 }

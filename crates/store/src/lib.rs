@@ -348,6 +348,15 @@ pub trait Store: Send + Sync + 'static {
     // --- capability endpoints (signals-and-connectors §4) -------------------------------------------
     /// Stores a minted endpoint; the token only as its hash. Errors: `NotFound`; `Rejected(target_terminal)`.
     async fn create_capability(&self, cap: CapabilityRecord, token_hash: String) -> StoredResult;
+    /// [`Store::create_capability`] with the endpoint's sealed HMAC key (when given; sealed by the
+    /// engine, never plaintext) stored under the capability id in the same transaction, so every
+    /// replica can verify its requests. Errors: as `create_capability`.
+    async fn create_capability_sealed(
+        &self,
+        cap: CapabilityRecord,
+        token_hash: String,
+        sealed_hmac: Option<Vec<u8>>,
+    ) -> StoredResult;
     async fn list_capabilities(&self) -> StoreResult<Vec<CapabilityRecord>>;
     /// A usable endpoint (not revoked, not expired, uses left) by token hash.
     async fn capability_by_hash(

@@ -502,6 +502,22 @@ impl<B: Backend> Store for SqlStore<B> {
         let r = run_id.to_string();
         self.backend.read(move |c| session::list_turns(c, &r)).await
     }
+    async fn create_capability_sealed(
+        &self,
+        cap: CapabilityRecord,
+        token_hash: String,
+        sealed_hmac: Option<Vec<u8>>,
+    ) -> StoredResult {
+        self.backend
+            .write(move |c| {
+                session::create_capability(c, &cap, &token_hash)?;
+                match &sealed_hmac {
+                    Some(s) => config::put_sealed_secret(c, &cap.id, s, cap.created_at),
+                    None => Ok(()),
+                }
+            })
+            .await
+    }
     async fn create_capability(&self, cap: CapabilityRecord, token_hash: String) -> StoredResult {
         self.backend
             .write(move |c| session::create_capability(c, &cap, &token_hash))
