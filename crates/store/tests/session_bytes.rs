@@ -268,3 +268,45 @@ async fn an_idle_session_stays_within_its_byte_budget_and_reads_back_whole() {
         assert!(s.get_body(&receipt).await.unwrap().is_empty());
     }
 }
+
+/// Each index costs bytes on every row: the tables an idle session writes carry only the indexes a
+/// query of `crates/store/src/sql/` uses (or a constraint needs). SQLite names its key indexes
+/// `sqlite_autoindex_*`; `attempts` and `run_events` are WITHOUT ROWID, so their key is the table.
+#[test]
+fn the_session_tables_carry_only_the_indexes_a_query_uses() {
+    let conn = rusqlite::Connection::open_in_memory().unwrap();
+    trigger_bridge_store::sqlite::migrate(&conn).unwrap();
+    let got: Vec<(String, String)> = conn
+        .prepare(
+            "SELECT tbl_name, name FROM sqlite_master WHERE type = 'index' AND tbl_name IN \
+             ('receipts', 'bodies', 'deliveries', 'attempts', 'runs', 'run_events', 'turns', 'waits') \
+             ORDER BY 1, 2",
+        )
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let want = [
+        ("bodies", "sqlite_autoindex_bodies_1"), // receipt_id key
+        ("deliveries", "deliveries_by_state"),   // lists by state, newest first
+        ("deliveries", "deliveries_due"),        // the lease pick
+        ("deliveries", "sqlite_autoindex_deliveries_1"), // id key
+        ("deliveries", "sqlite_autoindex_deliveries_2"), // UNIQUE (receipt_id, binding_id)
+        ("receipts", "receipts_dedup"),          // one live receipt per dedup key
+        ("receipts", "sqlite_autoindex_receipts_1"), // id key
+        ("runs", "sqlite_autoindex_runs_1"),     // id key
+        ("runs", "sqlite_autoindex_runs_2"),     // UNIQUE delivery_id
+        ("turns", "sqlite_autoindex_turns_1"),   // id key
+        ("turns", "sqlite_autoindex_turns_2"),   // UNIQUE (run_id, seq)
+        ("turns", "turns_open"),                 // the head turn of a claim
+        ("waits", "sqlite_autoindex_waits_1"),   // id key
+        ("waits", "waits_due"),                  // the timer loop
+        ("waits", "waits_one_armed"),            // one armed wait per run
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(t, i)| (t.to_string(), i.to_string()))
+        .collect();
+    assert_eq!(got, want);
+}

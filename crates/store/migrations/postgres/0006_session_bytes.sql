@@ -17,3 +17,6 @@ ALTER TABLE run_events DROP CONSTRAINT run_events_event_id_key;
 
 -- No query orders or filters runs by created_at.
 DROP INDEX runs_by_time;
+
+-- No query reads an attempt by its event id.
+ALTER TABLE attempts DROP CONSTRAINT attempts_event_id_key;

@@ -34,3 +34,22 @@ ALTER TABLE run_events_next RENAME TO run_events;
 
 -- No query orders or filters runs by created_at (lists walk the time-ordered id).
 DROP INDEX runs_by_time;
+
+-- Attempts, keyed by (delivery_id, attempt) in that key's B-tree, without the UNIQUE index on event_id:
+-- no query reads an attempt by its event id (event ids are 128 random bits).
+CREATE TABLE attempts_next (
+    delivery_id  TEXT NOT NULL,
+    attempt      INTEGER NOT NULL,
+    event_id     TEXT NOT NULL,
+    outcome      TEXT NOT NULL,
+    error_class  TEXT,
+    started_at   INTEGER NOT NULL,
+    duration_ms  INTEGER NOT NULL,
+    next_due_at  INTEGER,
+    message      TEXT,
+    PRIMARY KEY (delivery_id, attempt)
+) WITHOUT ROWID;
+INSERT INTO attempts_next (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at, message)
+    SELECT delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, next_due_at, message FROM attempts;
+DROP TABLE attempts;
+ALTER TABLE attempts_next RENAME TO attempts;
