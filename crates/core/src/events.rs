@@ -84,10 +84,10 @@ pub fn stored_payload(
     let mut p = payload.clone();
     if let serde_json::Value::Object(m) = &mut p {
         match event_type {
-            DELIVERY_ATTEMPTED | RUN_DEAD_LETTERED => {
-                if m.get("runId").and_then(|v| v.as_str()) == Some(run_id) {
-                    m.remove("runId");
-                }
+            DELIVERY_ATTEMPTED | RUN_DEAD_LETTERED
+                if m.get("runId").and_then(|v| v.as_str()) == Some(run_id) =>
+            {
+                m.remove("runId");
             }
             RUN_STARTED if m.contains_key("workflowId") && m.contains_key("inputs") => {
                 m.remove("workflowId");

@@ -28,7 +28,7 @@ const SESSIONS: usize = 3;
 
 /// Budget of one idle session's text and blob values, all session tables together (bytes). Measured
 /// at this version: 1 546 on SQLite and PostgreSQL alike (run events 688, deliveries 180, runs 178,
-/// waits 168, receipts 135, turns 116, attempts 81); the start turn alone carried 400 more while it
+/// waits 168, receipts 135, turns 116, attempts 81); the start turn alone carried about 360 more while it
 /// copied the configuration and its system line.
 const VALUE_BUDGET: u64 = 1_600;
 
@@ -42,6 +42,9 @@ fn config() -> Value {
 /// `octet_length`, of each TEXT / BLOB (bytea) column.
 type Measure = Box<dyn Fn(&str) -> u64 + Send>;
 
+/// A store, how to measure it, and what keeps its storage alive (a temp dir, a test schema).
+type Backend = (Arc<dyn Store>, Measure, Box<dyn std::any::Any + Send>);
+
 const TABLES: &[&str] = &[
     "receipts",
     "bodies",
@@ -54,7 +57,7 @@ const TABLES: &[&str] = &[
     "waits",
 ];
 
-async fn backends() -> Vec<(Arc<dyn Store>, Measure, Box<dyn std::any::Any + Send>)> {
+async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = SqliteStore::open_dir(dir.path()).expect("open sqlite");
     let file = dir.path().join("trigger-bridge.db");
@@ -78,8 +81,7 @@ async fn backends() -> Vec<(Arc<dyn Store>, Measure, Box<dyn std::any::Any + Sen
         )
         .unwrap() as u64
     });
-    let mut out: Vec<(Arc<dyn Store>, Measure, Box<dyn std::any::Any + Send>)> =
-        vec![(Arc::new(s), sqlite, Box::new(dir))];
+    let mut out: Vec<Backend> = vec![(Arc::new(s), sqlite, Box::new(dir))];
     if let Some(db) = TestDatabase::create() {
         let store = PgStore::connect(db.url(), PoolOptions::default())
             .await
