@@ -14,8 +14,9 @@ use tb_store::{NewDelivery, NewReceipt};
 
 use crate::{clock, store_err, Engine, API_SOURCE};
 
-/// Starts a run of `workflow_id` with `inputs`. `request` is the request body; the receipt keeps no
-/// copy of it (its content is the delivery's workflow and inputs). Returns the run id. Errors: `not_found` (no such workflow), `unavailable` (store).
+/// Starts a run of `workflow_id` with `inputs`. `_request` is the request body; the receipt keeps no
+/// copy of it (its content is the delivery's workflow and inputs). Returns the run id.
+/// Errors: `not_found` (no such workflow), `unavailable` (store).
 pub async fn start(
     engine: &Engine,
     workflow_id: &str,
