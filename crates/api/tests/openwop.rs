@@ -1133,7 +1133,10 @@ async fn outbound_webhooks_are_ssrf_checked_signed_durable_and_deletable() {
     let raw = s
         .engine
         .store
-        .get_run_event(got[1].1["event"]["eventId"].as_str().unwrap())
+        .get_run_event(
+            got[1].1["runId"].as_str().unwrap(),
+            got[1].1["event"]["eventId"].as_str().unwrap(),
+        )
         .await
         .unwrap();
     let doc = json!({"runId": raw.run_id, "workspaceId": "t1", "event": tb_engine::wire_event::run_event_doc(&raw)}).to_string();

@@ -68,6 +68,76 @@ pub struct RunStarted {
     pub inputs: serde_json::Value,
 }
 
+/// `run.dead_lettered` event type (RFC 0053).
+pub const RUN_DEAD_LETTERED: &str = "run.dead_lettered";
+
+/// The payload a run event is stored with (issue #10): without the fields its run row holds, which
+/// [`shown_payload`] puts back when the event is read, so every reader sees the payload it was built
+/// with. Dropped: `runId` of `trigger.delivery.attempted` and `run.dead_lettered` when it is this run
+/// (`run_events.run_id`); `workflowId` and `inputs` of `run.started`, which `attempt::first_events`
+/// builds from the run's own `workflow_id` and `inputs` columns. Other events are stored as built.
+pub fn stored_payload(
+    event_type: &str,
+    run_id: &str,
+    payload: &serde_json::Value,
+) -> serde_json::Value {
+    let mut p = payload.clone();
+    if let serde_json::Value::Object(m) = &mut p {
+        match event_type {
+            DELIVERY_ATTEMPTED | RUN_DEAD_LETTERED
+                if m.get("runId").and_then(|v| v.as_str()) == Some(run_id) =>
+            {
+                m.remove("runId");
+            }
+            RUN_STARTED if m.contains_key("workflowId") && m.contains_key("inputs") => {
+                m.remove("workflowId");
+                m.remove("inputs");
+            }
+            _ => {}
+        }
+    }
+    p
+}
+
+/// Whether [`shown_payload`] needs the run row's `(workflow_id, inputs)` for this stored payload.
+pub fn needs_run_row(event_type: &str, stored: &serde_json::Value) -> bool {
+    event_type == RUN_STARTED && stored.get("workflowId").is_none()
+}
+
+/// The payload of a stored run event as it was built (the inverse of [`stored_payload`]): `runId` put
+/// back on a delivered `trigger.delivery.attempted` and on `run.dead_lettered`; `workflowId` and
+/// `inputs` on `run.started`, from `run_row` = the run's `(workflow_id, inputs)` (required when
+/// [`needs_run_row`]; `None` leaves them out). Payloads stored in full (before) come back as they are.
+pub fn shown_payload(
+    event_type: &str,
+    run_id: &str,
+    run_row: Option<(&str, &serde_json::Value)>,
+    mut stored: serde_json::Value,
+) -> serde_json::Value {
+    use serde_json::Value;
+    if let Value::Object(m) = &mut stored {
+        match event_type {
+            DELIVERY_ATTEMPTED
+                if !m.contains_key("runId")
+                    && m.get("outcome").and_then(Value::as_str) == Some("delivered") =>
+            {
+                m.insert("runId".into(), run_id.into());
+            }
+            RUN_DEAD_LETTERED if !m.contains_key("runId") => {
+                m.insert("runId".into(), run_id.into());
+            }
+            RUN_STARTED if !m.contains_key("workflowId") => {
+                if let Some((workflow_id, inputs)) = run_row {
+                    m.insert("workflowId".into(), workflow_id.into());
+                    m.insert("inputs".into(), inputs.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    stored
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +163,53 @@ mod tests {
         };
         assert_eq!(serde_json::to_value(&r).unwrap()["outcome"], "retrying");
         assert!(serde_json::to_value(&r).unwrap().get("runId").is_none());
+    }
+
+    #[test]
+    fn a_run_event_is_stored_without_the_run_rows_fields_and_read_back_whole() {
+        let inputs = json!({"pr": 7});
+        let row = Some(("wf", &inputs));
+        let cases = [
+            (
+                DELIVERY_ATTEMPTED,
+                json!({"subscriptionId":"s","dedupKey":"dk_1","attempt":1,"outcome":"delivered","runId":"run_1"}),
+                json!({"subscriptionId":"s","dedupKey":"dk_1","attempt":1,"outcome":"delivered"}),
+            ),
+            (
+                RUN_STARTED,
+                json!({"workflowId":"wf","inputs":{"pr":7}}),
+                json!({}),
+            ),
+            (
+                RUN_DEAD_LETTERED,
+                json!({"runId":"run_1","reason":"r","attempts":3}),
+                json!({"reason":"r","attempts":3}),
+            ),
+            (
+                "tb.turn.queued",
+                json!({"turnId":"t","kind":"start"}),
+                json!({"turnId":"t","kind":"start"}),
+            ),
+        ];
+        for (ty, built, stored) in cases {
+            assert_eq!(stored_payload(ty, "run_1", &built), stored, "{ty}");
+            assert_eq!(needs_run_row(ty, &stored), ty == RUN_STARTED, "{ty}");
+            assert_eq!(shown_payload(ty, "run_1", row, stored), built, "{ty}");
+            // A payload stored in full (before this version) reads as it is.
+            assert_eq!(
+                shown_payload(ty, "run_1", row, built.clone()),
+                built,
+                "{ty}"
+            );
+        }
+        // Another run's id stays; an attempt that did not deliver gets no runId.
+        let other = json!({"outcome":"delivered","runId":"run_2"});
+        assert_eq!(stored_payload(DELIVERY_ATTEMPTED, "run_1", &other), other);
+        let retrying = json!({"outcome":"retrying"});
+        assert_eq!(
+            shown_payload(DELIVERY_ATTEMPTED, "run_1", None, retrying.clone()),
+            retrying
+        );
     }
 
     #[test]

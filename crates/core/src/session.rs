@@ -136,8 +136,12 @@ pub fn live(status: RunStatus) -> Result<(), Refusal> {
 /// rendered by the backend when it applies the op, from rows written earlier in the same op list.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TurnContent {
-    /// Already framed (start or prompt turn).
+    /// Already framed (a prompt turn).
     Framed(serde_json::Value),
+    /// The start turn of a new session: stored as this reference to its session configuration
+    /// (`turn::config_ref`, a `session_configs` row) and rendered on read with `turn::start_content`
+    /// from the run's workflow id and inputs (issue #10: the configuration is not copied per session).
+    Start { config_ref: String },
     /// The wake turn of the signal at this `seq`: `turn::signal_content(envelope)`.
     SignalWake { signal_seq: u64 },
     /// The turn of the wait just settled: `turn::wait_content(view of the wait after the op list)`.
@@ -310,13 +314,13 @@ impl Writes {
 }
 
 /// Queues the start turn of a new session run (after the run row exists, with [`Counters::NEW_RUN`] or
-/// the counters the run's first events left). `content` is `turn::start_content(...)`.
-pub fn start(counters: Counters, content: serde_json::Value, ctx: &mut Ctx) -> Writes {
+/// the counters the run's first events left). `config_ref` is `turn::config_ref(session config)`.
+pub fn start(counters: Counters, config_ref: String, ctx: &mut Ctx) -> Writes {
     let mut w = Writes::new(counters);
     w.turn(
         ctx,
         TurnKind::Start,
-        TurnContent::Framed(content),
+        TurnContent::Start { config_ref },
         None,
         false,
     );
@@ -450,16 +454,16 @@ mod tests {
 
     #[test]
     fn a_session_starts_with_turn_1_and_event_0() {
-        let w = with_ctx(5_000, |ctx| {
-            start(Counters::NEW_RUN, json!({"workflowId": "wf"}), ctx)
-        });
+        let w = with_ctx(5_000, |ctx| start(Counters::NEW_RUN, "c0ffee".into(), ctx));
         assert_eq!(
             w.ops[0],
             Op::InsertTurn {
                 id: "turn_n1".into(),
                 seq: 1,
                 kind: TurnKind::Start,
-                content: TurnContent::Framed(json!({"workflowId": "wf"})),
+                content: TurnContent::Start {
+                    config_ref: "c0ffee".into()
+                },
                 delivery_id: None,
                 user_input: false
             }

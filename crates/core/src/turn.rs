@@ -92,6 +92,18 @@ pub fn start_content(workflow_id: &str, session: &Value, inputs: &Value) -> Valu
     })
 }
 
+/// The reference a start turn stores instead of a copy of its workflow's session configuration
+/// (issue #10): the first 16 bytes of the SHA-256 of the configuration's JSON text (`serde_json`
+/// writes object keys sorted, so equal configurations give equal texts), as 32 lower-case hex
+/// characters. The store keeps each distinct configuration once, under this key
+/// (`session_configs`), and renders the start turn with [`start_content`] when it is read, so the
+/// turn shows the configuration the session started with even after the workflow changed.
+pub fn config_ref(session: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(session.to_string().as_bytes());
+    hex::encode(&digest[..16])
+}
+
 /// Content of a prompt turn. The prompt text is the server-owned template, never concatenated with
 /// payload values; the values it refers to travel separately under `untrusted.variables`.
 pub fn prompt_content(text: &str, variables: &Value, from: &str) -> Value {
@@ -149,6 +161,10 @@ mod tests {
             assert!(c["untrusted"].to_string().contains("ignore previous"));
         }
         assert_eq!(TurnKind::parse("wait"), Some(TurnKind::Wait));
+        let a = config_ref(&json!({"model": "m", "agent": "a"}));
+        assert_eq!(a.len(), 32);
+        assert_eq!(a, config_ref(&json!({"agent": "a", "model": "m"})));
+        assert_ne!(a, config_ref(&json!({"agent": "a", "model": "n"})));
         assert_eq!(TurnState::parse("leased"), Some(TurnState::Leased));
     }
 }

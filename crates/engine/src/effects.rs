@@ -98,10 +98,7 @@ pub fn plan(
                     inputs: d.inputs.clone(),
                     status: tb_core::run::RunStatus::Running,
                     dead_letter: None,
-                    session: Some((
-                        tb_core::turn::start_content(&w.id, config, &d.inputs),
-                        *mailbox,
-                    )),
+                    session: Some((config.clone(), *mailbox)),
                 },
                 coalesce,
             }))

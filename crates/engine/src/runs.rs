@@ -14,13 +14,14 @@ use tb_store::{NewDelivery, NewReceipt};
 
 use crate::{clock, store_err, Engine, API_SOURCE};
 
-/// Starts a run of `workflow_id` with `inputs`; `request` is the request body, kept as the receipt's
-/// body. Returns the run id. Errors: `not_found` (no such workflow), `unavailable` (store).
+/// Starts a run of `workflow_id` with `inputs`. `_request` is the request body; the receipt keeps no
+/// copy of it (its content is the delivery's workflow and inputs). Returns the run id.
+/// Errors: `not_found` (no such workflow), `unavailable` (store).
 pub async fn start(
     engine: &Engine,
     workflow_id: &str,
     inputs: Value,
-    request: Bytes,
+    _request: Bytes,
 ) -> Result<String, TbError> {
     if engine.catalog().workflow(workflow_id).is_none() {
         return Err(TbError::new(ErrorCode::NotFound, "no such workflow"));
@@ -35,10 +36,12 @@ pub async fn start(
         dedup_key: dedup_key(API_SOURCE, &receipt_id),
         provider_event_id: receipt_id.clone(),
         event_type: "run.requested".into(),
-        normalized: serde_json::json!({"event": "run.requested"}),
+        // No body and no normalized fields of its own: the request is the delivery's workflow and
+        // inputs (issue #10: an idle session's bytes).
+        normalized: serde_json::json!({}),
         state: ReceiptState::Routed,
-        content_type: Some("application/json".into()),
-        body: request,
+        content_type: None,
+        body: Bytes::new(),
         received_at: now,
         dedup_until: now,
         deliveries: vec![NewDelivery {

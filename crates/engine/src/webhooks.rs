@@ -416,7 +416,7 @@ pub async fn deliver(engine: &Engine, d: &DeliveryRecord) -> Result<(), ActionRe
 async fn send(engine: &Engine, d: &DeliveryRecord, t: &Target) -> Result<(), ActionResult> {
     let event = engine
         .store
-        .get_run_event(&d.receipt_id)
+        .get_run_event(d.run_id.as_deref().unwrap_or_default(), &d.receipt_id)
         .await
         .map_err(|_| failed("event_missing", true))?;
     let body = serde_json::json!({"runId": event.run_id, "workspaceId": t.tenant_id, "event": crate::wire_event::run_event_doc(&event)}).to_string();

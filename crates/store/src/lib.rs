@@ -276,8 +276,8 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_webhook(&self, id: &str, tenant: &str) -> StoreResult<()>;
     /// Live webhooks.
     async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>>;
-    /// One run event by its id.
-    async fn get_run_event(&self, event_id: &str) -> StoreResult<RunEventRecord>;
+    /// One event of run `run_id` by its id, its payload as built. Errors: `NotFound`.
+    async fn get_run_event(&self, run_id: &str, event_id: &str) -> StoreResult<RunEventRecord>;
     // --- sessions: signals, waits, turns (issue #5) ------------------------------------------------
     /// Raises a signal on a run (signals-and-connectors §5.2): duplicate `signalId`s are recorded and
     /// suppressed, a full mailbox follows its policy, and the armed wait may consume it at once.

@@ -22,7 +22,9 @@ pub struct NewRun {
     /// Set when the run exhausted its start retries (RFC 0053): the log is `run.dead_lettered {runId,
     /// reason, attempts}` then `run.failed`, and the run stays fork-eligible for the retention period.
     pub dead_letter: Option<(String, u32)>,
-    /// A session run: its start turn's content and its mailbox policy.
+    /// A session run: its workflow's session configuration (operator-set JSON; the start turn refers to
+    /// it by `tb_core::turn::config_ref` and renders it with the run's inputs when read) and its
+    /// mailbox policy.
     pub session: Option<(Value, tb_core::signal::MailboxPolicy)>,
 }
 

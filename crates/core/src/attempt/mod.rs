@@ -306,7 +306,10 @@ pub struct AttemptWrites {
 ///   keeps a permanent failure's class as its reason, else `retries_exhausted`
 ///   ([`dead_letter_reason`]); the run id is kept once set; `consumed_at` is set when the effect was
 ///   consumed (or, without an effect, when a delivered attempt started a run).
-/// * Event: `trigger.delivery.attempted` (`runId` only when delivered) under the report's event id.
+/// * Event: `trigger.delivery.attempted` (`runId` only when delivered) under the report's event id,
+///   as a subscription event, except for a delivery without a subscription row (an API start) whose
+///   attempt starts a run that logs this event: the run log holds it, and nothing reads a
+///   pseudo-subscription's events.
 /// * Run: the effect's started session, else the report's run, unless it already exists; its log is
 ///   [`first_events`].
 /// * Receipt: settled only when the delivery became terminal and has a receipt row
@@ -372,6 +375,14 @@ pub fn after_attempt(
     let run = to_start
         .filter(|_| !snapshot.run_exists)
         .map(|r| run_log::create(r, d, &report.event_id, &attempted, now));
+    let logged = run
+        .as_ref()
+        .is_some_and(|r| r.events.iter().any(|e| e.event_id == report.event_id));
+    if snapshot.subscription.is_none() && logged {
+        // A pseudo-subscription (`api`) has no subscription row and no reader of its events: the
+        // attempt's event is kept once, in the log of the run it starts (issue #10).
+        events.clear();
+    }
 
     let receipt_state = match &snapshot.receipt {
         Some(receipt) if state.is_terminal() => {

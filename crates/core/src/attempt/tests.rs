@@ -496,6 +496,22 @@ fn a_dead_lettered_api_run_is_kept_failed_with_its_dead_letter_log() {
 }
 
 #[test]
+fn an_api_start_keeps_its_attempt_event_in_the_run_log_only() {
+    let mut s = snapshot();
+    s.subscription = None;
+    let mut r = report(Dec::Delivered);
+    r.run = Some(run(RunStatus::Running));
+    let w = after_attempt(&s, &r, NOW).unwrap();
+    assert!(w.events.is_empty(), "{:?}", w.events);
+    let run = w.run.unwrap();
+    assert_eq!(
+        (run.events[1].event_type, run.events[1].event_id.as_str()),
+        ("trigger.delivery.attempted", run.causation_id.as_str())
+    );
+    assert_eq!(run.events[1].payload["outcome"], "delivered");
+}
+
+#[test]
 fn an_existing_run_is_never_written_again() {
     let mut s = snapshot();
     s.run_exists = true;
@@ -644,20 +660,31 @@ fn invariants_hold_for_every_combination() {
                                     w.delivery.state == D::DeadLettered,
                                     "{ctx}"
                                 );
+                                // The attempt's event: a subscription event, or (an API start
+                                // without a subscription row) only in the log of the run it starts.
+                                let logged = w.run.as_ref().and_then(|r| {
+                                    r.events.iter().find(|e| e.event_id == r.causation_id)
+                                });
+                                let only_in_log = !with_sub && logged.is_some();
+                                let attempted = match (only_in_log, logged) {
+                                    (true, Some(e)) => &e.payload,
+                                    _ => &w.events[0].payload,
+                                };
                                 assert_eq!(
-                                    w.events[0].payload.get("runId").is_some(),
+                                    attempted.get("runId").is_some(),
                                     decision == Dec::Delivered && w.run_id.is_some(),
                                     "{ctx}"
                                 );
                                 assert_eq!(
                                     w.events.len(),
-                                    1 + w.transition.map_or(0, |t| {
-                                        if t.from == S::Active && t.to == S::DeadLettered {
-                                            2
-                                        } else {
-                                            1
-                                        }
-                                    }),
+                                    usize::from(!only_in_log)
+                                        + w.transition.map_or(0, |t| {
+                                            if t.from == S::Active && t.to == S::DeadLettered {
+                                                2
+                                            } else {
+                                                1
+                                            }
+                                        }),
                                     "{ctx}"
                                 );
                                 if let Some(t) = w.transition {

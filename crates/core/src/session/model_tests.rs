@@ -377,7 +377,7 @@ fn spec(kind: WaitKind, names: &[&str], timeout_ms: Option<u64>) -> WaitSpec {
 #[test]
 fn a_session_from_start_to_end() {
     let mut run = Run::new(MailboxPolicy::default());
-    let w = run.call(|s, ctx| start(s.counters, Value::Null, ctx));
+    let w = run.call(|s, ctx| start(s.counters, "cfg".into(), ctx));
     run.apply(&w);
     // The driver takes the start turn.
     let Claim::Lease {

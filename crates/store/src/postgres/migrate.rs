@@ -22,6 +22,11 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/postgres/0004_config_sync.sql"),
     ),
+    // 5 is taken by another change in flight.
+    (
+        6,
+        include_str!("../../migrations/postgres/0006_session_bytes.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

@@ -82,7 +82,15 @@ impl<'c> RunLog<'c> {
         c.exec(
             "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            p![run, seq as i64, event_id, ty, payload.to_string(), causation, now],
+            p![
+                run,
+                seq as i64,
+                event_id,
+                ty,
+                tb_core::events::stored_payload(ty, run, payload).to_string(),
+                causation,
+                now
+            ],
         )?;
         if self.hooks.is_none() {
             self.hooks = Some(c.rows(

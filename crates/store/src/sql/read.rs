@@ -333,12 +333,16 @@ pub(crate) fn list_receipts(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<Receip
     page(c, RECEIPT_COLS, "receipts", q, receipt_row)
 }
 
+/// The raw body of a receipt. An empty body has no `bodies` row (`write::commit_receipt` keeps none):
+/// a receipt of 0 bytes reads as empty. Errors: `NotFound("receipt body")` (no such receipt, or its
+/// body expired).
 pub(crate) fn get_body(c: &dyn Db, receipt_id: &str) -> StoreResult<Vec<u8>> {
     c.row(
-        "SELECT body FROM bodies WHERE receipt_id = ?1",
+        "SELECT b.body, r.body_bytes FROM receipts r LEFT JOIN bodies b ON b.receipt_id = r.id WHERE r.id = ?1",
         p![receipt_id],
-        |r| r.get(0),
+        |r| Ok((r.get::<Option<Vec<u8>>>(0)?, r.get::<i64>(1)?)),
     )?
+    .and_then(|(body, len)| body.or((len == 0).then(Vec::new)))
     .ok_or_else(|| StoreError::NotFound("receipt body".into()))
 }
 
@@ -393,6 +397,9 @@ pub(crate) fn list_runs(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<RunRecord>
     page(c, RUN_COLS, "runs", q, run_row)
 }
 
+/// A run's events after sequence `after` (all when `None`), at most `limit` (1..=10 000), with their
+/// payloads as built (`tb_core::events::shown_payload`: the fields the run row holds put back; the
+/// run row is read once, only when an event needs it).
 pub(crate) fn run_events(
     c: &dyn Db,
     run_id: &str,
@@ -400,19 +407,54 @@ pub(crate) fn run_events(
     limit: u32,
 ) -> StoreResult<Vec<RunEventRecord>> {
     let after: i64 = after.map(|a| a as i64).unwrap_or(-1);
-    c.rows(
-            "SELECT run_id, sequence, event_id, type, payload, causation_id, timestamp FROM run_events \
-             WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3", p![run_id, after, limit.clamp(1, 10_000)], |r| {
-            Ok(RunEventRecord {
-                run_id: r.get(0)?,
-                sequence: r.get(1)?,
-                event_id: r.get(2)?,
-                event_type: r.get(3)?,
-                payload: json(r.get(4)?),
-                causation_id: r.get(5)?,
-                timestamp: r.get(6)?,
-            })
-        })
+    let mut events = c.rows(
+        &format!("SELECT {RUN_EVENT_COLS} FROM run_events WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3"),
+        p![run_id, after, limit.clamp(1, 10_000)],
+        run_event_row,
+    )?;
+    let mut run_row = None;
+    for e in &mut events {
+        shown(c, e, &mut run_row)?;
+    }
+    Ok(events)
+}
+
+const RUN_EVENT_COLS: &str = "run_id, sequence, event_id, type, payload, causation_id, timestamp";
+
+fn run_event_row(r: &Row) -> StoreResult<RunEventRecord> {
+    Ok(RunEventRecord {
+        run_id: r.get(0)?,
+        sequence: r.get(1)?,
+        event_id: r.get(2)?,
+        event_type: r.get(3)?,
+        payload: json(r.get(4)?),
+        causation_id: r.get(5)?,
+        timestamp: r.get(6)?,
+    })
+}
+
+/// Puts back what `e`'s stored payload left to its run row (`tb_core::events::shown_payload`);
+/// `run_row` caches the run's `(workflow_id, inputs)` across the events of one run.
+fn shown(
+    c: &dyn Db,
+    e: &mut RunEventRecord,
+    run_row: &mut Option<(String, Value)>,
+) -> StoreResult<()> {
+    if run_row.is_none() && tb_core::events::needs_run_row(&e.event_type, &e.payload) {
+        *run_row = c.row(
+            "SELECT workflow_id, inputs FROM runs WHERE id = ?1",
+            p![e.run_id],
+            |r| Ok((r.get::<String>(0)?, json(r.get(1)?))),
+        )?;
+    }
+    let stored = std::mem::take(&mut e.payload);
+    e.payload = tb_core::events::shown_payload(
+        &e.event_type,
+        &e.run_id,
+        run_row.as_ref().map(|(w, i)| (w.as_str(), i)),
+        stored,
+    );
+    Ok(())
 }
 
 pub(crate) fn subscription_events(
@@ -548,18 +590,20 @@ pub(crate) fn list_webhooks(c: &dyn Db) -> StoreResult<Vec<WebhookRecord>> {
         })
 }
 
-pub(crate) fn get_run_event(c: &dyn Db, event_id: &str) -> StoreResult<RunEventRecord> {
-    c.row(
-        "SELECT run_id, sequence, event_id, type, payload, causation_id, timestamp FROM run_events WHERE event_id = ?1", p![event_id], |r| {
-        Ok(RunEventRecord {
-            run_id: r.get(0)?,
-            sequence: r.get(1)?,
-            event_id: r.get(2)?,
-            event_type: r.get(3)?,
-            payload: json(r.get(4)?),
-            causation_id: r.get(5)?,
-            timestamp: r.get(6)?,
-        })
-    })?
-    .ok_or_else(|| StoreError::NotFound("run event".into()))
+/// Event `event_id` of run `run_id` (read through the log's primary key; event ids have no index of
+/// their own), its payload as built. Errors: `NotFound("run event")`.
+pub(crate) fn get_run_event(
+    c: &dyn Db,
+    run_id: &str,
+    event_id: &str,
+) -> StoreResult<RunEventRecord> {
+    let mut e = c
+        .row(
+            &format!("SELECT {RUN_EVENT_COLS} FROM run_events WHERE run_id = ?1 AND event_id = ?2"),
+            p![run_id, event_id],
+            run_event_row,
+        )?
+        .ok_or_else(|| StoreError::NotFound("run event".into()))?;
+    shown(c, &mut e, &mut None)?;
+    Ok(e)
 }

@@ -378,10 +378,10 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>> {
         self.backend.read(read::list_webhooks).await
     }
-    async fn get_run_event(&self, event_id: &str) -> StoreResult<RunEventRecord> {
-        let id = event_id.to_string();
+    async fn get_run_event(&self, run_id: &str, event_id: &str) -> StoreResult<RunEventRecord> {
+        let (run, id) = (run_id.to_string(), event_id.to_string());
         self.backend
-            .read(move |c| read::get_run_event(c, &id))
+            .read(move |c| read::get_run_event(c, &run, &id))
             .await
     }
     async fn raise_signal(

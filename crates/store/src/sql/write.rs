@@ -47,8 +47,8 @@ pub(crate) fn commit_receipt(
     let inserted = c
         .exec(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
-             content_type, body_bytes, received_at, updated_at, dedup_until) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11) \
+             content_type, body_bytes, received_at, updated_at, dedup_until, dedup_live) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, CASE WHEN CAST(?11 AS BIGINT) > CAST(?10 AS BIGINT) THEN 1 ELSE 0 END) \
              ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING", p![
             r.id,
             r.subscription_id,
@@ -75,10 +75,15 @@ pub(crate) fn commit_receipt(
         return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
-    c.exec(
-        "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)",
-        p![r.id, &r.body[..]],
-    )?;
+    // A receipt whose dedup window is already over (`dedup_until <= received_at`: an API start) holds
+    // no key in `receipts_dedup` (it is live = 0 from the start), and an empty body has no row
+    // (`read::get_body` reads it as empty): issue #10, bytes per session.
+    if !r.body.is_empty() {
+        c.exec(
+            "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)",
+            p![r.id, &r.body[..]],
+        )?;
+    }
     const INSERT_DELIVERY: &str =
         "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
          inputs, state, due_at, dead_letter_reason, created_at, updated_at, params) \

@@ -112,19 +112,24 @@ fn apply_op(
             delivery_id,
             user_input,
         } => {
-            let content = match content {
-                TurnContent::Framed(v) => v.clone(),
-                TurnContent::SignalWake { signal_seq } => {
+            // A start turn stores only its configuration's reference; `turns::turn_row` renders it.
+            let (content, config_ref) = match content {
+                TurnContent::Framed(v) => (v.to_string(), None),
+                TurnContent::Start { config_ref } => (String::new(), Some(config_ref.as_str())),
+                TurnContent::SignalWake { signal_seq } => (
                     turn::signal_content(&signal_envelope(c, run_id, *signal_seq, out)?)
-                }
-                TurnContent::WaitSettled { wait_id } => {
-                    turn::wait_content(&wait_view(&get_wait(c, run_id, wait_id)?))
-                }
+                        .to_string(),
+                    None,
+                ),
+                TurnContent::WaitSettled { wait_id } => (
+                    turn::wait_content(&wait_view(&get_wait(c, run_id, wait_id)?)).to_string(),
+                    None,
+                ),
             };
             c.exec(
-                "INSERT INTO turns (id, run_id, seq, kind, content, state, delivery_id, user_input, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8)",
-                p![id, run_id, seq, kind.as_str(), content.to_string(), delivery_id, user_input, now],
+                "INSERT INTO turns (id, run_id, seq, kind, content, state, delivery_id, user_input, created_at, config_ref) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, ?7, ?8, ?9)",
+                p![id, run_id, seq, kind.as_str(), content, delivery_id, user_input, now, config_ref],
             )?;
         }
         Op::LeaseTurn {

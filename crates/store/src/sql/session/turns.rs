@@ -8,18 +8,39 @@ use tb_core::session::Writes;
 use tb_core::signal::MailboxPolicy;
 use tb_core::turn::{self, Claim, IncomingPrompt};
 
+/// The columns [`turn_row`] reads, from `turns t` joined to what renders a start turn: its run's
+/// workflow id and inputs and its session configuration (`session_configs`, by `t.config_ref`; both
+/// joins match nothing for other turns). Use as `SELECT {TURN_COLS} FROM {TURN_FROM} WHERE ...`.
 pub(super) const TURN_COLS: &str =
-    "id, run_id, seq, kind, content, state, lease_until, claims, created_at, acked_at";
+    "t.id, t.run_id, t.seq, t.kind, t.content, t.state, t.lease_until, t.claims, t.created_at, t.acked_at, \
+     r.workflow_id, r.inputs, sc.config";
 
+/// The tables [`TURN_COLS`] reads.
+pub(super) const TURN_FROM: &str = "turns t \
+     LEFT JOIN session_configs sc ON t.config_ref IS NOT NULL AND sc.hash = t.config_ref \
+     LEFT JOIN runs r ON t.config_ref IS NOT NULL AND r.id = t.run_id";
+
+/// A turn as its reader sees it. A start turn stored by reference (issue #10) is rendered here with
+/// `tb_core::turn::start_content(run's workflow id, configuration, run's inputs)`, the very content
+/// that was stored in full before; other turns (and start turns written before) are their stored JSON.
 pub(super) fn turn_row(r: &Row) -> StoreResult<TurnRecord> {
     let kind: String = r.get(3)?;
     let state: String = r.get(5)?;
+    let config: Option<String> = r.get(12)?;
+    let content = match config {
+        Some(config) => {
+            let workflow: String = r.get(10)?;
+            let inputs = json_col(r.get(11)?).unwrap_or(Value::Null);
+            turn::start_content(&workflow, &read::json(config), &inputs)
+        }
+        None => json_col(r.get(4)?).unwrap_or(Value::Null),
+    };
     Ok(TurnRecord {
         id: r.get(0)?,
         run_id: r.get(1)?,
         seq: r.get(2)?,
         kind: TurnKind::parse(&kind).unwrap_or(TurnKind::Prompt),
-        content: json_col(r.get(4)?).unwrap_or(Value::Null),
+        content,
         state: TurnState::parse(&state).unwrap_or(TurnState::Queued),
         lease_until: r.get(6)?,
         claims: r.get(7)?,
@@ -52,7 +73,7 @@ pub(crate) fn enqueue_prompt(
 pub(crate) fn get_turn(c: &dyn Db, run_id: &str, id: &str) -> StoreResult<TurnRecord> {
     one_of_run(
         c,
-        &format!("SELECT {TURN_COLS} FROM turns WHERE id = ?1 AND run_id = ?2"),
+        &format!("SELECT {TURN_COLS} FROM {TURN_FROM} WHERE t.id = ?1 AND t.run_id = ?2"),
         run_id,
         id,
         turn_row,
@@ -63,7 +84,7 @@ pub(crate) fn get_turn(c: &dyn Db, run_id: &str, id: &str) -> StoreResult<TurnRe
 pub(crate) fn list_turns(c: &dyn Db, run_id: &str) -> StoreResult<Vec<TurnRecord>> {
     all_of_run(
         c,
-        &format!("SELECT {TURN_COLS} FROM turns WHERE run_id = ?1 ORDER BY seq"),
+        &format!("SELECT {TURN_COLS} FROM {TURN_FROM} WHERE t.run_id = ?1 ORDER BY t.seq"),
         run_id,
         turn_row,
     )
@@ -136,22 +157,34 @@ pub(crate) fn ack_turn(
     get_turn(c, run_id, turn_id)
 }
 
-/// Writes a new session run's mailbox policy and its start turn (rule: `tb_core::session::start`), after
-/// the run row and its first events exist (`write::insert_run`), at the counters they left.
+/// Writes a new session run's mailbox policy (only when it is not the default: `NULL` reads as
+/// `MailboxPolicy::default()`) and its start turn (rule: `tb_core::session::start`), after the run row
+/// and its first events exist (`write::insert_run`), at the counters they left. `config` is the
+/// workflow's session configuration: kept once per distinct value in `session_configs` under
+/// `tb_core::turn::config_ref` (`ON CONFLICT DO NOTHING`: equal texts, equal key), and referenced by
+/// the start turn instead of copied into it (issue #10).
 pub(crate) fn start_session(
     c: &dyn Db,
     run_id: &str,
-    content: &Value,
+    config: &Value,
     mailbox: &MailboxPolicy,
     now: i64,
 ) -> StoreResult<()> {
+    if *mailbox != MailboxPolicy::default() {
+        c.exec(
+            "UPDATE runs SET mailbox = ?2 WHERE id = ?1",
+            p![run_id, serde_json::to_string(mailbox).expect("json")],
+        )?;
+    }
+    let config_ref = turn::config_ref(config);
     c.exec(
-        "UPDATE runs SET mailbox = ?2 WHERE id = ?1",
-        p![run_id, serde_json::to_string(mailbox).expect("json")],
+        "INSERT INTO session_configs (hash, config, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (hash) DO NOTHING",
+        p![config_ref, config.to_string(), now],
     )?;
     let head = snapshot::lock_head(c, run_id)?;
     let w = with_ctx(now, |ctx| {
-        tb_core::session::start(head.counters, content.clone(), ctx)
+        tb_core::session::start(head.counters, config_ref, ctx)
     });
     apply::apply(c, run_id, head.counters, &w, None, now)?;
     Ok(())
