@@ -116,3 +116,82 @@ impl Reservation {
         handed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(id: &str) -> Lease {
+        Lease {
+            delivery: tb_store::DeliveryRecord {
+                id: id.into(),
+                receipt_id: "rcpt_1".into(),
+                subscription_id: "s".into(),
+                binding_id: "b".into(),
+                dedup_key: "k".into(),
+                action: "start_run".into(),
+                workflow_id: None,
+                run_id: None,
+                inputs: serde_json::json!({}),
+                state: tb_core::delivery::DeliveryState::Pending,
+                attempts: 0,
+                due_at: Some(3_000),
+                lease_until: Some(3_000),
+                first_attempt_at: None,
+                last_error: None,
+                dead_letter_reason: None,
+                created_at: 2_000,
+                updated_at: 2_000,
+                lease_owner: Some("w".into()),
+                replays: 0,
+                params: None,
+                consumed_at: None,
+            },
+            owner: "w".into(),
+            token: "lse_1".into(),
+            lease_until: 3_000,
+            lease_ms: 1_000,
+        }
+    }
+
+    #[tokio::test]
+    async fn only_free_slots_are_reserved_and_unused_ones_come_back() {
+        let h = HandOff::default();
+        assert!(h.reserve(1).is_none(), "no worker attached");
+        let permits = Arc::new(Semaphore::new(2));
+        let (tx, mut rx) = mpsc::channel(2);
+        h.attach("w", 1_000, permits.clone(), tx);
+        assert!(h.reserve(0).is_none());
+        let r = h.reserve(3).expect("two slots free");
+        assert_eq!(
+            r.request(),
+            LeaseRequest {
+                owner: "w".into(),
+                lease_ms: 1_000,
+                limit: 2
+            }
+        );
+        assert_eq!(permits.available_permits(), 0);
+        assert!(h.reserve(1).is_none(), "every slot is reserved");
+        // The commit leased one of the two: one slot goes with it, the other is free again.
+        assert_eq!(r.deliver(vec![lease("dlv_1")]), 1);
+        assert_eq!(permits.available_permits(), 1);
+        let got = rx.recv().await.unwrap();
+        assert_eq!(got.lease.delivery.id, "dlv_1");
+        drop(got);
+        assert_eq!(
+            permits.available_permits(),
+            2,
+            "the attempt's end frees its slot"
+        );
+        // A failed commit delivers nothing: its reservation's slots are freed when it is dropped.
+        drop(h.reserve(2).unwrap());
+        assert_eq!(permits.available_permits(), 2);
+        h.detach();
+        assert!(h.reserve(1).is_none(), "detached");
+        assert!(
+            rx.recv().await.is_none(),
+            "the channel ends once the worker is detached"
+        );
+    }
+}

@@ -99,11 +99,15 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
                 ),
                 _ => cfg.idle_poll,
             };
-            tokio::select! {
-                _ = engine.work_ready.notified() => {}
-                Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
-                _ = tokio::time::sleep(sleep) => {}
-                _ = shutdown.changed() => {}
+            // Handed leases are taken while waiting; they are no reason to ask the store for work.
+            let until = tokio::time::Instant::now() + sleep;
+            loop {
+                tokio::select! {
+                    _ = engine.work_ready.notified() => break,
+                    Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = shutdown.changed() => break,
+                }
             }
             continue;
         }
