@@ -269,6 +269,7 @@ async fn fill(dir: &Path, n: usize) -> Vec<(String, Vec<u8>)> {
                 dead_letter_reason: None,
             }],
             capability: None,
+            lease: None,
         };
         bodies.push((r.id.clone(), body));
         s.commit_receipt(r).await.unwrap();

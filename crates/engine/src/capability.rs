@@ -299,6 +299,7 @@ pub async fn ingest(
             dead_letter_reason: None,
         }],
         capability: Some(c.id.clone()),
+        lease: None,
     };
     let committed = crate::ingest::commit_detached(engine, receipt, |out, ready| {
         if let Ok(IngestOutcome::Accepted { .. }) = out {
@@ -312,6 +313,7 @@ pub async fn ingest(
         Ok(IngestOutcome::Accepted {
             receipt_id,
             deliveries,
+            ..
         }) => Ok(IngestAnswer::Accepted {
             run_id: Some(c.run_id.clone()),
             receipt_id,
@@ -342,6 +344,7 @@ async fn duplicate(
     | IngestOutcome::Accepted {
         receipt_id,
         deliveries,
+        ..
     }) = first;
     let stored = engine
         .store

@@ -134,6 +134,7 @@ fn content_free_receipt(
         dedup_until: now,
         deliveries: Vec::new(),
         capability: None,
+        lease: None,
     }
 }
 
@@ -154,16 +155,40 @@ fn media_type(headers: &HeaderMap) -> Option<String> {
 /// follow-up (counters, the worker's wake-up) nor the commit itself can be skipped by a caller that
 /// goes away (a dropped request future; issue #9 defect 15). The caller only awaits the outcome.
 /// Errors: the store's, or `internal` if the task panicked.
+///
+/// Hand-off (`crate::handoff`): worker slots are reserved for the receipt's pending deliveries first,
+/// the commit leases that many, and the leases go to the local worker; the worker is woken through
+/// `work_ready` only when a pending delivery was left unleased (else `after` gets a notifier nobody
+/// waits on, and the worker is not sent to look for work it already has).
 pub(crate) async fn commit_detached(
     engine: &Engine,
-    receipt: NewReceipt,
+    mut receipt: NewReceipt,
     after: impl FnOnce(&tb_store::StoreResult<IngestOutcome>, &tokio::sync::Notify) + Send + 'static,
 ) -> Result<tb_store::StoreResult<IngestOutcome>, TbError> {
     let store = engine.store.clone();
     let ready = engine.work_ready.clone();
+    let pending = receipt
+        .deliveries
+        .iter()
+        .filter(|d| d.state == tb_core::delivery::DeliveryState::Pending)
+        .count();
+    let reservation = engine.handoff.reserve(pending);
+    receipt.lease = reservation
+        .as_ref()
+        .map(crate::handoff::Reservation::request);
     tokio::spawn(async move {
-        let out = store.commit_receipt(receipt).await;
-        after(&out, &ready);
+        let mut out = store.commit_receipt(receipt).await;
+        let handed = match (&mut out, reservation) {
+            (Ok(IngestOutcome::Accepted { leased, .. }), Some(r)) => {
+                r.deliver(std::mem::take(leased))
+            }
+            _ => 0,
+        };
+        if handed > 0 && handed == pending {
+            after(&out, &tokio::sync::Notify::new());
+        } else {
+            after(&out, &ready);
+        }
         out
     })
     .await
@@ -250,6 +275,7 @@ pub async fn ingest(
         | IngestOutcome::Accepted {
             receipt_id,
             deliveries,
+            ..
         } => {
             engine.note_duplicate(&receipt_id);
             IngestAnswer::Duplicate {
@@ -327,6 +353,7 @@ pub async fn ingest(
         dedup_until: now.saturating_add(sub.dedup_window_s.saturating_mul(1000) as i64),
         deliveries,
         capability: None,
+        lease: None,
     };
     // Everything that must follow the commit (counters, the worker's wake-up) runs in a spawned task
     // with the commit itself: a caller that goes away cannot skip it (issue #9 defect 15).
@@ -352,6 +379,7 @@ pub async fn ingest(
         IngestOutcome::Accepted {
             receipt_id,
             deliveries,
+            ..
         } => Ok(match receipt_state {
             ReceiptState::Unmatched => IngestAnswer::Unmatched { receipt_id },
             ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {

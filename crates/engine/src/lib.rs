@@ -9,6 +9,7 @@ pub mod clock;
 pub mod duplicates;
 pub mod effects;
 pub mod executor;
+pub mod handoff;
 pub mod ingest;
 pub mod rate_limit;
 pub mod registration;
@@ -70,6 +71,8 @@ pub struct Engine {
     /// Registered subscriptions this replica could not load because their secret cannot be unsealed
     /// here (id -> why); their webhooks get 503 instead of 404 until the key is fixed.
     pub(crate) unsealable: std::sync::Mutex<HashMap<String, String>>,
+    /// The local worker that takes deliveries leased at commit ([`handoff`]); empty without one.
+    pub handoff: handoff::HandOff,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -137,6 +140,7 @@ impl Engine {
             attempts_in_flight: Default::default(),
             config_cursor: std::sync::atomic::AtomicI64::new(cursor),
             unsealable: Default::default(),
+            handoff: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

@@ -56,6 +56,7 @@ pub async fn start(
             dead_letter_reason: None,
         }],
         capability: None,
+        lease: None,
     };
     crate::ingest::commit_detached(engine, receipt, |out, ready| {
         if out.is_ok() {

@@ -1,7 +1,8 @@
 //! The delivery worker (DESIGN §3, §5.7): leases due deliveries, performs each delivery's action, and
 //! records the attempt, the next due time and everything that follows in ONE store transaction.
 //!
-//! New work is picked up at once through [`Engine::work_ready`]; otherwise the worker sleeps until the
+//! Deliveries committed by this process arrive already leased ([`crate::handoff`]); other new work is
+//! picked up at once through [`Engine::work_ready`]; otherwise the worker sleeps until the
 //! earliest due time (at most `idle_poll`). A crash mid-attempt leaves the lease to lapse; another
 //! worker (or this one after restart) then performs the delivery again under the same idempotency key.
 
@@ -14,9 +15,10 @@ use tb_core::ids::{new_id, IdKind};
 use tb_core::lease::Completion;
 use tb_core::run::RunStatus;
 use tb_store::{AttemptCommit, Lease, StoreError};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::executor::{self, StartRequest};
+use crate::handoff::Handed;
 use crate::{clock, Engine};
 
 /// Worker settings.
@@ -48,16 +50,28 @@ impl Default for WorkerConfig {
 }
 
 /// Runs the worker until `shutdown` becomes true, then waits for attempts in flight to be recorded.
+///
+/// It attaches itself to [`Engine::handoff`] first: deliveries committed by this process while it has
+/// free slots arrive already leased, with their slot, on a bounded channel (capacity `concurrency`)
+/// and are attempted at once, without a lease transaction; everything else is found by `lease_due`.
 pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Receiver<bool>) {
     let permits = Arc::new(Semaphore::new(cfg.concurrency));
+    let (tx, mut handed) = mpsc::channel::<Handed>(cfg.concurrency.max(1));
+    engine
+        .handoff
+        .attach(&cfg.owner, cfg.lease_ms, permits.clone(), tx);
     loop {
         if *shutdown.borrow() {
             break;
+        }
+        while let Ok(h) = handed.try_recv() {
+            spawn_attempt(&engine, h.lease, h.permit);
         }
         if permits.available_permits() == 0 {
             // Every slot is busy: wait for an attempt to finish rather than asking the store.
             tokio::select! {
                 p = permits.clone().acquire_owned() => drop(p),
+                Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
                 _ = shutdown.changed() => {}
             }
             continue;
@@ -85,31 +99,48 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
                 ),
                 _ => cfg.idle_poll,
             };
-            tokio::select! {
-                _ = engine.work_ready.notified() => {}
-                _ = tokio::time::sleep(sleep) => {}
-                _ = shutdown.changed() => {}
+            // Handed leases are taken while waiting; they are no reason to ask the store for work.
+            let until = tokio::time::Instant::now() + sleep;
+            loop {
+                tokio::select! {
+                    _ = engine.work_ready.notified() => break,
+                    Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = shutdown.changed() => break,
+                }
             }
             continue;
         }
         for lease in leases {
-            let permit = permits
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("semaphore open");
-            let engine = engine.clone();
-            tokio::spawn(async move {
-                use std::sync::atomic::Ordering::Relaxed;
-                engine.attempts_in_flight.fetch_add(1, Relaxed);
-                attempt(&engine, lease).await;
-                engine.attempts_in_flight.fetch_sub(1, Relaxed);
-                drop(permit);
-            });
+            // Handed leases hold slots too: take them while waiting, or both could wait on each other.
+            let permit = loop {
+                tokio::select! {
+                    p = permits.clone().acquire_owned() => break p.expect("semaphore open"),
+                    Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
+                }
+            };
+            spawn_attempt(&engine, lease, permit);
         }
     }
-    // Wait for attempts in flight to record their outcome.
+    // No more leases at commit; those already granted are attempted (the channel ends once every
+    // commit that reserved slots has sent its leases), then the attempts in flight are awaited.
+    engine.handoff.detach();
+    while let Some(h) = handed.recv().await {
+        spawn_attempt(&engine, h.lease, h.permit);
+    }
     let _ = permits.acquire_many(cfg.concurrency as u32).await;
+}
+
+/// Attempts `lease` in its own task, holding `permit` (one worker slot) until the attempt is recorded.
+fn spawn_attempt(engine: &Arc<Engine>, lease: Lease, permit: OwnedSemaphorePermit) {
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        use std::sync::atomic::Ordering::Relaxed;
+        engine.attempts_in_flight.fetch_add(1, Relaxed);
+        attempt(&engine, lease).await;
+        engine.attempts_in_flight.fetch_sub(1, Relaxed);
+        drop(permit);
+    });
 }
 
 /// Performs one leased delivery and records the attempt.

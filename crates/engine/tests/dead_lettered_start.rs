@@ -61,6 +61,7 @@ async fn dead_letter(store: &dyn Store, now: i64) {
                 dead_letter_reason: None,
             }],
             capability: None,
+            lease: None,
         })
         .await
         .unwrap();

@@ -85,6 +85,24 @@ pub struct NewReceipt {
     /// A capability endpoint whose use this receipt counts; the commit is refused (`Rejected(not_found)`)
     /// if the endpoint was revoked, expired or used up meanwhile.
     pub capability: Option<String>,
+    /// Hand-off at commit (issue #10): lease up to `limit` of the `pending` deliveries to the local
+    /// worker in the same transaction, returned in [`IngestOutcome::Accepted::leased`]. `None` (role
+    /// `api`, no worker, or no free slot) writes them unleased and due at once, as before.
+    pub lease: Option<LeaseRequest>,
+}
+
+/// A lease to write at commit on a receipt's new `pending` deliveries ([`NewReceipt::lease`]): one grant
+/// of `tb_core::lease::grant(received_at, lease_ms)` (a fresh token; `lease_until = due_at =
+/// received_at + lease_ms`), owned by `owner`. A crash before the attempt commits leaves the lease to
+/// lapse, and any worker's `lease_due` then takes the delivery with a new token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The local worker's id (`deliveries.lease_owner`, for display).
+    pub owner: String,
+    /// Lease length, ms.
+    pub lease_ms: u64,
+    /// At most this many deliveries are leased (the worker's reserved free slots); the rest stay due.
+    pub limit: u32,
 }
 
 /// Summary of one delivery in an ingest answer. `run_id` is absent for a dead-lettered delivery: its run
@@ -105,6 +123,10 @@ pub enum IngestOutcome {
     Accepted {
         receipt_id: String,
         deliveries: Vec<DeliveryRef>,
+        /// The deliveries leased at commit ([`NewReceipt::lease`]), in delivery order; empty without a
+        /// request. The caller hands them to its worker, which attempts them without a lease
+        /// transaction.
+        leased: Vec<Lease>,
     },
     /// The dedup key was already taken: the first receipt and its deliveries.
     Duplicate {

@@ -84,6 +84,7 @@ fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewR
             })
             .collect(),
         capability: None,
+        lease: None,
     }
 }
 
@@ -149,6 +150,7 @@ async fn receipt_commit_dedup_and_exact_bytes() {
         let IngestOutcome::Accepted {
             receipt_id,
             deliveries,
+            ..
         } = store.commit_receipt(first).await.unwrap()
         else {
             panic!("first commit must be accepted")
@@ -1731,6 +1733,223 @@ async fn an_outbound_webhook_delivery_without_a_receipt_row_records_its_attempt(
                 .unwrap()
                 .consecutive_failures,
             1
+        );
+    }
+}
+
+/// `receipt` with a hand-off request: lease up to `limit` pending deliveries to `owner` at commit.
+fn leased_receipt(key: &str, bindings: &[&str], limit: u32, lease_ms: u64) -> NewReceipt {
+    let mut r = receipt("s", key, b"{}", bindings);
+    r.lease = Some(LeaseRequest {
+        owner: "w-local".into(),
+        lease_ms,
+        limit,
+    });
+    r
+}
+
+fn delivered(lease: &Lease, now: i64) -> AttemptCommit {
+    let run = NewRun {
+        id: lease.delivery.run_id.clone().unwrap(),
+        workflow_id: "noop".into(),
+        inputs: json!({"pr": 1}),
+        status: RunStatus::Completed,
+        dead_letter: None,
+        session: None,
+    };
+    commit_for(
+        lease,
+        AttemptOutcome::Delivered,
+        DeliveryState::Delivered,
+        Some(run),
+        now,
+    )
+}
+
+#[tokio::test]
+async fn deliveries_leased_at_commit_are_not_leased_again_and_their_receipt_settles() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let r = leased_receipt("dk_h", &["b1", "b2", "b3"], 2, 1_000);
+        let rid = r.id.clone();
+        let ids: Vec<String> = r.deliveries.iter().map(|d| d.id.clone()).collect();
+        let IngestOutcome::Accepted { leased, .. } = store.commit_receipt(r).await.unwrap() else {
+            panic!("a new key is accepted")
+        };
+        // The first two pending deliveries, in order, under one fresh grant of 1 000 ms from 2 000.
+        assert_eq!(
+            leased
+                .iter()
+                .map(|l| l.delivery.id.as_str())
+                .collect::<Vec<_>>(),
+            vec![ids[0].as_str(), ids[1].as_str()]
+        );
+        for l in &leased {
+            assert!(l.token.starts_with("lse_"), "{}", l.token);
+            assert_eq!(l.token, leased[0].token);
+            assert_eq!(
+                (l.owner.as_str(), l.lease_until, l.lease_ms),
+                ("w-local", 3_000, 1_000)
+            );
+            assert_eq!(l.delivery.state, DeliveryState::Pending);
+            assert_eq!(l.delivery.attempts, 0);
+            assert_eq!(l.delivery.lease_until, Some(3_000));
+            assert_eq!(l.delivery.lease_owner.as_deref(), Some("w-local"));
+        }
+        // Only the third is due; the handed ones are not before their lease ends.
+        let due = store.lease_due("w2", 2_999, 60_000, 10).await.unwrap();
+        assert_eq!(
+            due.iter()
+                .map(|l| l.delivery.id.as_str())
+                .collect::<Vec<_>>(),
+            vec![ids[2].as_str()]
+        );
+        assert!(store
+            .lease_due("w2", 2_999, 60_000, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        // The handed leases complete without a lease transaction; the receipt settles on the last.
+        store
+            .commit_attempt(delivered(&leased[0], 2_100))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Routed
+        );
+        store
+            .commit_attempt(delivered(&due[0], 2_200))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Routed
+        );
+        store
+            .commit_attempt(delivered(&leased[1], 2_300))
+            .await
+            .unwrap();
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Consumed
+        );
+        for id in &ids {
+            let d = store.get_delivery(id).await.unwrap();
+            assert_eq!((d.state, d.attempts), (DeliveryState::Delivered, 1));
+            assert_eq!(store.attempts(id).await.unwrap().len(), 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_handed_lease_never_completed_is_leased_again_after_it_ends() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let IngestOutcome::Accepted { mut leased, .. } = store
+            .commit_receipt(leased_receipt("dk_c", &["b1"], 8, 1_000))
+            .await
+            .unwrap()
+        else {
+            panic!("a new key is accepted")
+        };
+        assert_eq!(leased.len(), 1, "one pending delivery, one lease");
+        let handed = leased.remove(0);
+        // The worker that got it "crashed": nothing completes it. It lapses at 3 000.
+        assert!(store
+            .lease_due("w2", 2_999, 1_000, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let again = store
+            .lease_due("w2", 3_000, 1_000, 10)
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(again.delivery.id, handed.delivery.id);
+        assert_ne!(again.token, handed.token, "a new grant, a new token");
+        assert!(matches!(
+            store.commit_attempt(delivered(&handed, 3_050)).await,
+            Err(StoreError::LeaseLost(_))
+        ));
+        store
+            .commit_attempt(delivered(&again, 3_100))
+            .await
+            .unwrap();
+        assert_eq!(store.attempts(&again.delivery.id).await.unwrap().len(), 1);
+        let d = store.get_delivery(&again.delivery.id).await.unwrap();
+        assert_eq!(d.state, DeliveryState::Delivered);
+    }
+}
+
+#[tokio::test]
+async fn a_duplicate_commit_hands_nothing() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let first = leased_receipt("dk_d", &["b1"], 1, 60_000);
+        let IngestOutcome::Accepted { leased, .. } = store.commit_receipt(first).await.unwrap()
+        else {
+            panic!("a new key is accepted")
+        };
+        assert_eq!(leased.len(), 1);
+        let again = leased_receipt("dk_d", &["b1"], 1, 60_000);
+        let out = store.commit_receipt(again).await.unwrap();
+        let IngestOutcome::Duplicate { deliveries, .. } = out else {
+            panic!("the key is taken: {out:?}")
+        };
+        assert_eq!(deliveries.len(), 1);
+        assert_eq!(deliveries[0].delivery_id, leased[0].delivery.id);
+        // The first grant still holds the delivery, with its token.
+        assert!(store
+            .lease_due("w2", 61_999, 60_000, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        let d = store.get_delivery(&leased[0].delivery.id).await.unwrap();
+        assert_eq!(d.lease_until, Some(62_000));
+        store
+            .commit_attempt(delivered(&leased[0], 2_100))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_receipt_with_several_deliveries_settles_when_the_last_one_ends() {
+    for (store, _dir) in backends().await {
+        sub(&*store, "s", 0).await;
+        let r = receipt("s", "dk_m", b"{}", &["b1", "b2"]);
+        let rid = r.id.clone();
+        store.commit_receipt(r).await.unwrap();
+        let leases = store.lease_due("w", 2_000, 60_000, 10).await.unwrap();
+        assert_eq!(leases.len(), 2);
+        // One dead-letters (permanently), the other is delivered: the receipt settles at the second.
+        let mut failed = commit_for(
+            &leases[0],
+            AttemptOutcome::DeadLettered,
+            DeliveryState::DeadLettered,
+            None,
+            2_100,
+        );
+        failed.report.failure.as_mut().unwrap().permanent = true;
+        store.commit_attempt(failed).await.unwrap();
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::Routed
+        );
+        store
+            .commit_attempt(delivered(&leases[1], 2_200))
+            .await
+            .unwrap();
+        // The dead letter (its own class, not a routing or target reason) names the receipt's state.
+        assert_eq!(
+            store.get_receipt(&rid).await.unwrap().state,
+            ReceiptState::DeadLettered
+        );
+        let d = store.get_delivery(&leases[0].delivery.id).await.unwrap();
+        assert_eq!(
+            (d.state, d.dead_letter_reason.as_deref()),
+            (DeliveryState::DeadLettered, Some("http_500"))
         );
     }
 }

@@ -133,6 +133,7 @@ fn start_receipt(sub: &str, key: Option<&str>) -> NewReceipt {
             dead_letter_reason: None,
         }],
         capability: None,
+        lease: None,
     }
 }
 

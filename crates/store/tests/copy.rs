@@ -89,6 +89,7 @@ fn receipt(i: usize, routed: bool) -> NewReceipt {
             vec![]
         },
         capability: None,
+        lease: None,
     }
 }
 

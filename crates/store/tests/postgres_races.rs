@@ -70,6 +70,7 @@ async fn setup(store: &PgStore, receipts: usize) {
                     dead_letter_reason: None,
                 }],
                 capability: None,
+                lease: None,
             })
             .await
             .unwrap();

@@ -47,6 +47,7 @@ fn unmatched(body: Bytes) -> NewReceipt {
         dedup_until: 2_000 + 86_400_000,
         deliveries: vec![],
         capability: None,
+        lease: None,
     }
 }
 

@@ -90,8 +90,9 @@ pub struct AttemptSnapshot {
     /// streak and no transition then. A backend may load it without a lock first and lock it only when
     /// [`AttemptWrites::subscription`] is `Some`, then ask [`after_attempt`] again on the locked row.
     pub subscription: Option<SubscriptionRow>,
-    /// Whether a run with the id of the run to start already exists (`SELECT 1 FROM runs WHERE id =
-    /// ?1`). An existing run is never written again (see [`AttemptWrites::run`]).
+    /// Whether a run with the id of the run to start already exists. A backend may assume `false`,
+    /// insert the run row `ON CONFLICT (id) DO NOTHING`, and on a conflict ask again with `true` (the
+    /// answer then differs only in [`AttemptWrites::run`]: an existing run is never written again).
     pub run_exists: bool,
 }
 

@@ -523,6 +523,11 @@ fn an_existing_run_is_never_written_again() {
     assert_eq!(w.run, None);
     assert_eq!(w.run_id.as_deref(), Some("run_1"));
     assert_eq!(w.delivery.consumed_at, Some(NOW));
+    // A backend that learns of the run only from its insert's conflict asks again: only `run` differs.
+    s.run_exists = false;
+    let fresh = after_attempt(&s, &r, NOW).unwrap();
+    assert_eq!(fresh.run.as_ref().map(|r| r.id.as_str()), Some("run_1"));
+    assert_eq!(AttemptWrites { run: None, ..fresh }, w);
 }
 
 #[test]

@@ -27,6 +27,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         6,
         include_str!("../../migrations/postgres/0006_session_bytes.sql"),
     ),
+    (
+        7,
+        include_str!("../../migrations/postgres/0007_receipt_deliveries.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

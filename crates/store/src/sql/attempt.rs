@@ -7,13 +7,25 @@
 //! fresh enough `last_success_at`) neither locks nor writes it, so a busy subscription's attempts do not
 //! queue behind one row. The subscription is first read without a lock; when the rule's answer writes
 //! it, the row is locked, read again, and the rule asked again on what the lock holds.
+//!
+//! Statements (issue #10). An attempt without a local effect loads the delivery, its receipt and the
+//! subscription in ONE statement (`FOR UPDATE OF d, r` on PostgreSQL: the delivery's row, then the
+//! receipt's, in that order; the subscription unlocked); an attempt with one locks the delivery alone,
+//! applies the effect (which locks its run), then the receipt, so the order above holds either way. A
+//! delivery without a receipt row (an outbound webhook's) takes the second path too. The receipt's other
+//! deliveries are read in a later statement (READ COMMITTED: it sees a sibling's attempt that committed
+//! while the receipt lock was awaited) and only when the receipt has more than one
+//! (`receipts.deliveries`, written at commit; `NULL` on older receipts reads them). Whether the run to
+//! start exists is not read first: the run row is inserted `ON CONFLICT (id) DO NOTHING`, and when it
+//! existed the rule is asked again with `run_exists` (it then writes no run). The subscription events
+//! go in one multi-row `INSERT`.
 
 use crate::p;
-use crate::sql::Db;
+use crate::sql::{Db, Dialect, Row, Value as SqlValue};
 use serde_json::Value;
 use tb_core::attempt::{
-    after_attempt, AttemptReport, AttemptSnapshot, AttemptWrites, DeliveryRow, EffectDone,
-    ReceiptRow, RunCreate, RunStart, SiblingDelivery, StreakUpdate, SubscriptionRow,
+    after_attempt, AttemptSnapshot, AttemptWrites, DeliveryRow, EffectDone, ReceiptRow, RunCreate,
+    RunStart, SiblingDelivery, StreakUpdate, SubscriptionRow,
 };
 use tb_core::delivery::DeliveryState;
 use tb_core::lease::{self, LeaseRow};
@@ -21,7 +33,7 @@ use tb_core::receipt::ReceiptState;
 use tb_core::signal::MailboxPolicy;
 
 use super::lease::{lock_lease, lost};
-use super::log::{insert_attempt, insert_event, RunLog};
+use super::log::{insert_attempt, insert_events, RunLog};
 use super::read::{self, bad};
 use crate::model::*;
 use crate::session::Effect;
@@ -33,31 +45,52 @@ use crate::{StoreError, StoreResult};
 /// local effect is refused (the caller rolls everything back); `NotFound("delivery")`.
 pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<AttemptCommitted> {
     let id = a.delivery_id.as_str();
-    let (d, lease_row) = lock_lease(c, id)?;
-    // The lease is checked before a local effect runs: a stale holder must not raise a signal.
-    lease::accepts_completion(&lease_row, &a.report.lease).map_err(lost(id))?;
-    let (filled, session) = match &a.effect {
-        Some(e) => {
-            let (done, session) = apply_effect(c, e, a.now)?;
-            let mut r = a.report.clone();
-            r.effect = Some(done);
-            (Some(r), session)
+    let joined = match a.effect {
+        None => load_joined(c, id)?,
+        Some(_) => None,
+    };
+    let (mut snapshot, filled, session) = match joined {
+        Some(snapshot) => {
+            lease::accepts_completion(&snapshot.delivery.lease, &a.report.lease)
+                .map_err(lost(id))?;
+            (snapshot, None, None)
         }
-        None => (None, None),
+        None => {
+            let (d, lease_row) = lock_lease(c, id)?;
+            // The lease is checked before a local effect runs: a stale holder must not raise a signal.
+            lease::accepts_completion(&lease_row, &a.report.lease).map_err(lost(id))?;
+            let (filled, session) = match &a.effect {
+                Some(e) => {
+                    let (done, session) = apply_effect(c, e, a.now)?;
+                    let mut r = a.report.clone();
+                    r.effect = Some(done);
+                    (Some(r), session)
+                }
+                None => (None, None),
+            };
+            (load(c, &d, lease_row)?, filled, session)
+        }
     };
     let report = filled.as_ref().unwrap_or(&a.report);
-    let mut snapshot = load(c, &d, lease_row, report)?;
     let mut writes = after_attempt(&snapshot, report, a.now).map_err(lost(id))?;
     if writes.subscription.is_some() {
         // The rule writes the subscription: decide again on the row as its lock holds it.
-        let sub = read::lock_subscription(c, &d.subscription_id)?;
+        let sub = read::lock_subscription(c, &snapshot.delivery.subscription_id)?;
         snapshot.subscription = Some(subscription_row(&sub));
         writes = after_attempt(&snapshot, report, a.now).map_err(lost(id))?;
     }
+    if let Some(run) = &writes.run {
+        if !insert_run_row(c, run)? {
+            // The run exists already (an API run's row, a session another attempt started): ask again.
+            snapshot.run_exists = true;
+            writes = after_attempt(&snapshot, report, a.now).map_err(lost(id))?;
+        }
+    }
+    let receipt_id = snapshot.delivery.receipt_id.clone();
     apply(
         c,
         &writes,
-        &d.receipt_id,
+        &receipt_id,
         &a.report.lease.token,
         session,
         a.now,
@@ -102,46 +135,96 @@ pub(crate) fn run_start(run: &NewRun) -> RunStart {
     }
 }
 
-/// Loads the snapshot after the delivery's lock: the run to start (does it exist?), the receipt row
-/// (`FOR UPDATE`) and then, in a later statement, its other deliveries; the subscription unlocked.
-fn load(
+/// The delivery (as [`DELIVERY_COLS`](read::DELIVERY_COLS), then `lease_token`), its receipt's state and
+/// delivery count, and the subscription ([`SUB_COLS`](read::SUB_COLS), all `NULL` without a row), in one
+/// statement: on PostgreSQL `FOR UPDATE OF d, r` locks the delivery's row, then the receipt's.
+const JOINED: &str = "SELECT d.id, d.receipt_id, d.subscription_id, d.binding_id, d.dedup_key, d.action, \
+     d.workflow_id, d.run_id, d.inputs, d.state, d.attempts, d.due_at, d.lease_until, d.first_attempt_at, \
+     d.last_error, d.dead_letter_reason, d.created_at, d.updated_at, d.lease_owner, d.replays, d.params, \
+     d.consumed_at, d.lease_token, r.state, r.deliveries, s.id, s.source, s.connector, s.config, s.state, \
+     s.failure_threshold, s.consecutive_failures, s.last_success_at, s.created_at, s.updated_at, \
+     s.first_failure_at, s.state_changed_at, s.last_error \
+     FROM deliveries d JOIN receipts r ON r.id = d.receipt_id \
+     LEFT JOIN subscriptions s ON s.id = d.subscription_id WHERE d.id = ?1";
+/// Where the receipt's columns start in a [`JOINED`] row, and the subscription's.
+const JOINED_RECEIPT: usize = 23;
+const JOINED_SUB: usize = 25;
+
+/// The snapshot of an attempt without a local effect, loaded by [`JOINED`] (then the receipt's other
+/// deliveries when it has several); `None` when no row came back: no such delivery, or one without a
+/// receipt row (the caller takes the path of [`load`], which tells them apart).
+fn load_joined(c: &dyn Db, id: &str) -> StoreResult<Option<AttemptSnapshot>> {
+    let sql = match c.dialect() {
+        Dialect::Sqlite => JOINED.to_string(),
+        Dialect::Postgres => format!("{JOINED} FOR UPDATE OF d, r"),
+    };
+    let Some(mut row) = c.query(&sql, p![id])?.pop() else {
+        return Ok(None);
+    };
+    let sub = Row(row.0.split_off(JOINED_SUB));
+    let d = read::delivery_row(&row)?;
+    let lease_row = LeaseRow {
+        state: d.state,
+        attempts: d.attempts,
+        token: row.get(22)?,
+        until: d.lease_until,
+    };
+    let state: String = row.get(JOINED_RECEIPT)?;
+    let count: Option<i64> = row.get(JOINED_RECEIPT + 1)?;
+    let receipt = receipt_row(c, &d, &state, count)?;
+    let subscription = match sub.0.first() {
+        None | Some(SqlValue::Null) => None,
+        Some(_) => Some(subscription_row(&read::sub_row(&sub)?)),
+    };
+    Ok(Some(snapshot(d, lease_row, Some(receipt), subscription)))
+}
+
+/// The receipt row in the rule's terms: its `state`, and its other deliveries, read in a later statement
+/// than its lock unless `count` (`receipts.deliveries`) says this delivery is its only one.
+fn receipt_row(
     c: &dyn Db,
     d: &DeliveryRecord,
-    lease: LeaseRow,
-    report: &AttemptReport,
-) -> StoreResult<AttemptSnapshot> {
-    let run_exists = match report.run_to_start() {
-        Some(r) => c
-            .value::<i64>("SELECT 1 FROM runs WHERE id = ?1", p![r.id])?
-            .is_some(),
-        None => false,
+    state: &str,
+    count: Option<i64>,
+) -> StoreResult<ReceiptRow> {
+    let others = match count {
+        Some(1) => Vec::new(),
+        _ => c.rows(
+            "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries \
+             WHERE receipt_id = ?1 AND id <> ?2",
+            p![d.receipt_id, d.id],
+            |r| {
+                let s: String = r.get(0)?;
+                Ok(SiblingDelivery {
+                    state: DeliveryState::parse(&s).ok_or_else(|| bad("delivery state", &s))?,
+                    dead_letter_reason: r.get(1)?,
+                    consumed: r.get(2)?,
+                })
+            },
+        )?,
     };
+    Ok(ReceiptRow {
+        state: ReceiptState::parse(state).ok_or_else(|| bad("receipt state", state))?,
+        others,
+    })
+}
+
+/// Loads the snapshot after the delivery's lock (and a local effect): the receipt row (`FOR UPDATE`)
+/// and then, when it has several deliveries, its other ones; the subscription unlocked. `run_exists`
+/// is `false` until the run's insert says otherwise.
+fn load(c: &dyn Db, d: &DeliveryRecord, lease: LeaseRow) -> StoreResult<AttemptSnapshot> {
     // An outbound webhook delivery references the run event it sends, not a receipt: no row then.
-    let state: Option<String> = c.value(
+    let found = c.row(
         &format!(
-            "SELECT state FROM receipts WHERE id = ?1{}",
+            "SELECT state, deliveries FROM receipts WHERE id = ?1{}",
             c.dialect().for_update()
         ),
         p![d.receipt_id],
+        |r| Ok((r.get::<String>(0)?, r.get::<Option<i64>>(1)?)),
     )?;
-    let receipt = match state {
+    let receipt = match found {
         None => None,
-        Some(state) => Some(ReceiptRow {
-            state: ReceiptState::parse(&state).ok_or_else(|| bad("receipt state", &state))?,
-            others: c.rows(
-                "SELECT state, dead_letter_reason, consumed_at IS NOT NULL FROM deliveries \
-                 WHERE receipt_id = ?1 AND id <> ?2",
-                p![d.receipt_id, d.id],
-                |r| {
-                    let s: String = r.get(0)?;
-                    Ok(SiblingDelivery {
-                        state: DeliveryState::parse(&s).ok_or_else(|| bad("delivery state", &s))?,
-                        dead_letter_reason: r.get(1)?,
-                        consumed: r.get(2)?,
-                    })
-                },
-            )?,
-        }),
+        Some((state, count)) => Some(receipt_row(c, d, &state, count)?),
     };
     // Runs started through `POST /v1/runs` (and capability signals) have no subscription row.
     let subscription = match read::get_subscription(c, &d.subscription_id) {
@@ -149,20 +232,29 @@ fn load(
         Err(StoreError::NotFound(_)) => None,
         Err(e) => return Err(e),
     };
-    Ok(AttemptSnapshot {
+    Ok(snapshot(d.clone(), lease, receipt, subscription))
+}
+
+fn snapshot(
+    d: DeliveryRecord,
+    lease: LeaseRow,
+    receipt: Option<ReceiptRow>,
+    subscription: Option<SubscriptionRow>,
+) -> AttemptSnapshot {
+    AttemptSnapshot {
         delivery: DeliveryRow {
-            id: d.id.clone(),
-            receipt_id: d.receipt_id.clone(),
-            subscription_id: d.subscription_id.clone(),
-            dedup_key: d.dedup_key.clone(),
+            id: d.id,
+            receipt_id: d.receipt_id,
+            subscription_id: d.subscription_id,
+            dedup_key: d.dedup_key,
             lease,
-            run_id: d.run_id.clone(),
+            run_id: d.run_id,
             first_attempt_at: d.first_attempt_at,
         },
         receipt,
         subscription,
-        run_exists,
-    })
+        run_exists: false,
+    }
 }
 
 fn subscription_row(s: &SubscriptionRecord) -> SubscriptionRow {
@@ -208,11 +300,10 @@ fn apply(
     )?;
     lease::fenced(n).map_err(lost(&w.attempt.delivery_id))?;
     insert_attempt(c, &w.attempt)?;
-    for e in &w.events {
-        insert_event(c, e)?;
-    }
+    insert_events(c, &w.events)?;
     if let Some(run) = &w.run {
-        insert_run(c, run)?;
+        // Its row is in already (`insert_run_row`, before these writes).
+        insert_run_events(c, run)?;
         if let (true, Some((content, mailbox))) = (run.start_session, &session) {
             super::session::start_session(c, &run.id, content, mailbox, now)?;
         }
@@ -250,11 +341,13 @@ fn apply(
     Ok(())
 }
 
-/// Inserts the run row, then its first events (each fans out to the outbox).
-fn insert_run(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
-    c.exec(
+/// Inserts the run row unless a run with its id exists (`ON CONFLICT (id) DO NOTHING`); `false` when it
+/// existed, and nothing was written.
+fn insert_run_row(c: &dyn Db, r: &RunCreate) -> StoreResult<bool> {
+    let n = c.exec(
         "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, causation_id, \
-         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
+         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) \
+         ON CONFLICT (id) DO NOTHING",
         p![
             r.id,
             r.workflow_id,
@@ -268,6 +361,11 @@ fn insert_run(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
             r.created_at
         ],
     )?;
+    Ok(n > 0)
+}
+
+/// Appends the new run's first events (each fans out to the outbox).
+fn insert_run_events(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
     let mut log = RunLog::new(c);
     for e in &r.events {
         log.append(

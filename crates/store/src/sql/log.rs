@@ -11,7 +11,7 @@ use tb_core::receipt::{self, ReceiptState};
 
 use super::read::{self, no_row};
 use crate::p;
-use crate::sql::Db;
+use crate::sql::{Db, Param, ToParam};
 use crate::StoreResult;
 
 pub(crate) fn insert_run_event(
@@ -195,6 +195,49 @@ pub(crate) fn insert_event(c: &dyn Db, e: &SubscriptionEvent) -> StoreResult<()>
             e.delivery_id,
             e.timestamp
         ],
+    )?;
+    Ok(())
+}
+
+/// Inserts run-less trigger events into `subscription_events` in one multi-row `INSERT` (nothing when
+/// `events` is empty).
+pub(crate) fn insert_events(c: &dyn Db, events: &[SubscriptionEvent]) -> StoreResult<()> {
+    if let [e] = events {
+        return insert_event(c, e);
+    }
+    if events.is_empty() {
+        return Ok(());
+    }
+    let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
+    let mut params: Vec<Param<'_>> = Vec::with_capacity(events.len() * 6);
+    let mut rows = Vec::with_capacity(events.len());
+    for (i, (e, payload)) in events.iter().zip(&payloads).enumerate() {
+        let n = i * 6;
+        rows.push(format!(
+            "(?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
+            n + 1,
+            n + 2,
+            n + 3,
+            n + 4,
+            n + 5,
+            n + 6
+        ));
+        params.extend([
+            e.event_id.to_param(),
+            e.subscription_id.to_param(),
+            e.event_type.to_param(),
+            payload.to_param(),
+            e.delivery_id.to_param(),
+            e.timestamp.to_param(),
+        ]);
+    }
+    c.exec(
+        &format!(
+            "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
+             VALUES {}",
+            rows.join(", ")
+        ),
+        &params,
     )?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use tb_core::attempt;
 use tb_core::delivery::DeliveryState;
 use tb_core::events::{self, SubscriptionStateChanged};
 use tb_core::ids::{new_id, IdKind};
+use tb_core::lease;
 use tb_core::receipt::ReceiptState;
 use tb_core::replay;
 use tb_core::retention;
@@ -47,8 +48,8 @@ pub(crate) fn commit_receipt(
     let inserted = c
         .exec(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
-             content_type, body_bytes, received_at, updated_at, dedup_until, dedup_live) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, CASE WHEN CAST(?11 AS BIGINT) > CAST(?10 AS BIGINT) THEN 1 ELSE 0 END) \
+             content_type, body_bytes, received_at, updated_at, dedup_until, dedup_live, deliveries) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, CASE WHEN CAST(?11 AS BIGINT) > CAST(?10 AS BIGINT) THEN 1 ELSE 0 END, ?12) \
              ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING", p![
             r.id,
             r.subscription_id,
@@ -60,7 +61,8 @@ pub(crate) fn commit_receipt(
             r.content_type,
             r.body.len() as i64,
             r.received_at,
-            r.dedup_until
+            r.dedup_until,
+            r.deliveries.len() as i64
         ])?;
     if inserted == 0 {
         // The key is taken. If its window has passed, release it and take it (rare path).
@@ -86,13 +88,42 @@ pub(crate) fn commit_receipt(
     }
     const INSERT_DELIVERY: &str =
         "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14)";
+         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17)";
+    // Hand-off at commit: the first `limit` pending deliveries are written leased under one fresh grant
+    // (as `lease_due` would lease them: `due_at = lease_until`, so no worker finds them due until the
+    // lease lapses) and returned with their rows.
+    let grant = r
+        .lease
+        .as_ref()
+        .map(|l| (l, lease::grant(r.received_at, l.lease_ms)));
+    let mut to_lease = r.lease.as_ref().map_or(0, |l| l.limit);
+    let mut leased = Vec::new();
     let mut refs = Vec::with_capacity(r.deliveries.len());
     for (d, inputs) in r.deliveries.iter().zip(inputs) {
-        let due = (d.state == DeliveryState::Pending).then_some(r.received_at);
-        c.exec(
-            INSERT_DELIVERY,
+        let pending = d.state == DeliveryState::Pending;
+        let handed = match &grant {
+            Some((l, g)) if pending && to_lease > 0 => {
+                to_lease -= 1;
+                Some((*l, g))
+            }
+            _ => None,
+        };
+        let due = match handed {
+            Some((_, g)) => Some(g.due_at),
+            None => pending.then_some(r.received_at),
+        };
+        // A leased delivery comes back with its row (`RETURNING`): one statement either way.
+        let returning;
+        let sql = match handed {
+            Some(_) => {
+                returning = format!("{INSERT_DELIVERY} RETURNING {}", read::DELIVERY_COLS);
+                returning.as_str()
+            }
+            None => INSERT_DELIVERY,
+        };
+        let rows = c.query(
+            sql,
             p![
                 d.id,
                 r.id,
@@ -107,9 +138,22 @@ pub(crate) fn commit_receipt(
                 due,
                 d.dead_letter_reason,
                 r.received_at,
-                d.params.as_ref().map(|p| p.to_string())
+                d.params.as_ref().map(|p| p.to_string()),
+                handed.map(|(l, _)| l.owner.as_str()),
+                handed.map(|(_, g)| g.token.as_str()),
+                handed.map(|(_, g)| g.until)
             ],
         )?;
+        if let Some((l, g)) = handed {
+            let row = rows.first().ok_or_else(no_row)?;
+            leased.push(Lease {
+                delivery: read::delivery_row(row)?,
+                owner: l.owner.clone(),
+                token: g.token.clone(),
+                lease_until: g.until,
+                lease_ms: l.lease_ms,
+            });
+        }
         if d.state == DeliveryState::DeadLettered {
             dead_letter_at_ingest(c, r, d)?;
         }
@@ -122,6 +166,7 @@ pub(crate) fn commit_receipt(
     Ok(IngestOutcome::Accepted {
         receipt_id: r.id.clone(),
         deliveries: refs,
+        leased,
     })
 }
 
