@@ -266,6 +266,7 @@ fn pending_receipt(n: u32, key: &str) -> trigger_bridge_store::NewReceipt {
             dead_letter_reason: None,
         }],
         capability: None,
+        lease: None,
     }
 }
 

@@ -158,6 +158,7 @@ async fn idle_session(s: &dyn Store, now: i64) -> String {
             dead_letter_reason: None,
         }],
         capability: None,
+        lease: None,
     })
     .await
     .unwrap();

@@ -156,12 +156,14 @@ impl<B: Backend> Store for SqlStore<B> {
         let due = receipt
             .deliveries
             .iter()
-            .any(|d| d.state == tb_core::delivery::DeliveryState::Pending);
+            .filter(|d| d.state == tb_core::delivery::DeliveryState::Pending)
+            .count();
         let out = self
             .backend
             .write(move |c| write::commit_receipt(c, &receipt, &normalized, &inputs))
             .await;
-        if due && matches!(out, Ok(IngestOutcome::Accepted { .. })) {
+        // Other replicas' workers are woken only for due deliveries the local worker was not handed.
+        if matches!(&out, Ok(IngestOutcome::Accepted { leased, .. }) if leased.len() < due) {
             self.backend.announce(Wake::Work);
         }
         out
