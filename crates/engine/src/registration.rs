@@ -319,7 +319,7 @@ pub async fn refresh_registration(
             load_record(engine, secrets, rec).await;
             Ok(())
         }
-        Err(StoreError::NotFound(_)) => {
+        Err(StoreError::NotFound { .. }) => {
             engine.remove_from_catalog(id);
             Ok(())
         }

@@ -115,7 +115,7 @@ async fn apply(
     for id in &step.subscriptions {
         match engine.store.get_subscription(id).await {
             Ok(rec) => engine.set_states([(rec.id, rec.state)]),
-            Err(tb_store::StoreError::NotFound(_)) => {}
+            Err(tb_store::StoreError::NotFound { .. }) => {}
             Err(e) => return Err(store_err(e)),
         }
     }

@@ -59,6 +59,7 @@ fn body(i: usize) -> Vec<u8> {
 fn receipt(i: usize, routed: bool) -> NewReceipt {
     NewReceipt {
         id: new_id(IdKind::Receipt),
+        source: tb_core::receipt::ReceiptSource::Webhook,
         subscription_id: "gh".into(),
         dedup_key: format!("dk_{i}"),
         provider_event_id: format!("pe-{i}"),
@@ -76,6 +77,7 @@ fn receipt(i: usize, routed: bool) -> NewReceipt {
         deliveries: if routed {
             vec![NewDelivery {
                 id: new_id(IdKind::Delivery),
+                kind: tb_core::delivery::DeliveryKind::Binding,
                 binding_id: "b1".into(),
                 action: "start_run".into(),
                 workflow_id: Some("noop".into()),
@@ -532,7 +534,7 @@ async fn a_non_empty_target_is_refused_and_force_replaces_it() {
     assert!(forced.mismatches().is_empty(), "{:?}", forced.tables);
     assert!(matches!(
         target.get_subscription("pg-only").await,
-        Err(StoreError::NotFound(_))
+        Err(StoreError::NotFound { .. })
     ));
     assert_eq!(target.list_subscriptions().await.unwrap().len(), 2);
     // The migrations table is kept: the target is still at the newest version.

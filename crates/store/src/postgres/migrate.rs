@@ -22,6 +22,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/postgres/0004_config_sync.sql"),
     ),
+    (
+        5,
+        include_str!("../../migrations/postgres/0005_receipt_source_delivery_kind.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

@@ -146,7 +146,7 @@ fn load(
     // Runs started through `POST /v1/runs` (and capability signals) have no subscription row.
     let subscription = match read::get_subscription(c, &d.subscription_id) {
         Ok(s) => Some(subscription_row(&s)),
-        Err(StoreError::NotFound(_)) => None,
+        Err(StoreError::NotFound { .. }) => None,
         Err(e) => return Err(e),
     };
     Ok(AttemptSnapshot {

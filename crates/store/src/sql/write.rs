@@ -18,7 +18,7 @@ use tb_core::subscription::{transition, SubscriptionInput, Transition};
 
 use super::read::{self, no_row};
 use crate::model::*;
-use crate::{StoreError, StoreResult};
+use crate::{RecordKind, StoreError, StoreResult};
 
 pub(crate) fn upsert_subscription(
     c: &dyn Db,
@@ -47,8 +47,8 @@ pub(crate) fn commit_receipt(
     let inserted = c
         .exec(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
-             content_type, body_bytes, received_at, updated_at, dedup_until) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11) \
+             content_type, body_bytes, received_at, updated_at, dedup_until, source) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12) \
              ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING", p![
             r.id,
             r.subscription_id,
@@ -60,7 +60,8 @@ pub(crate) fn commit_receipt(
             r.content_type,
             r.body.len() as i64,
             r.received_at,
-            r.dedup_until
+            r.dedup_until,
+            r.source.as_str()
         ])?;
     if inserted == 0 {
         // The key is taken. If its window has passed, release it and take it (rare path).
@@ -81,8 +82,8 @@ pub(crate) fn commit_receipt(
     )?;
     const INSERT_DELIVERY: &str =
         "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14)";
+         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, kind) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15)";
     let mut refs = Vec::with_capacity(r.deliveries.len());
     for (d, inputs) in r.deliveries.iter().zip(inputs) {
         let due = (d.state == DeliveryState::Pending).then_some(r.received_at);
@@ -102,7 +103,8 @@ pub(crate) fn commit_receipt(
                 due,
                 d.dead_letter_reason,
                 r.received_at,
-                d.params.as_ref().map(|p| p.to_string())
+                d.params.as_ref().map(|p| p.to_string()),
+                d.kind.as_str()
             ],
         )?;
         if d.state == DeliveryState::DeadLettered {
@@ -207,7 +209,7 @@ pub(crate) fn finish_run(
     super::session::on_run_end(c, run_id, now)?;
     let seq: i64 = c
         .row("UPDATE runs SET status = ?2, output = ?3, wait_reason = NULL, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1", p![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))?
-        .ok_or_else(|| StoreError::NotFound("run".into()))?;
+        .ok_or_else(|| StoreError::not_found(RecordKind::Run))?;
     super::log::insert_run_event(c, run_id, seq as u64, ty, &serde_json::json!({}), None, now)?;
     read::get_run(c, run_id)
 }
@@ -421,7 +423,7 @@ pub(crate) fn delete_webhook(c: &dyn Db, id: &str, tenant: &str) -> StoreResult<
         p![id, tenant],
     )?;
     if n == 0 {
-        return Err(StoreError::NotFound("webhook".into()));
+        return Err(StoreError::not_found(RecordKind::Webhook));
     }
     Ok(())
 }

@@ -53,10 +53,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../../migrations/sqlite/0010_config_sync.sql"),
     ),
+    (
+        11,
+        include_str!("../../migrations/sqlite/0011_receipt_source_delivery_kind.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).
