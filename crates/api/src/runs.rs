@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tb_core::run::{parse_result_status, RunStatus};
 use tb_core::ErrorCode;
+use tb_store::RecordKind;
 
 use crate::error::ApiError;
 use crate::inspect::{page, ListParams};
@@ -131,11 +132,15 @@ pub async fn cancel(
     let (_, ended) = load_run(&st, &id).await?;
     let run =
         match tb_engine::runs::finish(&st.engine, &id, RunStatus::Cancelled, None).await {
-            Err(tb_store::StoreError::NotFound(_)) if ended => return Err(ApiError::new(
+            Err(tb_store::StoreError::NotFound {
+                kind: RecordKind::Run,
+            }) if ended => return Err(ApiError::new(
                 ErrorCode::Conflict,
                 "the run never started: its delivery is dead-lettered (replay it to start the run)",
             )),
-            Err(tb_store::StoreError::NotFound(_)) => {
+            Err(tb_store::StoreError::NotFound {
+                kind: RecordKind::Run,
+            }) => {
                 return Err(ApiError::new(
                     ErrorCode::Conflict,
                     "the run has not started yet; retry the cancel shortly",
@@ -169,12 +174,17 @@ pub(crate) async fn load_run(st: &AppState, id: &str) -> Result<(Value, bool), A
     use tb_core::run::{announced_run, AnnouncedRun};
     match st.engine.store.get_run(id).await {
         Ok(r) => Ok((wire::run(&r), r.status.is_terminal())),
-        Err(tb_store::StoreError::NotFound(_)) => {
+        Err(tb_store::StoreError::NotFound {
+            kind: RecordKind::Run,
+        }) => {
             let not_found = || ApiError::new(ErrorCode::NotFound, "run not found");
             let did = tb_core::ids::delivery_id_for_run(id).ok_or_else(not_found)?;
             let d = match st.engine.store.get_delivery(&did).await {
                 Ok(d) if d.run_id.as_deref() == Some(id) => d,
-                Ok(_) | Err(tb_store::StoreError::NotFound(_)) => return Err(not_found()),
+                Ok(_)
+                | Err(tb_store::StoreError::NotFound {
+                    kind: RecordKind::Delivery,
+                }) => return Err(not_found()),
                 Err(e) => return Err(e.into()),
             };
             match announced_run(d.state) {

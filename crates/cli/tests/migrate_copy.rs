@@ -247,6 +247,7 @@ async fn fill(dir: &Path, n: usize) -> Vec<(String, Vec<u8>)> {
         let body: Vec<u8> = (0..=255u8).rev().chain([i as u8]).collect();
         let r = NewReceipt {
             id: new_id(IdKind::Receipt),
+            source: tb_core::receipt::ReceiptSource::Webhook,
             subscription_id: "gh".into(),
             dedup_key: format!("dk{i}"),
             provider_event_id: format!("pe{i}"),
@@ -259,6 +260,7 @@ async fn fill(dir: &Path, n: usize) -> Vec<(String, Vec<u8>)> {
             dedup_until: 90_000_000,
             deliveries: vec![NewDelivery {
                 id: new_id(IdKind::Delivery),
+                kind: tb_core::delivery::DeliveryKind::Binding,
                 binding_id: "b".into(),
                 action: "start_run".into(),
                 workflow_id: Some("noop".into()),

@@ -4,6 +4,51 @@ use serde::{Deserialize, Serialize};
 
 use crate::retry::RetryPolicy;
 
+/// What a delivery is for, stored as `deliveries.kind` and written with the delivery: the worker picks
+/// the retry policy, the action and the run rules by it (never by the shape of its ids).
+///
+/// - `binding`: a trigger binding matched an inbound event (any source: webhook, schedule, queue); its
+///   subscription row holds the retry policy and counts its attempts.
+/// - `api_run`: a run requested through `POST /v1/runs` (OpenWOP §12); the API run retry policy, and a
+///   start that is exhausted is kept as a dead-lettered, failed run (RFC 0053).
+/// - `capability_signal`: a minted capability endpoint's signal on its one run (signals-and-connectors
+///   §4); the default retry policy.
+/// - `outbound_webhook`: a run event sent to an outbound webhook registration; its `receipt_id` column
+///   holds the run event's id and its `subscription_id`/`binding_id` the webhook id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryKind {
+    Binding,
+    ApiRun,
+    CapabilitySignal,
+    OutboundWebhook,
+}
+
+impl DeliveryKind {
+    /// Every kind, in declaration order.
+    pub const ALL: [DeliveryKind; 4] = [
+        DeliveryKind::Binding,
+        DeliveryKind::ApiRun,
+        DeliveryKind::CapabilitySignal,
+        DeliveryKind::OutboundWebhook,
+    ];
+
+    /// Stored string (`binding`, `api_run`, `capability_signal`, `outbound_webhook`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeliveryKind::Binding => "binding",
+            DeliveryKind::ApiRun => "api_run",
+            DeliveryKind::CapabilitySignal => "capability_signal",
+            DeliveryKind::OutboundWebhook => "outbound_webhook",
+        }
+    }
+
+    /// Parses the stored string; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
 /// Delivery state: `pending -> delivered`, `pending -> retrying -> ... -> delivered | dead-lettered`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -292,5 +337,22 @@ mod message_tests {
         let m = http_failure_message(502, &long);
         assert_eq!(m.len(), "HTTP 502: ".len() + MESSAGE_BODY_BYTES);
         assert!(m.bytes().all(|b| (0x20..=0x7e).contains(&b)));
+    }
+    #[test]
+    fn delivery_kinds_round_trip() {
+        let names: Vec<_> = DeliveryKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "binding",
+                "api_run",
+                "capability_signal",
+                "outbound_webhook"
+            ]
+        );
+        for k in DeliveryKind::ALL {
+            assert_eq!(DeliveryKind::parse(k.as_str()), Some(k));
+        }
+        assert_eq!(DeliveryKind::parse("webhook"), None);
     }
 }

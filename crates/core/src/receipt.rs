@@ -2,6 +2,72 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Where a receipt came from, stored as `receipts.source`: the edge that handed the inbound work to the
+/// engine's one entry (`tb_engine::accept`).
+///
+/// The subscription [`crate::subscription::Source`] (OpenWOP's `webhook | schedule | queue | form`) is
+/// a subset: a capability URL and an API run are no subscription's source, so this enum extends it
+/// ([`ReceiptSource::from`] maps one onto the other).
+///
+/// - `webhook`: a provider's signed HTTP post to `POST /v1/webhooks/{subscription}` (also its refusal
+///   records: `rejected`, `rate_limited`).
+/// - `capability`: a post to a minted capability URL `POST /v1/hooks/{token}`.
+/// - `api`: a run requested through `POST /v1/runs`.
+/// - `schedule`: a cron firing of a schedule subscription.
+/// - `queue`: a message taken from a queue (a NATS JetStream consumer).
+/// - `form`: a form submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReceiptSource {
+    Webhook,
+    Capability,
+    Api,
+    Schedule,
+    Queue,
+    Form,
+}
+
+impl ReceiptSource {
+    /// Every source, in declaration order.
+    pub const ALL: [ReceiptSource; 6] = [
+        ReceiptSource::Webhook,
+        ReceiptSource::Capability,
+        ReceiptSource::Api,
+        ReceiptSource::Schedule,
+        ReceiptSource::Queue,
+        ReceiptSource::Form,
+    ];
+
+    /// Stored string (`webhook`, `capability`, `api`, `schedule`, `queue`, `form`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReceiptSource::Webhook => "webhook",
+            ReceiptSource::Capability => "capability",
+            ReceiptSource::Api => "api",
+            ReceiptSource::Schedule => "schedule",
+            ReceiptSource::Queue => "queue",
+            ReceiptSource::Form => "form",
+        }
+    }
+
+    /// Parses the stored string; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl From<crate::subscription::Source> for ReceiptSource {
+    fn from(s: crate::subscription::Source) -> Self {
+        use crate::subscription::Source;
+        match s {
+            Source::Webhook => ReceiptSource::Webhook,
+            Source::Schedule => ReceiptSource::Schedule,
+            Source::Queue => ReceiptSource::Queue,
+            Source::Form => ReceiptSource::Form,
+        }
+    }
+}
+
 /// Receipt state: progress `received -> authenticated -> normalized -> matched -> routed -> queued ->
 /// consumed`, or one terminal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -318,6 +384,17 @@ mod tests {
                 v(D::DeadLettered, Some("target_missing"), false)
             ]),
             Some(ReceiptState::RoutingFailed)
+        );
+    }
+    #[test]
+    fn receipt_sources_round_trip_and_extend_subscription_sources() {
+        for s in ReceiptSource::ALL {
+            assert_eq!(ReceiptSource::parse(s.as_str()), Some(s));
+        }
+        assert_eq!(ReceiptSource::parse("cron"), None);
+        assert_eq!(
+            ReceiptSource::from(crate::subscription::Source::Schedule).as_str(),
+            "schedule"
         );
     }
 }

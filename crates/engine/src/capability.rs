@@ -9,13 +9,14 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::json;
 use tb_core::dedup::dedup_key;
-use tb_core::delivery::DeliveryState;
+use tb_core::delivery::{DeliveryKind, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
-use tb_core::receipt::ReceiptState;
+use tb_core::receipt::ReceiptSource;
 use tb_core::{ErrorCode, TbError};
 use tb_ingress::capability as cap;
-use tb_store::{CapabilityRecord, IngestOutcome, NewDelivery, NewReceipt, StoreError};
+use tb_store::{CapabilityRecord, NewDelivery};
 
+use crate::accept::{accept, Dedup, Inbound, Routing};
 use crate::ingest::IngestAnswer;
 use crate::registration::SecretStore;
 use crate::{clock, store_err, Engine};
@@ -256,39 +257,26 @@ pub async fn ingest(
         count("rejected");
         TbError::new(e.code(), e.to_string())
     })?;
-    let receipt_id = new_id(IdKind::Receipt);
-    let key = dedup_key(&c.id, idem.unwrap_or(&receipt_id));
-    if let Some(first) = engine
-        .store
-        .find_duplicate(&c.id, &key, now)
-        .await
-        .map_err(store_err)?
-    {
-        return duplicate(engine, first, &body).await;
-    }
-    let run = engine.store.get_run(&c.run_id).await.map_err(store_err)?;
-    if run.status.is_terminal() {
-        count("target_terminal");
-        return Err(TbError::new(
-            ErrorCode::TargetTerminal,
-            format!("the endpoint's run has ended ({})", run.status.as_str()),
-        ));
-    }
-    let delivery_id = new_id(IdKind::Delivery);
-    let receipt = NewReceipt {
-        id: receipt_id,
-        subscription_id: c.id.clone(),
-        dedup_key: key,
-        provider_event_id: idem.unwrap_or("none").to_string(),
+    let inbound = Inbound {
+        source: ReceiptSource::Capability,
+        subscription: c.id.clone(),
+        counter: Some("capability"),
+        provider_event_id: Some(idem.unwrap_or("none").to_string()),
         event_type: "capability".into(),
         normalized: json!({"event": "capability", "fields": {"endpoint": c.id, "signal": c.signal}}),
-        state: ReceiptState::Routed,
+        body,
         content_type: Some("application/json".into()),
-        body: body.clone(),
         received_at: now,
-        dedup_until: now + 86_400_000,
-        deliveries: vec![NewDelivery {
-            id: delivery_id,
+        // Without an `Idempotency-Key` every request is its own (a key unique to the receipt).
+        dedup: idem.map(|k| Dedup {
+            key: dedup_key(&c.id, k),
+            window_ms: 86_400_000,
+            same_body: true,
+        }),
+        rate_limit_per_min: None,
+        routing: Routing::Fixed(vec![NewDelivery {
+            id: new_id(IdKind::Delivery),
+            kind: DeliveryKind::CapabilitySignal,
             binding_id: c.id.clone(),
             action: "raise_signal".into(),
             workflow_id: None,
@@ -297,71 +285,9 @@ pub async fn ingest(
             params: Some(json!({"run": c.run_id, "signal": c.signal, "wake": c.wake})),
             state: DeliveryState::Pending,
             dead_letter_reason: None,
-        }],
+        }]),
         capability: Some(c.id.clone()),
-        lease: None,
+        target_run: Some(c.run_id.clone()),
     };
-    let committed = crate::ingest::commit_detached(engine, receipt, |out, ready| {
-        if let Ok(IngestOutcome::Accepted { .. }) = out {
-            metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => "accepted")
-                .increment(1);
-            ready.notify_one();
-        }
-    })
-    .await?;
-    match committed {
-        Ok(IngestOutcome::Accepted {
-            receipt_id,
-            deliveries,
-            ..
-        }) => Ok(IngestAnswer::Accepted {
-            run_id: Some(c.run_id.clone()),
-            receipt_id,
-            deliveries,
-        }),
-        Ok(dup @ IngestOutcome::Duplicate { .. }) => duplicate(engine, dup, &body).await,
-        Err(StoreError::Rejected {
-            code: ErrorCode::NotFound,
-            ..
-        }) => {
-            count("not_found");
-            Err(not_found())
-        }
-        Err(e) => Err(store_err(e)),
-    }
-}
-
-/// A repeated `Idempotency-Key`: the same body is a duplicate (200), another body is refused (409).
-async fn duplicate(
-    engine: &Engine,
-    first: IngestOutcome,
-    body: &[u8],
-) -> Result<IngestAnswer, TbError> {
-    let (IngestOutcome::Duplicate {
-        receipt_id,
-        deliveries,
-    }
-    | IngestOutcome::Accepted {
-        receipt_id,
-        deliveries,
-        ..
-    }) = first;
-    let stored = engine
-        .store
-        .get_body(&receipt_id)
-        .await
-        .map_err(store_err)?;
-    if stored.as_ref() != body {
-        return Err(TbError::new(
-            ErrorCode::Conflict,
-            "this Idempotency-Key was used with a different body",
-        ));
-    }
-    metrics::counter!("tb_receipts_total", "connector" => "capability", "outcome" => "duplicate")
-        .increment(1);
-    engine.note_duplicate(&receipt_id);
-    Ok(IngestAnswer::Duplicate {
-        run_id: deliveries.first().and_then(|d| d.run_id.clone()),
-        receipt_id,
-    })
+    accept(engine, inbound).await?.answer()
 }

@@ -1,5 +1,6 @@
-//! The ingest pipeline (DESIGN §3, §5.1): limits -> connector verifies the RAW bytes -> dedup probe ->
-//! route -> ONE group-committed transaction (receipt + body + deliveries) -> answer.
+//! The webhook front end (DESIGN §3, §5.1), an edge of [`crate::accept`]: limits -> connector verifies
+//! the RAW bytes -> dedup key -> [`accept`] (dedup probe -> rate limit -> admission -> route -> ONE
+//! group-committed transaction of receipt + body + deliveries -> answer).
 //!
 //! The answer is built only after the commit returned; a duplicate found by the read-only probe never
 //! touches the writer (no fsync on the duplicate path).
@@ -9,15 +10,15 @@ use http::HeaderMap;
 use tb_core::dedup::dedup_key;
 use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::ReceiptState;
-use tb_core::subscription::{admission, Admission};
 use tb_core::{ErrorCode, TbError};
 use tb_store::{DeliveryRef, IngestOutcome, NewReceipt};
 
 use tb_core::connector::ConnectorSpec;
 use tb_ingress::{IngressError, Verified};
 
+use crate::accept::{accept, Dedup, Inbound, Routing};
 use crate::catalog::{SubscriptionConfig, Verification};
-use crate::{clock, router, store_err, Engine};
+use crate::{clock, Engine};
 
 /// What the sender is told (OpenWOP trigger-bridge §8; issue #2 ingest contract).
 #[derive(Debug, Clone, PartialEq)]
@@ -40,13 +41,6 @@ pub enum IngestAnswer {
         receipt_id: String,
         run_id: Option<String>,
     },
-}
-
-fn single_run(d: &[DeliveryRef]) -> Option<String> {
-    match d {
-        [one] => one.run_id.clone(),
-        _ => None,
-    }
 }
 
 /// Authenticates and normalizes per the subscription's verification mode: `required` must verify;
@@ -72,7 +66,8 @@ fn verify(
 }
 
 /// Keeps a refused request as a `rejected` receipt whose deliveries are dead-lettered with reason
-/// `verification_failed`. Its dedup key is unique to it, so a forged id can never take a real one.
+/// `verification_failed` (through [`accept`], [`Routing::Refused`]). Its dedup key is unique to it, so
+/// a forged id can never take a real one.
 ///
 /// The record is content-free (RFC 0232): no body is kept, so forged posts cannot fill the disk with
 /// their payloads.
@@ -82,59 +77,27 @@ async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &Hea
         action: None,
         fields: Default::default(),
     };
-    let mut deliveries = router::route(&engine.catalog(), &sub.id, &event, true);
-    for d in &mut deliveries {
-        d.dead_letter_reason = Some("verification_failed".into());
-    }
-    let mut r = content_free_receipt(sub, ReceiptState::Rejected, "unverified".into(), &event);
-    r.normalized = serde_json::json!({"event": "webhook", "fields": {"verified": false}});
-    r.content_type = media_type(headers);
-    r.deliveries = deliveries;
-    if let Err(e) = engine.store.commit_receipt(r).await {
-        tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");
-    }
-}
-
-/// Keeps an authenticated request refused by the rate limit as a content-free `rate_limited` receipt:
-/// its provider event id (so an operator can ask the provider to redeliver it), event type and time; no
-/// body, no fields, no deliveries, and a dedup key of its own (a later redelivery is not a duplicate).
-async fn record_rate_limited(engine: &Engine, sub: &SubscriptionConfig, v: &Verified) {
-    let r = content_free_receipt(
-        sub,
-        ReceiptState::RateLimited,
-        v.provider_event_id.clone(),
-        &v.event,
-    );
-    if let Err(e) = engine.store.commit_receipt(r).await {
-        tracing::error!(subscription = %sub.id, error = %e, "recording a rate-limited request failed");
-    }
-}
-
-/// A receipt that records a refusal without content: no body, no normalized field values, no
-/// deliveries, and a dedup key unique to it (it never holds or takes a real event's key).
-fn content_free_receipt(
-    sub: &SubscriptionConfig,
-    state: ReceiptState,
-    provider_event_id: String,
-    event: &tb_core::normalized::NormalizedEvent,
-) -> NewReceipt {
-    let id = new_id(IdKind::Receipt);
-    let now = clock::now_ms();
-    NewReceipt {
-        dedup_key: dedup_key(&sub.id, &id),
-        id,
-        subscription_id: sub.id.clone(),
-        provider_event_id,
+    let inbound = Inbound {
+        source: sub.source.into(),
+        subscription: sub.id.clone(),
+        counter: None,
+        provider_event_id: Some("unverified".into()),
         event_type: event.event_type(),
-        normalized: serde_json::json!({"event": event.event, "action": event.action, "fields": {}}),
-        state,
-        content_type: None,
+        normalized: serde_json::json!({"event": "webhook", "fields": {"verified": false}}),
         body: Bytes::new(),
-        received_at: now,
-        dedup_until: now,
-        deliveries: Vec::new(),
+        content_type: media_type(headers),
+        received_at: clock::now_ms(),
+        dedup: None,
+        rate_limit_per_min: None,
+        routing: Routing::Refused {
+            state: ReceiptState::Rejected,
+            dead_letter: Some((event, "verification_failed")),
+        },
         capability: None,
-        lease: None,
+        target_run: None,
+    };
+    if let Err(e) = accept(engine, inbound).await {
+        tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");
     }
 }
 
@@ -220,9 +183,6 @@ pub async fn ingest(
         return Err(engine.missing_subscription(subscription_id));
     };
     let connector = sub.connector.name();
-    let state = engine
-        .subscription_state(&sub.id)
-        .unwrap_or(tb_core::subscription::SubscriptionState::Active);
     if body.len() > sub.max_body_bytes {
         count(connector, "too_large");
         return Err(TbError::new(
@@ -267,133 +227,25 @@ pub async fn ingest(
             .fields
             .insert("verified".into(), serde_json::Value::Bool(authentic));
     }
-    let answer_dup = |o: IngestOutcome| match o {
-        IngestOutcome::Duplicate {
-            receipt_id,
-            deliveries,
-        }
-        | IngestOutcome::Accepted {
-            receipt_id,
-            deliveries,
-            ..
-        } => {
-            engine.note_duplicate(&receipt_id);
-            IngestAnswer::Duplicate {
-                run_id: single_run(&deliveries),
-                receipt_id,
-            }
-        }
-    };
-    let now = clock::now_ms();
-    if let Some(first) = engine
-        .store
-        .find_duplicate(&sub.id, &key, now)
-        .await
-        .map_err(store_err)?
-    {
-        count(connector, "duplicate");
-        return Ok(answer_dup(first));
-    }
-    // Rate-limited after authentication and the duplicate probe: a redelivery of an accepted event is
-    // answered `duplicate` even while the bucket is empty (it costs nothing and starts nothing), so a
-    // `rate_limited` receipt always names an event that was not accepted.
-    if let Err(wait_s) = engine.rate_limits.check(&sub.id, sub.rate_limit_per_min) {
-        count(connector, "rate_limited");
-        record_rate_limited(engine, &sub, &verified).await;
-        return Err(TbError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "subscription {:?} accepts {} request{} a minute; retry after {wait_s} s",
-                sub.id,
-                sub.rate_limit_per_min,
-                if sub.rate_limit_per_min == 1 { "" } else { "s" }
-            ),
-        )
-        .retry_after(wait_s));
-    }
-    let admit = admission(state);
-    if admit == Admission::Refuse {
-        count(connector, "not_active");
-        return Err(TbError::new(
-            ErrorCode::SubscriptionNotActive,
-            format!(
-                "subscription {:?} is {}; resume it to accept deliveries",
-                sub.id,
-                state.as_str()
-            ),
-        ));
-    }
-    let dead = admit == Admission::AcceptAsDeadLetter;
-    let deliveries = router::route(&engine.catalog(), &sub.id, &verified.event, dead);
-    let receipt_state = if deliveries.is_empty() {
-        ReceiptState::Unmatched
-    } else if dead {
-        ReceiptState::DeadLettered
-    } else if deliveries
-        .iter()
-        .all(|d| d.state == tb_core::delivery::DeliveryState::DeadLettered)
-    {
-        // Every matching binding failed to render (a template field is absent).
-        ReceiptState::RoutingFailed
-    } else {
-        ReceiptState::Routed
-    };
-    let content_type = media_type(headers);
-    let receipt = NewReceipt {
-        id: new_id(IdKind::Receipt),
-        subscription_id: sub.id.clone(),
-        dedup_key: key,
-        provider_event_id: verified.provider_event_id,
+    let inbound = Inbound {
+        source: sub.source.into(),
+        subscription: sub.id.clone(),
+        counter: Some(connector),
+        provider_event_id: Some(verified.provider_event_id),
         event_type: verified.event.event_type(),
         normalized: serde_json::to_value(&verified.event).unwrap_or_default(),
-        state: receipt_state,
-        content_type,
         body,
-        received_at: now,
-        dedup_until: now.saturating_add(sub.dedup_window_s.saturating_mul(1000) as i64),
-        deliveries,
-        capability: None,
-        lease: None,
-    };
-    // Everything that must follow the commit (counters, the worker's wake-up) runs in a spawned task
-    // with the commit itself: a caller that goes away cannot skip it (issue #9 defect 15).
-    let committed = commit_detached(engine, receipt, move |out, ready| match out {
-        Ok(IngestOutcome::Accepted { deliveries, .. }) => match receipt_state {
-            ReceiptState::Unmatched => count(connector, "unmatched"),
-            ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
-                count(connector, "dead_lettered");
-                metrics::counter!("tb_deliveries_total", "outcome" => "dead-lettered")
-                    .increment(deliveries.len() as u64);
-            }
-            _ => {
-                count(connector, "accepted");
-                ready.notify_one();
-            }
-        },
-        Ok(IngestOutcome::Duplicate { .. }) => count(connector, "duplicate"),
-        Err(_) => {}
-    })
-    .await?
-    .map_err(store_err)?;
-    match committed {
-        IngestOutcome::Accepted {
-            receipt_id,
-            deliveries,
-            ..
-        } => Ok(match receipt_state {
-            ReceiptState::Unmatched => IngestAnswer::Unmatched { receipt_id },
-            ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
-                IngestAnswer::DeadLettered {
-                    receipt_id,
-                    deliveries,
-                }
-            }
-            _ => IngestAnswer::Accepted {
-                run_id: single_run(&deliveries),
-                receipt_id,
-                deliveries,
-            },
+        content_type: media_type(headers),
+        received_at: clock::now_ms(),
+        dedup: Some(Dedup {
+            key,
+            window_ms: sub.dedup_window_s.saturating_mul(1000) as i64,
+            same_body: false,
         }),
-        dup @ IngestOutcome::Duplicate { .. } => Ok(answer_dup(dup)),
-    }
+        rate_limit_per_min: Some(sub.rate_limit_per_min),
+        routing: Routing::Route(verified.event),
+        capability: None,
+        target_run: None,
+    };
+    accept(engine, inbound).await?.answer()
 }

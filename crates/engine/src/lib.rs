@@ -3,6 +3,7 @@
 //!
 //! [`Engine`] is the one handle the API and CLI hold.
 
+pub mod accept;
 pub mod capability;
 pub mod catalog;
 pub mod clock;

@@ -338,7 +338,9 @@ pub async fn refresh_registration(
             load_record(engine, secrets, rec).await;
             Ok(())
         }
-        Err(StoreError::NotFound(_)) => {
+        Err(StoreError::NotFound {
+            kind: tb_store::RecordKind::Subscription,
+        }) => {
             engine.remove_from_catalog(id);
             Ok(())
         }

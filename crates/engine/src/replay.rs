@@ -90,12 +90,11 @@ pub async fn replay_dead_letters(engine: &Engine, req: BulkReplay) -> Result<Bul
             for id in &sel.delivery_ids {
                 match engine.store.replay_delivery(id, clock::now_ms()).await {
                     Ok(_) => replayed.push(id.clone()),
-                    Err(StoreError::Conflict(_)) | Err(StoreError::NotFound(_)) => {
-                        skipped.push(Skipped {
+                    Err(StoreError::Conflict(_)) | Err(StoreError::NotFound { .. }) => skipped
+                        .push(Skipped {
                             delivery_id: id.clone(),
                             reason: replay::SKIP_NOT_DEAD_LETTERED.into(),
-                        })
-                    }
+                        }),
                     Err(e) => {
                         // Deliveries replayed so far stay replayed (each is its own transaction);
                         // wake the worker for them before answering with the error.

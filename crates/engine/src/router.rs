@@ -2,7 +2,7 @@
 //! decide everything; the payload only fills allowlisted inputs and `{field}` placeholders.
 
 use tb_core::binding::BindingAction;
-use tb_core::delivery::DeliveryState;
+use tb_core::delivery::{DeliveryKind, DeliveryState};
 use tb_core::ids::{new_id, run_id_for_delivery, IdKind};
 use tb_core::normalized::NormalizedEvent;
 use tb_store::NewDelivery;
@@ -42,6 +42,7 @@ pub fn route(
             );
             let dead = dead_letter || failure.is_some();
             NewDelivery {
+                kind: DeliveryKind::Binding,
                 run_id: (plain_start && !dead).then(|| run_id_for_delivery(&id)),
                 id,
                 binding_id: b.id.clone(),

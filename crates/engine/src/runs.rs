@@ -1,18 +1,19 @@
-//! Runs started through the API (`POST /v1/runs`, OpenWOP §12): the request becomes a receipt of the
-//! pseudo-subscription [`crate::API_SOURCE`] with one `start_run` delivery, so the run is started,
+//! Runs started through the API (`POST /v1/runs`, OpenWOP §12), an edge of [`crate::accept`]: the
+//! request becomes a receipt (source `api`) of the pseudo-subscription [`crate::API_SOURCE`] with one
+//! `start_run` delivery of kind `api_run`, so the run is started,
 //! retried and recorded by the same delivery engine as trigger runs. The run id is known at once and
 //! reads as `pending` until the delivery starts it.
 
 use bytes::Bytes;
 use serde_json::Value;
-use tb_core::dedup::dedup_key;
-use tb_core::delivery::DeliveryState;
+use tb_core::delivery::{DeliveryKind, DeliveryState};
 use tb_core::ids::{new_id, run_id_for_delivery, IdKind};
-use tb_core::receipt::ReceiptState;
+use tb_core::receipt::ReceiptSource;
 use tb_core::{ErrorCode, TbError};
-use tb_store::{NewDelivery, NewReceipt};
+use tb_store::NewDelivery;
 
-use crate::{clock, store_err, Engine, API_SOURCE};
+use crate::accept::{accept, Inbound, Routing};
+use crate::{clock, Engine, API_SOURCE};
 
 /// Starts a run of `workflow_id` with `inputs`. `_request` is the request body; the receipt keeps no
 /// copy of it (its content is the delivery's workflow and inputs). Returns the run id.
@@ -26,26 +27,25 @@ pub async fn start(
     if engine.catalog().workflow(workflow_id).is_none() {
         return Err(TbError::new(ErrorCode::NotFound, "no such workflow"));
     }
-    let receipt_id = new_id(IdKind::Receipt);
     let delivery_id = new_id(IdKind::Delivery);
     let run_id = run_id_for_delivery(&delivery_id);
-    let now = clock::now_ms();
-    let receipt = NewReceipt {
-        id: receipt_id.clone(),
-        subscription_id: API_SOURCE.into(),
-        dedup_key: dedup_key(API_SOURCE, &receipt_id),
-        provider_event_id: receipt_id.clone(),
+    let inbound = Inbound {
+        source: ReceiptSource::Api,
+        subscription: API_SOURCE.into(),
+        counter: None,
+        provider_event_id: None,
         event_type: "run.requested".into(),
         // No body and no normalized fields of its own: the request is the delivery's workflow and
         // inputs (issue #10: an idle session's bytes).
         normalized: serde_json::json!({}),
-        state: ReceiptState::Routed,
-        content_type: None,
         body: Bytes::new(),
-        received_at: now,
-        dedup_until: now,
-        deliveries: vec![NewDelivery {
+        content_type: None,
+        received_at: clock::now_ms(),
+        dedup: None,
+        rate_limit_per_min: None,
+        routing: Routing::Fixed(vec![NewDelivery {
             id: delivery_id,
+            kind: DeliveryKind::ApiRun,
             binding_id: API_SOURCE.into(),
             action: "start_run".into(),
             workflow_id: Some(workflow_id.into()),
@@ -54,17 +54,11 @@ pub async fn start(
             params: None,
             state: DeliveryState::Pending,
             dead_letter_reason: None,
-        }],
+        }]),
         capability: None,
-        lease: None,
+        target_run: None,
     };
-    crate::ingest::commit_detached(engine, receipt, |out, ready| {
-        if out.is_ok() {
-            ready.notify_one();
-        }
-    })
-    .await?
-    .map_err(store_err)?;
+    accept(engine, inbound).await?;
     Ok(run_id)
 }
 

@@ -17,7 +17,12 @@ use crate::{clock, store_err, Engine};
 /// started yet is `conflict` with `Retry-After: 1` instead of `not_found`, so the caller retries and
 /// nothing is lost because the target was not running yet (signals-and-connectors §5.2).
 async fn run_err(engine: &Engine, run_id: &str, e: tb_store::StoreError) -> TbError {
-    if matches!(e, tb_store::StoreError::NotFound(ref what) if what == "run") {
+    if matches!(
+        e,
+        tb_store::StoreError::NotFound {
+            kind: tb_store::RecordKind::Run
+        }
+    ) {
         let d = tb_core::ids::delivery_id_for_run(run_id).unwrap_or_default();
         if let Ok(d) = engine.store.get_delivery(&d).await {
             if !d.state.is_terminal() && d.run_id.as_deref() == Some(run_id) {

@@ -115,7 +115,9 @@ async fn apply(
     for id in &step.subscriptions {
         match engine.store.get_subscription(id).await {
             Ok(rec) => engine.set_states([(rec.id, rec.state)]),
-            Err(tb_store::StoreError::NotFound(_)) => {}
+            Err(tb_store::StoreError::NotFound {
+                kind: tb_store::RecordKind::Subscription,
+            }) => {}
             Err(e) => return Err(store_err(e)),
         }
     }

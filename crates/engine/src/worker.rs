@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tb_core::attempt::{AttemptFailure, AttemptReport, RunStart};
-use tb_core::delivery::{decide, ActionResult, AttemptDecision, AttemptOutcome, RETRIES_EXHAUSTED};
+use tb_core::delivery::{
+    decide, ActionResult, AttemptDecision, AttemptOutcome, DeliveryKind, RETRIES_EXHAUSTED,
+};
 use tb_core::ids::{new_id, IdKind};
 use tb_core::lease::Completion;
 use tb_core::run::RunStatus;
@@ -151,31 +153,32 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
     let number = d.attempts + 1;
     let event_id = new_id(IdKind::Event);
     let catalog = engine.catalog();
-    let sub = if d.action == "webhook" {
-        // An outbound webhook delivery: its own retry policy; the webhook's subscription row counts it.
-        let mut c = crate::catalog::api_runs_config();
-        c.id = d.subscription_id.clone();
-        c.retry = crate::webhooks::policy(
-            engine
-                .webhooks_durable
-                .load(std::sync::atomic::Ordering::Relaxed),
-        );
-        Some(std::sync::Arc::new(c))
-    } else if d
-        .subscription_id
-        .starts_with(tb_core::ids::IdKind::Capability.prefix())
-    {
-        // A minted capability endpoint's signal: the default retry policy, no subscription row.
-        let mut c = crate::catalog::api_runs_config();
-        c.id = d.subscription_id.clone();
-        Some(std::sync::Arc::new(c))
-    } else if d.subscription_id == crate::API_SOURCE {
-        // A run started through `POST /v1/runs`: the API run policy, no subscription.
-        let mut c = crate::catalog::api_runs_config();
-        c.retry = engine.api_run_retry.read().expect("policy lock").clone();
-        Some(std::sync::Arc::new(c))
-    } else {
-        catalog.subscription(&d.subscription_id).cloned()
+    // The delivery's kind says whose retry policy it follows (never the shape of its ids).
+    let sub = match d.kind {
+        DeliveryKind::OutboundWebhook => {
+            // Its own retry policy; the webhook's subscription row counts it.
+            let mut c = crate::catalog::api_runs_config();
+            c.id = d.subscription_id.clone();
+            c.retry = crate::webhooks::policy(
+                engine
+                    .webhooks_durable
+                    .load(std::sync::atomic::Ordering::Relaxed),
+            );
+            Some(std::sync::Arc::new(c))
+        }
+        DeliveryKind::CapabilitySignal => {
+            // A minted capability endpoint's signal: the default retry policy, no subscription row.
+            let mut c = crate::catalog::api_runs_config();
+            c.id = d.subscription_id.clone();
+            Some(std::sync::Arc::new(c))
+        }
+        DeliveryKind::ApiRun => {
+            // A run started through `POST /v1/runs`: the API run policy, no subscription.
+            let mut c = crate::catalog::api_runs_config();
+            c.retry = engine.api_run_retry.read().expect("policy lock").clone();
+            Some(std::sync::Arc::new(c))
+        }
+        DeliveryKind::Binding => catalog.subscription(&d.subscription_id).cloned(),
     };
     let Some(sub) = sub else {
         tracing::warn!(delivery = %d.id, "subscription no longer configured; releasing lease");
@@ -196,7 +199,8 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
         .and_then(|w| catalog.workflow(w).cloned());
     let effect = crate::effects::plan(d, &run_id, workflow.as_ref());
     // The binding is re-checked on every delivery: a revoked (or removed) binding acts no more.
-    let bound = catalog.subscription(&d.subscription_id).is_some();
+    let bound =
+        d.kind == DeliveryKind::Binding && catalog.subscription(&d.subscription_id).is_some();
     let mut message: Option<String> = None;
     let work = async {
         let result: Result<RunStatus, ActionResult> =
@@ -206,7 +210,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                     retry_after_ms: None,
                     permanent: true,
                 })
-            } else if d.action == "webhook" {
+            } else if d.kind == DeliveryKind::OutboundWebhook {
                 crate::webhooks::deliver(engine, d)
                     .await
                     .map(|_| RunStatus::Completed)
@@ -288,8 +292,7 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
             // kept as a dead-lettered, failed run (RFC 0053), fork-eligible. Trigger deliveries start no
             // run instead (their dead letters are RFC 0232 records).
             (Err(_), Some(w))
-                if d.subscription_id == crate::API_SOURCE
-                    && decision == AttemptDecision::DeadLetter =>
+                if d.kind == DeliveryKind::ApiRun && decision == AttemptDecision::DeadLetter =>
             {
                 Some(RunStart {
                     id: run_id.clone(),

@@ -39,6 +39,7 @@ async fn dead_letter(store: &dyn Store, now: i64) {
     store
         .commit_receipt(NewReceipt {
             id: new_id(IdKind::Receipt),
+            source: tb_core::receipt::ReceiptSource::Webhook,
             subscription_id: "github".into(),
             dedup_key: "dk".into(),
             provider_event_id: "pe".into(),
@@ -51,6 +52,7 @@ async fn dead_letter(store: &dyn Store, now: i64) {
             dedup_until: now + 1,
             deliveries: vec![NewDelivery {
                 id: new_id(IdKind::Delivery),
+                kind: tb_core::delivery::DeliveryKind::Binding,
                 binding_id: "b".into(),
                 action: "start_run".into(),
                 workflow_id: Some("wf".into()),

@@ -21,6 +21,7 @@ const DAY_MS: i64 = 86_400_000;
 fn receipt(received_at: i64, deliveries: usize) -> NewReceipt {
     NewReceipt {
         id: new_id(IdKind::Receipt),
+        source: tb_core::receipt::ReceiptSource::Webhook,
         subscription_id: "s".into(),
         dedup_key: new_id(IdKind::Receipt),
         provider_event_id: "pe".into(),
@@ -38,6 +39,7 @@ fn receipt(received_at: i64, deliveries: usize) -> NewReceipt {
         deliveries: (0..deliveries)
             .map(|_| NewDelivery {
                 id: new_id(IdKind::Delivery),
+                kind: tb_core::delivery::DeliveryKind::Binding,
                 binding_id: "b".into(),
                 action: "start_run".into(),
                 workflow_id: Some("noop".into()),
@@ -87,7 +89,7 @@ async fn has_body(store: &SqliteStore, id: &str) -> bool {
             assert_eq!(&b[..], b"{\"raw\":true}");
             true
         }
-        Err(StoreError::NotFound(_)) => false,
+        Err(StoreError::NotFound { .. }) => false,
         Err(e) => panic!("{e}"),
     }
 }

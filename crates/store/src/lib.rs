@@ -37,9 +37,10 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 /// Store errors. `code()` maps them onto the API's stable error codes.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// No such record; the text names the kind of record (never an id taken from the request).
-    #[error("{0} not found")]
-    NotFound(String),
+    /// No such record; the text is "<kind> not found" (`run not found`), naming the kind of record and
+    /// never an id taken from the request. Callers match on `kind`, never on the text.
+    #[error("{kind} not found")]
+    NotFound { kind: RecordKind },
     /// A state conflict (e.g. completing a run that is already terminal).
     #[error("{0}")]
     Conflict(String),
@@ -68,12 +69,64 @@ pub enum StoreError {
     },
 }
 
+/// The kind of record a [`StoreError::NotFound`] names. Its [`std::fmt::Display`] is the text of the
+/// error message ("run" in "run not found"), kept as it was when the kind was a string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RecordKind {
+    Subscription,
+    Receipt,
+    /// The raw body of a receipt (gone after the body retention, or never kept for a refusal record).
+    ReceiptBody,
+    Delivery,
+    Run,
+    /// One event of a run's log, by run and sequence.
+    RunEvent,
+    Wait,
+    Turn,
+    /// The stored bytes behind a signal's `payloadRef`.
+    SignalPayload,
+    /// A minted capability endpoint (`POST /v1/hooks/{token}`).
+    Capability,
+    /// An outbound webhook registration.
+    Webhook,
+}
+
+impl RecordKind {
+    /// The words naming the kind in messages (`run`, `receipt body`, `capability endpoint`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordKind::Subscription => "subscription",
+            RecordKind::Receipt => "receipt",
+            RecordKind::ReceiptBody => "receipt body",
+            RecordKind::Delivery => "delivery",
+            RecordKind::Run => "run",
+            RecordKind::RunEvent => "run event",
+            RecordKind::Wait => "wait",
+            RecordKind::Turn => "turn",
+            RecordKind::SignalPayload => "signal payload",
+            RecordKind::Capability => "capability endpoint",
+            RecordKind::Webhook => "webhook",
+        }
+    }
+}
+
+impl std::fmt::Display for RecordKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl StoreError {
+    /// `NotFound { kind }`: "<kind> not found".
+    pub fn not_found(kind: RecordKind) -> StoreError {
+        StoreError::NotFound { kind }
+    }
+
     /// The API error code for this error.
     pub fn code(&self) -> tb_core::ErrorCode {
         use tb_core::ErrorCode as C;
         match self {
-            StoreError::NotFound(_) => C::NotFound,
+            StoreError::NotFound { .. } => C::NotFound,
             StoreError::Conflict(_) | StoreError::LeaseLost(_) => C::Conflict,
             StoreError::Unavailable(_) | StoreError::Busy(_) | StoreError::Retryable(_) => {
                 C::Unavailable

@@ -3,8 +3,8 @@
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
-use tb_core::receipt::ReceiptState;
+use tb_core::delivery::{AttemptOutcome, DeliveryKind, DeliveryState};
+use tb_core::receipt::{ReceiptSource, ReceiptState};
 use tb_core::run::RunStatus;
 use tb_core::subscription::{Source, SubscriptionState, Transition};
 
@@ -48,6 +48,9 @@ pub struct SubscriptionDef {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewDelivery {
     pub id: String,
+    /// What the delivery is for (`deliveries.kind`): `binding` for a routed event, `api_run`,
+    /// `capability_signal`; the worker dispatches on it.
+    pub kind: DeliveryKind,
     pub binding_id: String,
     /// `start_run`.
     pub action: String,
@@ -66,6 +69,8 @@ pub struct NewDelivery {
 #[derive(Debug, Clone)]
 pub struct NewReceipt {
     pub id: String,
+    /// The edge it came through (`receipts.source`: `webhook`, `capability`, `api`, `schedule`, ...).
+    pub source: ReceiptSource,
     pub subscription_id: String,
     pub dedup_key: String,
     pub provider_event_id: String,
@@ -139,6 +144,8 @@ pub enum IngestOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReceiptRecord {
     pub id: String,
+    /// The edge it came through (`receipts.source`).
+    pub source: ReceiptSource,
     pub subscription_id: String,
     pub dedup_key: String,
     pub provider_event_id: String,
@@ -158,6 +165,9 @@ pub struct ReceiptRecord {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DeliveryRecord {
     pub id: String,
+    /// What the delivery is for (`deliveries.kind`). For `outbound_webhook`, `receipt_id` is the run
+    /// event's id and `subscription_id` / `binding_id` the webhook's id.
+    pub kind: DeliveryKind,
     pub receipt_id: String,
     pub subscription_id: String,
     pub binding_id: String,

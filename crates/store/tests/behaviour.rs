@@ -55,6 +55,7 @@ async fn sub(store: &dyn Store, id: &str, threshold: u32) {
 fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewReceipt {
     NewReceipt {
         id: new_id(IdKind::Receipt),
+        source: tb_core::receipt::ReceiptSource::Webhook,
         subscription_id: sub.into(),
         dedup_key: key.into(),
         provider_event_id: format!("pe-{key}"),
@@ -73,6 +74,7 @@ fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewR
             .iter()
             .map(|b| NewDelivery {
                 id: new_id(IdKind::Delivery),
+                kind: tb_core::delivery::DeliveryKind::Binding,
                 binding_id: b.to_string(),
                 action: "start_run".into(),
                 workflow_id: Some("noop".into()),
@@ -758,7 +760,7 @@ async fn retention_sweep_removes_old_bodies_dead_letters_and_idempotency_records
         );
         assert!(matches!(
             store.get_body(&old_id).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::NotFound { .. })
         ));
         assert_eq!(
             &store.get_body(&queued_id).await.unwrap()[..],
@@ -825,7 +827,7 @@ async fn a_retention_batch_walks_by_cursor_past_kept_and_bodiless_rows() {
         for id in &settled {
             assert!(matches!(
                 store.get_body(id).await,
-                Err(StoreError::NotFound(_))
+                Err(StoreError::NotFound { .. })
             ));
         }
         for id in &kept {
@@ -1645,7 +1647,7 @@ async fn a_replay_reopens_once_and_a_run_finishes_once() {
             store
                 .finish_run("run_missing", RunStatus::Completed, None, 6_000)
                 .await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::NotFound { .. })
         ));
     }
 }

@@ -111,6 +111,7 @@ fn start_receipt(sub: &str, key: Option<&str>) -> NewReceipt {
     let dedup = new_id(IdKind::Receipt);
     NewReceipt {
         id: new_id(IdKind::Receipt),
+        source: tb_core::receipt::ReceiptSource::Webhook,
         subscription_id: sub.into(),
         dedup_key: dedup.clone(),
         provider_event_id: dedup,
@@ -123,6 +124,7 @@ fn start_receipt(sub: &str, key: Option<&str>) -> NewReceipt {
         dedup_until: 2_000 + 86_400_000,
         deliveries: vec![NewDelivery {
             id: new_id(IdKind::Delivery),
+            kind: tb_core::delivery::DeliveryKind::Binding,
             binding_id: "start".into(),
             action: "start_run".into(),
             workflow_id: Some("pr-session".into()),
@@ -268,7 +270,7 @@ async fn first_events_for_one_key_through_eight_handles_start_one_session_then_o
         );
         for own in joined.keys() {
             assert!(
-                matches!(s0.get_run(own).await, Err(StoreError::NotFound(_))),
+                matches!(s0.get_run(own).await, Err(StoreError::NotFound { .. })),
                 "{backend}: a joiner's run is never written"
             );
         }

@@ -59,6 +59,12 @@ fn body(i: usize) -> Vec<u8> {
 fn receipt(i: usize, routed: bool) -> NewReceipt {
     NewReceipt {
         id: new_id(IdKind::Receipt),
+        // Typed columns other than their defaults, so the copy is seen to carry them.
+        source: if i % 2 == 1 {
+            tb_core::receipt::ReceiptSource::Queue
+        } else {
+            tb_core::receipt::ReceiptSource::Webhook
+        },
         subscription_id: "gh".into(),
         dedup_key: format!("dk_{i}"),
         provider_event_id: format!("pe-{i}"),
@@ -76,6 +82,11 @@ fn receipt(i: usize, routed: bool) -> NewReceipt {
         deliveries: if routed {
             vec![NewDelivery {
                 id: new_id(IdKind::Delivery),
+                kind: if i % 2 == 1 {
+                    tb_core::delivery::DeliveryKind::ApiRun
+                } else {
+                    tb_core::delivery::DeliveryKind::Binding
+                },
                 binding_id: "b1".into(),
                 action: "start_run".into(),
                 workflow_id: Some("noop".into()),
@@ -435,6 +446,21 @@ async fn a_filled_store_is_copied_whole_and_the_copy_works() {
         limit: 100,
         ..ListQuery::default()
     };
+    // Every receipt's `source` and delivery's `kind` (the columns of SQLite 0011 / PostgreSQL 0005).
+    let all = ListQuery {
+        limit: 1_000,
+        ..ListQuery::default()
+    };
+    let receipts = target.list_receipts(all.clone()).await.unwrap();
+    assert!(receipts
+        .iter()
+        .any(|r| r.source == tb_core::receipt::ReceiptSource::Queue));
+    assert_eq!(receipts, source.list_receipts(all.clone()).await.unwrap());
+    let deliveries = target.list_deliveries(all.clone()).await.unwrap();
+    assert!(deliveries
+        .iter()
+        .any(|d| d.kind == tb_core::delivery::DeliveryKind::ApiRun));
+    assert_eq!(deliveries, source.list_deliveries(all).await.unwrap());
     let runs = target.list_runs(q.clone()).await.unwrap();
     assert_eq!(runs.len(), 5);
     assert_eq!(runs, source.list_runs(q).await.unwrap());
@@ -533,7 +559,7 @@ async fn a_non_empty_target_is_refused_and_force_replaces_it() {
     assert!(forced.mismatches().is_empty(), "{:?}", forced.tables);
     assert!(matches!(
         target.get_subscription("pg-only").await,
-        Err(StoreError::NotFound(_))
+        Err(StoreError::NotFound { .. })
     ));
     assert_eq!(target.list_subscriptions().await.unwrap().len(), 2);
     // The migrations table is kept: the target is still at the newest version.

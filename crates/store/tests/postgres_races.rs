@@ -48,6 +48,7 @@ async fn setup(store: &PgStore, receipts: usize) {
         store
             .commit_receipt(NewReceipt {
                 id: new_id(IdKind::Receipt),
+                source: tb_core::receipt::ReceiptSource::Webhook,
                 subscription_id: "s".into(),
                 dedup_key: format!("dk_{i}"),
                 provider_event_id: format!("pe_{i}"),
@@ -60,6 +61,7 @@ async fn setup(store: &PgStore, receipts: usize) {
                 dedup_until: 2_000 + 86_400_000,
                 deliveries: vec![NewDelivery {
                     id: new_id(IdKind::Delivery),
+                    kind: tb_core::delivery::DeliveryKind::Binding,
                     binding_id: "b1".into(),
                     action: "start_run".into(),
                     workflow_id: Some("noop".into()),

@@ -35,6 +35,7 @@ fn def(id: &str) -> SubscriptionDef {
 fn unmatched(body: Bytes) -> NewReceipt {
     NewReceipt {
         id: new_id(IdKind::Receipt),
+        source: tb_core::receipt::ReceiptSource::Webhook,
         subscription_id: "s".into(),
         dedup_key: new_id(IdKind::Receipt),
         provider_event_id: "pe".into(),
@@ -258,7 +259,7 @@ async fn a_full_disk_is_unavailable_and_rolls_the_write_back() {
     }
     assert!(matches!(
         store.get_receipt(&id).await,
-        Err(StoreError::NotFound(_))
+        Err(StoreError::NotFound { .. })
     ));
     let n = store.write_for_test(|c| count(c, "bodies")).await.unwrap();
     assert_eq!(n, 0, "no partial state");

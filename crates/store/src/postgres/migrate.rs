@@ -22,7 +22,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         4,
         include_str!("../../migrations/postgres/0004_config_sync.sql"),
     ),
-    // 5 is taken by another change in flight.
+    (
+        5,
+        include_str!("../../migrations/postgres/0005_receipt_source_delivery_kind.sql"),
+    ),
     (
         6,
         include_str!("../../migrations/postgres/0006_session_bytes.sql"),

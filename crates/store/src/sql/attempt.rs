@@ -229,7 +229,7 @@ fn load(c: &dyn Db, d: &DeliveryRecord, lease: LeaseRow) -> StoreResult<AttemptS
     // Runs started through `POST /v1/runs` (and capability signals) have no subscription row.
     let subscription = match read::get_subscription(c, &d.subscription_id) {
         Ok(s) => Some(subscription_row(&s)),
-        Err(StoreError::NotFound(_)) => None,
+        Err(StoreError::NotFound { .. }) => None,
         Err(e) => return Err(e),
     };
     Ok(snapshot(d.clone(), lease, receipt, subscription))

@@ -13,7 +13,7 @@ use tb_core::lease::{self, LeaseLost, LeaseRow};
 
 use super::read;
 use crate::model::*;
-use crate::{StoreError, StoreResult};
+use crate::{RecordKind, StoreError, StoreResult};
 
 /// Grants leases of `lease_ms` (ms) at `now` (Unix ms) on up to `limit` due deliveries to `owner` (for
 /// display), under one freshly minted token ([`lease::grant`]; a later grant on a row always mints a new
@@ -75,12 +75,12 @@ pub(crate) fn lock_lease(c: &dyn Db, id: &str) -> StoreResult<(DeliveryRecord, L
         let row = LeaseRow {
             state: d.state,
             attempts: d.attempts,
-            token: r.get(22)?,
+            token: r.get(read::DELIVERY_COLS_LEN)?,
             until: d.lease_until,
         };
         Ok((d, row))
     })?
-    .ok_or_else(|| StoreError::NotFound("delivery".into()))
+    .ok_or_else(|| StoreError::not_found(RecordKind::Delivery))
 }
 
 /// A refused lease write: the store's [`StoreError::LeaseLost`] for delivery `id`.

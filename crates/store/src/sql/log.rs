@@ -108,8 +108,8 @@ impl<'c> RunLog<'c> {
         for o in outbox::fan_out(hooks, run, event_id, ty, now) {
             c.exec(
                 "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-                   inputs, state, due_at, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5)",
+                   inputs, state, due_at, created_at, updated_at, kind) \
+                 VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5, 'outbound_webhook')",
                 p![o.id, o.event_id, o.webhook_id, o.run_id, o.due_at],
             )?;
         }

@@ -3,13 +3,13 @@
 use crate::p;
 use crate::sql::{Db, Param, Row, ToParam};
 use serde_json::Value;
-use tb_core::delivery::{AttemptOutcome, DeliveryState};
-use tb_core::receipt::ReceiptState;
+use tb_core::delivery::{AttemptOutcome, DeliveryKind, DeliveryState};
+use tb_core::receipt::{ReceiptSource, ReceiptState};
 use tb_core::run::RunStatus;
 use tb_core::subscription::{Source, SubscriptionState};
 
 use crate::model::*;
-use crate::{StoreError, StoreResult};
+use crate::{RecordKind, StoreError, StoreResult};
 
 pub(crate) fn json(s: String) -> Value {
     serde_json::from_str(&s).unwrap_or(Value::Null)
@@ -52,12 +52,14 @@ pub(crate) fn source_str(s: Source) -> &'static str {
     s.as_str()
 }
 
-pub(crate) const RECEIPT_COLS: &str = "id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at, duplicates, last_duplicate_at";
+pub(crate) const RECEIPT_COLS: &str = "id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at, duplicates, last_duplicate_at, source";
 
 fn receipt_row(r: &Row) -> StoreResult<ReceiptRecord> {
     let state: String = r.get(6)?;
+    let source: String = r.get(13)?;
     Ok(ReceiptRecord {
         id: r.get(0)?,
+        source: ReceiptSource::parse(&source).ok_or_else(|| bad("receipt source", &source))?,
         subscription_id: r.get(1)?,
         dedup_key: r.get(2)?,
         provider_event_id: r.get(3)?,
@@ -81,12 +83,17 @@ pub(crate) fn revoked_bindings(c: &dyn Db) -> StoreResult<Vec<(String, i64)>> {
     )
 }
 
-pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays, params, consumed_at";
+pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays, params, consumed_at, kind";
+
+/// Columns in [`DELIVERY_COLS`]: a query selecting more after them reads those from this index on.
+pub(crate) const DELIVERY_COLS_LEN: usize = 23;
 
 pub(crate) fn delivery_row(r: &Row) -> StoreResult<DeliveryRecord> {
     let state: String = r.get(9)?;
+    let kind: String = r.get(22)?;
     Ok(DeliveryRecord {
         id: r.get(0)?,
+        kind: DeliveryKind::parse(&kind).ok_or_else(|| bad("delivery kind", &kind))?,
         receipt_id: r.get(1)?,
         subscription_id: r.get(2)?,
         binding_id: r.get(3)?,
@@ -155,7 +162,7 @@ pub(crate) fn get_subscription(c: &dyn Db, id: &str) -> StoreResult<Subscription
         "subscriptions",
         id,
         sub_row,
-        "subscription",
+        RecordKind::Subscription,
         false,
     )
 }
@@ -169,7 +176,7 @@ pub(crate) fn lock_subscription(c: &dyn Db, id: &str) -> StoreResult<Subscriptio
         "subscriptions",
         id,
         sub_row,
-        "subscription",
+        RecordKind::Subscription,
         true,
     )
 }
@@ -183,7 +190,7 @@ pub(crate) fn lock_delivery(c: &dyn Db, id: &str) -> StoreResult<DeliveryRecord>
         "deliveries",
         id,
         delivery_row,
-        "delivery",
+        RecordKind::Delivery,
         true,
     )
 }
@@ -254,7 +261,7 @@ fn by_id<T>(
     table: &str,
     id: &str,
     map: fn(&Row) -> StoreResult<T>,
-    what: &str,
+    what: RecordKind,
     lock: bool,
 ) -> StoreResult<T> {
     let suffix = if lock { c.dialect().for_update() } else { "" };
@@ -273,10 +280,10 @@ fn one<T>(
     sql: &str,
     key: &str,
     map: fn(&Row) -> StoreResult<T>,
-    what: &str,
+    what: RecordKind,
 ) -> StoreResult<T> {
     c.row(sql, p![key], map)?
-        .ok_or_else(|| StoreError::NotFound(what.into()))
+        .ok_or_else(|| StoreError::not_found(what))
 }
 
 /// A newest-first page of a table (see [`list_sql`]).
@@ -298,7 +305,7 @@ pub(crate) fn get_receipt(c: &dyn Db, id: &str) -> StoreResult<ReceiptRecord> {
         &format!("SELECT {RECEIPT_COLS} FROM receipts WHERE id = ?1"),
         id,
         receipt_row,
-        "receipt",
+        RecordKind::Receipt,
     )
 }
 
@@ -343,7 +350,7 @@ pub(crate) fn get_body(c: &dyn Db, receipt_id: &str) -> StoreResult<Vec<u8>> {
         |r| Ok((r.get::<Option<Vec<u8>>>(0)?, r.get::<i64>(1)?)),
     )?
     .and_then(|(body, len)| body.or((len == 0).then(Vec::new)))
-    .ok_or_else(|| StoreError::NotFound("receipt body".into()))
+    .ok_or_else(|| StoreError::not_found(RecordKind::ReceiptBody))
 }
 
 pub(crate) fn get_delivery(c: &dyn Db, id: &str) -> StoreResult<DeliveryRecord> {
@@ -353,7 +360,7 @@ pub(crate) fn get_delivery(c: &dyn Db, id: &str) -> StoreResult<DeliveryRecord> 
         "deliveries",
         id,
         delivery_row,
-        "delivery",
+        RecordKind::Delivery,
         false,
     )
 }
@@ -382,7 +389,7 @@ pub(crate) fn attempts(c: &dyn Db, delivery_id: &str) -> StoreResult<Vec<Attempt
 }
 
 pub(crate) fn get_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
-    by_id(c, RUN_COLS, "runs", id, run_row, "run", false)
+    by_id(c, RUN_COLS, "runs", id, run_row, RecordKind::Run, false)
 }
 
 /// The run, its row locked until the transaction ends (`FOR UPDATE` on PostgreSQL; SQLite's one writer
@@ -390,7 +397,7 @@ pub(crate) fn get_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
 /// turn claim or ack, the run's end) takes this lock first, so two replicas acting on one run serialize
 /// and each decides from the other's committed result. Errors: `NotFound("run")`.
 pub(crate) fn lock_run(c: &dyn Db, id: &str) -> StoreResult<RunRecord> {
-    by_id(c, RUN_COLS, "runs", id, run_row, "run", true)
+    by_id(c, RUN_COLS, "runs", id, run_row, RecordKind::Run, true)
 }
 
 pub(crate) fn list_runs(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<RunRecord>> {
@@ -603,7 +610,7 @@ pub(crate) fn get_run_event(
             p![run_id, event_id],
             run_event_row,
         )?
-        .ok_or_else(|| StoreError::NotFound("run event".into()))?;
+        .ok_or_else(|| StoreError::not_found(RecordKind::RunEvent))?;
     shown(c, &mut e, &mut None)?;
     Ok(e)
 }

@@ -4,7 +4,7 @@
 //! `tb_core`'s: this file loads, locks and writes.
 
 use crate::p;
-use crate::sql::{Db, Dialect};
+use crate::sql::{Db, Dialect, Param, ToParam};
 use serde_json::Value;
 use tb_core::attempt;
 use tb_core::delivery::DeliveryState;
@@ -19,7 +19,7 @@ use tb_core::subscription::{transition, SubscriptionInput, Transition};
 
 use super::read::{self, no_row};
 use crate::model::*;
-use crate::{StoreError, StoreResult};
+use crate::{RecordKind, StoreError, StoreResult};
 
 pub(crate) fn upsert_subscription(
     c: &dyn Db,
@@ -35,7 +35,10 @@ pub(crate) fn upsert_subscription(
 }
 
 /// `normalized` and `inputs` (one per delivery) are the JSON texts, serialized by the caller so the
-/// writer thread does no serialization.
+/// writer thread does no serialization. The receipt's insert decides (a taken dedup key is a
+/// duplicate); its body and deliveries depend on nothing the database answers, so they are built
+/// first and sent together. Deliveries handed over at commit ([`NewReceipt::lease`]) are written
+/// leased, and their [`Lease`]s are built from what was written (no read back).
 pub(crate) fn commit_receipt(
     c: &dyn Db,
     r: &NewReceipt,
@@ -48,8 +51,8 @@ pub(crate) fn commit_receipt(
     let inserted = c
         .exec(
             "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
-             content_type, body_bytes, received_at, updated_at, dedup_until, dedup_live, deliveries) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, CASE WHEN CAST(?11 AS BIGINT) > CAST(?10 AS BIGINT) THEN 1 ELSE 0 END, ?12) \
+             content_type, body_bytes, received_at, updated_at, dedup_until, dedup_live, deliveries, source) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, CASE WHEN CAST(?11 AS BIGINT) > CAST(?10 AS BIGINT) THEN 1 ELSE 0 END, ?12, ?13) \
              ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING", p![
             r.id,
             r.subscription_id,
@@ -62,7 +65,8 @@ pub(crate) fn commit_receipt(
             r.body.len() as i64,
             r.received_at,
             r.dedup_until,
-            r.deliveries.len() as i64
+            r.deliveries.len() as i64,
+            r.source.as_str()
         ])?;
     if inserted == 0 {
         // The key is taken. If its window has passed, release it and take it (rare path).
@@ -77,77 +81,122 @@ pub(crate) fn commit_receipt(
         return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
-    // A receipt whose dedup window is already over (`dedup_until <= received_at`: an API start) holds
-    // no key in `receipts_dedup` (it is live = 0 from the start), and an empty body has no row
-    // (`read::get_body` reads it as empty): issue #10, bytes per session.
-    if !r.body.is_empty() {
-        c.exec(
-            "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)",
-            p![r.id, &r.body[..]],
-        )?;
-    }
+    const INSERT_BODY: &str = "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)";
     const INSERT_DELIVERY: &str =
         "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17)";
+         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18)";
     // Hand-off at commit: the first `limit` pending deliveries are written leased under one fresh grant
     // (as `lease_due` would lease them: `due_at = lease_until`, so no worker finds them due until the
-    // lease lapses) and returned with their rows.
+    // lease lapses).
     let grant = r
         .lease
         .as_ref()
         .map(|l| (l, lease::grant(r.received_at, l.lease_ms)));
     let mut to_lease = r.lease.as_ref().map_or(0, |l| l.limit);
-    let mut leased = Vec::new();
-    let mut refs = Vec::with_capacity(r.deliveries.len());
-    for (d, inputs) in r.deliveries.iter().zip(inputs) {
-        let pending = d.state == DeliveryState::Pending;
-        let handed = match &grant {
-            Some((l, g)) if pending && to_lease > 0 => {
-                to_lease -= 1;
-                Some((*l, g))
-            }
-            _ => None,
-        };
-        let due = match handed {
-            Some((_, g)) => Some(g.due_at),
-            None => pending.then_some(r.received_at),
-        };
-        // A leased delivery comes back with its row (`RETURNING`): one statement either way.
-        let returning;
-        let sql = match handed {
-            Some(_) => {
-                returning = format!("{INSERT_DELIVERY} RETURNING {}", read::DELIVERY_COLS);
-                returning.as_str()
-            }
-            None => INSERT_DELIVERY,
-        };
-        let rows = c.query(
-            sql,
-            p![
-                d.id,
-                r.id,
-                r.subscription_id,
-                d.binding_id,
-                r.dedup_key,
-                d.action,
-                d.workflow_id,
-                d.run_id,
+    struct Row<'a> {
+        d: &'a NewDelivery,
+        inputs: &'a str,
+        due: Option<i64>,
+        params: Option<String>,
+        handed: Option<(&'a LeaseRequest, &'a lease::LeaseGrant)>,
+        owner: Option<&'a str>,
+        token: Option<&'a str>,
+        until: Option<i64>,
+    }
+    let rows: Vec<Row<'_>> = r
+        .deliveries
+        .iter()
+        .zip(inputs)
+        .map(|(d, inputs)| {
+            let pending = d.state == DeliveryState::Pending;
+            let handed = match &grant {
+                Some((l, g)) if pending && to_lease > 0 => {
+                    to_lease -= 1;
+                    Some((*l, g))
+                }
+                _ => None,
+            };
+            let due = match handed {
+                Some((_, g)) => Some(g.due_at),
+                None => pending.then_some(r.received_at),
+            };
+            Row {
+                d,
                 inputs,
-                d.state.as_str(),
                 due,
-                d.dead_letter_reason,
-                r.received_at,
-                d.params.as_ref().map(|p| p.to_string()),
-                handed.map(|(l, _)| l.owner.as_str()),
-                handed.map(|(_, g)| g.token.as_str()),
-                handed.map(|(_, g)| g.until)
-            ],
-        )?;
-        if let Some((l, g)) = handed {
-            let row = rows.first().ok_or_else(no_row)?;
+                params: d.params.as_ref().map(|p| p.to_string()),
+                handed,
+                owner: handed.map(|(l, _)| l.owner.as_str()),
+                token: handed.map(|(_, g)| g.token.as_str()),
+                until: handed.map(|(_, g)| g.until),
+            }
+        })
+        .collect();
+    let delivery_params: Vec<[Param<'_>; 18]> = rows
+        .iter()
+        .map(|w| {
+            [
+                w.d.id.to_param(),
+                r.id.to_param(),
+                r.subscription_id.to_param(),
+                w.d.binding_id.to_param(),
+                r.dedup_key.to_param(),
+                w.d.action.to_param(),
+                w.d.workflow_id.to_param(),
+                w.d.run_id.to_param(),
+                w.inputs.to_param(),
+                w.d.state.as_str().to_param(),
+                w.due.to_param(),
+                w.d.dead_letter_reason.to_param(),
+                r.received_at.to_param(),
+                w.params.to_param(),
+                w.owner.to_param(),
+                w.token.to_param(),
+                w.until.to_param(),
+                w.d.kind.as_str().to_param(),
+            ]
+        })
+        .collect();
+    let body_params = p![r.id, &r.body[..]];
+    let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + rows.len());
+    // An empty body has no row (`read::get_body` reads it as empty): issue #10, bytes per session.
+    if !r.body.is_empty() {
+        writes.push((INSERT_BODY, body_params));
+    }
+    writes.extend(delivery_params.iter().map(|ps| (INSERT_DELIVERY, &ps[..])));
+    c.exec_many(&writes)?;
+    let mut refs = Vec::with_capacity(r.deliveries.len());
+    let mut leased = Vec::new();
+    for w in &rows {
+        let d = w.d;
+        if let Some((l, g)) = w.handed {
             leased.push(Lease {
-                delivery: read::delivery_row(row)?,
+                delivery: DeliveryRecord {
+                    id: d.id.clone(),
+                    receipt_id: r.id.clone(),
+                    subscription_id: r.subscription_id.clone(),
+                    binding_id: d.binding_id.clone(),
+                    dedup_key: r.dedup_key.clone(),
+                    action: d.action.clone(),
+                    workflow_id: d.workflow_id.clone(),
+                    run_id: d.run_id.clone(),
+                    inputs: d.inputs.clone(),
+                    state: d.state,
+                    attempts: 0,
+                    replays: 0,
+                    due_at: w.due,
+                    lease_until: Some(g.until),
+                    lease_owner: Some(l.owner.clone()),
+                    first_attempt_at: None,
+                    last_error: None,
+                    dead_letter_reason: d.dead_letter_reason.clone(),
+                    created_at: r.received_at,
+                    updated_at: r.received_at,
+                    params: d.params.clone(),
+                    consumed_at: None,
+                    kind: d.kind,
+                },
                 owner: l.owner.clone(),
                 token: g.token.clone(),
                 lease_until: g.until,
@@ -257,7 +306,7 @@ pub(crate) fn finish_run(
     super::session::on_run_end(c, run_id, now)?;
     let seq: i64 = c
         .row("UPDATE runs SET status = ?2, output = ?3, wait_reason = NULL, updated_at = ?4, next_sequence = next_sequence + 1 WHERE id = ?1 RETURNING next_sequence - 1", p![run_id, status.as_str(), output.map(|o| o.to_string()), now], |r| r.get(0))?
-        .ok_or_else(|| StoreError::NotFound("run".into()))?;
+        .ok_or_else(|| StoreError::not_found(RecordKind::Run))?;
     super::log::insert_run_event(c, run_id, seq as u64, ty, &serde_json::json!({}), None, now)?;
     read::get_run(c, run_id)
 }
@@ -471,7 +520,7 @@ pub(crate) fn delete_webhook(c: &dyn Db, id: &str, tenant: &str) -> StoreResult<
         p![id, tenant],
     )?;
     if n == 0 {
-        return Err(StoreError::NotFound("webhook".into()));
+        return Err(StoreError::not_found(RecordKind::Webhook));
     }
     Ok(())
 }

@@ -53,7 +53,10 @@ const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../../migrations/sqlite/0010_config_sync.sql"),
     ),
-    // 11 is taken by another change in flight.
+    (
+        11,
+        include_str!("../../migrations/sqlite/0011_receipt_source_delivery_kind.sql"),
+    ),
     (
         12,
         include_str!("../../migrations/sqlite/0012_session_bytes.sql"),
@@ -113,6 +116,14 @@ pub fn open_configured(path: &Path) -> StoreResult<Connection> {
 
 /// Applies pending migrations; returns `(from_version, to_version)`.
 pub fn migrate(conn: &Connection) -> StoreResult<(i64, i64)> {
+    migrate_to(conn, SCHEMA_VERSION)
+}
+
+/// Applies the pending migrations up to version `to` (at most [`SCHEMA_VERSION`]), each in its own
+/// transaction; returns `(from_version, to)`. [`migrate`] is this to the newest version; an older `to`
+/// makes a store as an earlier release left it (the upgrade tests). Errors: the database is newer than
+/// this build, or a migration failed (rolled back whole).
+pub fn migrate_to(conn: &Connection, to: i64) -> StoreResult<(i64, i64)> {
     let from: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(db)?;
@@ -121,14 +132,15 @@ pub fn migrate(conn: &Connection) -> StoreResult<(i64, i64)> {
             "database schema version {from} is newer than this build knows ({SCHEMA_VERSION}); upgrade trigger-bridge"
         )));
     }
-    for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > from) {
+    let to = to.min(SCHEMA_VERSION);
+    for (v, sql) in MIGRATIONS.iter().filter(|(v, _)| *v > from && *v <= to) {
         let tx = conn.unchecked_transaction().map_err(db)?;
         tx.execute_batch(sql).map_err(db)?;
         tx.execute_batch(&format!("PRAGMA user_version = {v}"))
             .map_err(db)?;
         tx.commit().map_err(db)?;
     }
-    Ok((from, SCHEMA_VERSION))
+    Ok((from, to.max(from)))
 }
 
 impl SqlStore<SqliteBackend> {

@@ -93,5 +93,5 @@ pub(crate) fn revoke_capability(c: &dyn Db, id: &str, now: i64) -> StoreResult<C
         p![id],
         cap_row,
     )?
-    .ok_or_else(|| StoreError::NotFound("capability endpoint".into()))
+    .ok_or_else(|| StoreError::not_found(RecordKind::Capability))
 }

@@ -27,7 +27,7 @@ pub(crate) mod waits;
 
 use crate::model::*;
 use crate::session::*;
-use crate::{StoreError, StoreResult};
+use crate::{RecordKind, StoreError, StoreResult};
 pub(crate) use capabilities::*;
 pub(crate) use effects::*;
 pub(crate) use signals::*;

@@ -168,5 +168,5 @@ pub(crate) fn signal_payload(c: &dyn Db, run_id: &str, r: &str) -> StoreResult<V
         p![r, run_id],
         |r| r.get(0),
     )?
-    .ok_or_else(|| StoreError::NotFound("signal payload".into()))
+    .ok_or_else(|| StoreError::not_found(RecordKind::SignalPayload))
 }

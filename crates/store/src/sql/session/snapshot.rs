@@ -43,7 +43,7 @@ pub(super) fn lock_head(c: &dyn Db, run_id: &str) -> StoreResult<RunHead> {
             })
         },
     )?
-    .ok_or_else(|| StoreError::NotFound("run".into()))
+    .ok_or_else(|| StoreError::not_found(RecordKind::Run))
 }
 
 /// Locks the run and loads the whole snapshot: the run head, buffered signals by `seq`, the armed
@@ -161,7 +161,7 @@ pub(super) fn acked_turn(c: &dyn Db, run_id: &str, turn_id: &str) -> StoreResult
             })
         },
     )?
-    .ok_or_else(|| StoreError::NotFound("turn".into()))
+    .ok_or_else(|| StoreError::not_found(RecordKind::Turn))
 }
 
 /// The run's turns not yet acknowledged (`queued` or `leased`), by `seq` (what `session::end` expires).
@@ -185,6 +185,6 @@ pub(super) fn wait_state(c: &dyn Db, run_id: &str, wait_id: &str) -> StoreResult
             "SELECT state FROM waits WHERE id = ?1 AND run_id = ?2",
             p![wait_id, run_id],
         )?
-        .ok_or_else(|| StoreError::NotFound("wait".into()))?;
+        .ok_or_else(|| StoreError::not_found(RecordKind::Wait))?;
     WaitState::parse(&s).ok_or_else(|| read::bad("wait state", &s))
 }

@@ -77,7 +77,7 @@ pub(crate) fn get_turn(c: &dyn Db, run_id: &str, id: &str) -> StoreResult<TurnRe
         run_id,
         id,
         turn_row,
-        "turn",
+        RecordKind::Turn,
     )
 }
 
@@ -97,10 +97,10 @@ pub(super) fn one_of_run<T>(
     run_id: &str,
     id: &str,
     map: fn(&Row) -> StoreResult<T>,
-    what: &str,
+    what: RecordKind,
 ) -> StoreResult<T> {
     c.row(sql, p![id, run_id], map)?
-        .ok_or_else(|| StoreError::NotFound(what.into()))
+        .ok_or_else(|| StoreError::not_found(what))
 }
 
 /// Every row of a run's table (`?1` = run id); `NotFound("run")` for an unknown run.

@@ -35,7 +35,7 @@ pub(crate) fn get_wait(c: &dyn Db, run_id: &str, id: &str) -> StoreResult<WaitRe
         run_id,
         id,
         wait_row,
-        "wait",
+        RecordKind::Wait,
     )
 }
 

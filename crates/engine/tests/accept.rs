@@ -1,0 +1,283 @@
+//! Every edge goes through the one entry (`trigger_bridge_engine::accept`): a webhook to a registered
+//! subscription, its refused (forged) post, an API run and a capability URL each leave a receipt whose
+//! typed `source` and deliveries' `kind` are read back from the store, and the worker dispatches the
+//! API run by its kind.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use tb_core::delivery::{DeliveryKind, DeliveryState};
+use tb_core::receipt::{ReceiptSource, ReceiptState};
+use tb_core::run::RunStatus;
+use tb_core::workflow::{Executor, Workflow};
+use tb_core::ErrorCode;
+use tb_store::sqlite::SqliteStore;
+use tb_store::{ListQuery, ReceiptRecord, Store};
+use trigger_bridge_engine::capability::{self, MintRequest};
+use trigger_bridge_engine::catalog::Verification;
+use trigger_bridge_engine::ingest::{ingest, IngestAnswer};
+use trigger_bridge_engine::registration::{register, RegistrationRequest, SecretStore};
+use trigger_bridge_engine::{Catalog, Engine, API_SOURCE};
+
+const BODY: &[u8] = br#"{"type":"order.created","data":{"id":1}}"#;
+
+fn signed(key: &[u8], id: &str, body: &[u8]) -> HeaderMap {
+    let ts = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let mut h = HeaderMap::new();
+    h.insert("content-type", "application/json".parse().unwrap());
+    h.insert("webhook-id", id.parse().unwrap());
+    h.insert("webhook-timestamp", ts.to_string().parse().unwrap());
+    h.insert(
+        "webhook-signature",
+        tb_ingress::standard_webhooks::sign(key, id, ts, body)
+            .parse()
+            .unwrap(),
+    );
+    h
+}
+
+async fn receipt_of(store: &dyn Store, id: &str) -> ReceiptRecord {
+    store.get_receipt(id).await.unwrap()
+}
+
+#[tokio::test]
+async fn the_four_edges_write_typed_sources_and_delivery_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let secrets = SecretStore::open(&dir.path().join("secrets")).unwrap();
+    let workflows = vec![
+        Workflow {
+            id: "noop".into(),
+            executor: Executor::Noop,
+        },
+        Workflow {
+            id: "s".into(),
+            executor: Executor::Session {
+                config: serde_json::json!({}),
+                mailbox: Default::default(),
+            },
+        },
+    ];
+    let engine = Engine::start(store.clone(), Catalog::new(vec![], vec![], workflows))
+        .await
+        .unwrap();
+
+    // 1. Webhook front end: a signed post to a registered subscription.
+    let reg = register(
+        &engine,
+        &secrets,
+        RegistrationRequest {
+            workflow_id: "noop".into(),
+            dedup_enabled: true,
+            retry: None,
+            verification: Verification::Required,
+        },
+    )
+    .await
+    .unwrap();
+    let key = tb_ingress::parse_whsec(&reg.signing_secret).unwrap();
+    let IngestAnswer::Accepted {
+        receipt_id: webhook_receipt,
+        deliveries,
+        ..
+    } = ingest(
+        &engine,
+        &reg.subscription_id,
+        &signed(&key, "msg_accept_000001", BODY),
+        Bytes::from_static(BODY),
+    )
+    .await
+    .unwrap()
+    else {
+        panic!("not accepted")
+    };
+    let r = receipt_of(&*store, &webhook_receipt).await;
+    assert_eq!(
+        (r.source, r.state, r.subscription_id.as_str()),
+        (
+            ReceiptSource::Webhook,
+            ReceiptState::Routed,
+            reg.subscription_id.as_str()
+        )
+    );
+    let d = store
+        .get_delivery(&deliveries[0].delivery_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.kind, d.action.as_str()),
+        (DeliveryKind::Binding, "start_run")
+    );
+    // The same id again is a duplicate of the first receipt (the probe in accept), with nothing written.
+    let dup = ingest(
+        &engine,
+        &reg.subscription_id,
+        &signed(&key, "msg_accept_000001", BODY),
+        Bytes::from_static(BODY),
+    )
+    .await
+    .unwrap();
+    assert!(
+        matches!(&dup, IngestAnswer::Duplicate { receipt_id, .. } if *receipt_id == webhook_receipt),
+        "{dup:?}"
+    );
+
+    // 2. The refusal record: a forged post is 401 and kept as a content-free `rejected` receipt whose
+    //    delivery is dead-lettered `verification_failed`.
+    let forged = ingest(
+        &engine,
+        &reg.subscription_id,
+        &signed(
+            b"not-the-key-not-the-key-not-the!",
+            "msg_forged_000001",
+            BODY,
+        ),
+        Bytes::from_static(BODY),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(forged.code, ErrorCode::SignatureInvalid);
+    let rejected: Vec<ReceiptRecord> = store
+        .list_receipts(ListQuery {
+            limit: 100,
+            state: Some("rejected".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    let r = &rejected[0];
+    assert_eq!(
+        (r.source, r.body_bytes, r.provider_event_id.as_str()),
+        (ReceiptSource::Webhook, 0, "unverified")
+    );
+    let ds = store.deliveries_of_receipt(&r.id).await.unwrap();
+    assert_eq!(ds.len(), 1);
+    assert_eq!(
+        (ds[0].kind, ds[0].state, ds[0].dead_letter_reason.as_deref()),
+        (
+            DeliveryKind::Binding,
+            DeliveryState::DeadLettered,
+            Some("verification_failed")
+        )
+    );
+
+    // 3. API run: an `api` receipt with one `api_run` delivery; the worker starts it by its kind.
+    let run_id = trigger_bridge_engine::runs::start(
+        &engine,
+        "s",
+        serde_json::json!({"n": 1}),
+        Bytes::from_static(b"{\"workflowId\":\"s\"}"),
+    )
+    .await
+    .unwrap();
+    let d = store
+        .get_delivery(&tb_core::ids::delivery_id_for_run(&run_id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.kind, d.subscription_id.as_str()),
+        (DeliveryKind::ApiRun, API_SOURCE)
+    );
+    let r = receipt_of(&*store, &d.receipt_id).await;
+    assert_eq!(
+        (r.source, r.state, r.event_type.as_str()),
+        (ReceiptSource::Api, ReceiptState::Routed, "run.requested")
+    );
+    assert_eq!(
+        r.provider_event_id, r.id,
+        "an API run's provider id is its receipt's"
+    );
+    for lease in store
+        .lease_due("w", i64::MAX / 2, 60_000, 10)
+        .await
+        .unwrap()
+    {
+        trigger_bridge_engine::worker::attempt(&engine, lease).await;
+    }
+    assert_eq!(
+        store.get_run(&run_id).await.unwrap().status,
+        RunStatus::Running
+    );
+
+    // 4. Capability URL: a `capability` receipt with one `capability_signal` delivery on that run.
+    let minted = capability::mint(
+        &engine,
+        None,
+        MintRequest {
+            run_id: run_id.clone(),
+            signal: "ci.done".into(),
+            ..Default::default()
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    let c = capability::find(&engine, &minted.token).await.unwrap();
+    let mut h = HeaderMap::new();
+    h.insert("content-type", "application/json".parse().unwrap());
+    h.insert("idempotency-key", "k-1".parse().unwrap());
+    let IngestAnswer::Accepted {
+        receipt_id: cap_receipt,
+        deliveries,
+        run_id: cap_run,
+    } = capability::ingest(&engine, None, &c, &h, Bytes::from_static(b"{\"ok\":true}"))
+        .await
+        .unwrap()
+    else {
+        panic!("not accepted")
+    };
+    assert_eq!(cap_run.as_deref(), Some(run_id.as_str()));
+    let r = receipt_of(&*store, &cap_receipt).await;
+    assert_eq!(
+        (
+            r.source,
+            r.subscription_id.as_str(),
+            r.provider_event_id.as_str()
+        ),
+        (ReceiptSource::Capability, c.id.as_str(), "k-1")
+    );
+    let d = store
+        .get_delivery(&deliveries[0].delivery_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        (d.kind, d.action.as_str(), d.run_id.as_deref()),
+        (
+            DeliveryKind::CapabilitySignal,
+            "raise_signal",
+            Some(run_id.as_str())
+        )
+    );
+    // The same key with another body is refused by accept's same-body rule; with the same body it is a
+    // duplicate of the first receipt.
+    let other = capability::ingest(&engine, None, &c, &h, Bytes::from_static(b"{\"ok\":false}"))
+        .await
+        .unwrap_err();
+    assert_eq!(other.code, ErrorCode::Conflict);
+    let same = capability::ingest(&engine, None, &c, &h, Bytes::from_static(b"{\"ok\":true}"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&same, IngestAnswer::Duplicate { receipt_id, .. } if *receipt_id == cap_receipt),
+        "{same:?}"
+    );
+
+    // Four receipts in all (the duplicates wrote none), one per edge.
+    let mut sources: Vec<&str> = store
+        .list_receipts(ListQuery {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.source.as_str())
+        .collect();
+    sources.sort();
+    assert_eq!(sources, ["api", "capability", "webhook", "webhook"]);
+}
