@@ -12,7 +12,7 @@ use crate::{StoreError, StoreResult};
 pub struct PgBackend {
     pool: PgPool,
     /// Connection settings, for the configuration listener started on first use.
-    cfg: postgres::Config,
+    cfg: tokio_postgres::Config,
     /// The configuration hint counter ([`super::listen`]), once started.
     hints: std::sync::Mutex<Option<tokio::sync::watch::Receiver<u64>>>,
 }

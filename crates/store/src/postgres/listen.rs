@@ -28,7 +28,7 @@ const RECONNECT_AFTER: Duration = Duration::from_secs(1);
 /// each notification from the connection's schema and after each (re)connect. The thread ends soon
 /// after every receiver was dropped. Errors: none at start (a connection failure is retried every
 /// second and logged).
-pub fn spawn(cfg: postgres::Config) -> watch::Receiver<u64> {
+pub fn spawn(cfg: tokio_postgres::Config) -> watch::Receiver<u64> {
     let (tx, rx) = watch::channel(0u64);
     let spawned = std::thread::Builder::new()
         .name("tb-pg-listen".into())
@@ -39,7 +39,7 @@ pub fn spawn(cfg: postgres::Config) -> watch::Receiver<u64> {
     rx
 }
 
-fn run(cfg: postgres::Config, tx: watch::Sender<u64>) {
+fn run(cfg: tokio_postgres::Config, tx: watch::Sender<u64>) {
     while !tx.is_closed() {
         match listen(&cfg, &tx) {
             Ok(()) => return,
@@ -53,7 +53,7 @@ fn run(cfg: postgres::Config, tx: watch::Sender<u64>) {
 
 /// One connection's life: LISTEN, then wake on each notification of this schema. `Ok` when nobody
 /// listens any more; `Err` when the connection failed.
-fn listen(cfg: &postgres::Config, tx: &watch::Sender<u64>) -> Result<(), String> {
+fn listen(cfg: &tokio_postgres::Config, tx: &watch::Sender<u64>) -> Result<(), String> {
     let mut client = connect(cfg).map_err(|e| e.to_string())?;
     let schema: String = client
         .query_one("SELECT current_schema()::TEXT", &[])

@@ -4,7 +4,7 @@
 //! `tb_core`'s: this file loads, locks and writes.
 
 use crate::p;
-use crate::sql::{Db, Dialect};
+use crate::sql::{Db, Dialect, Param, ToParam};
 use serde_json::Value;
 use tb_core::attempt;
 use tb_core::delivery::DeliveryState;
@@ -75,36 +75,57 @@ pub(crate) fn commit_receipt(
         return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
-    c.exec(
-        "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)",
-        p![r.id, &r.body[..]],
-    )?;
+    // The receipt is in: the body and the deliveries depend on nothing they answer, so they are
+    // sent together (one round trip on PostgreSQL: `Db::exec_many`).
     const INSERT_DELIVERY: &str =
         "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
          inputs, state, due_at, dead_letter_reason, created_at, updated_at, params) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14)";
+    let dues: Vec<Option<i64>> = r
+        .deliveries
+        .iter()
+        .map(|d| (d.state == DeliveryState::Pending).then_some(r.received_at))
+        .collect();
+    let params_json: Vec<Option<String>> = r
+        .deliveries
+        .iter()
+        .map(|d| d.params.as_ref().map(|p| p.to_string()))
+        .collect();
+    let delivery_params: Vec<[Param<'_>; 14]> = r
+        .deliveries
+        .iter()
+        .zip(inputs)
+        .zip(dues.iter().zip(&params_json))
+        .map(|((d, inputs), (due, params))| {
+            [
+                d.id.to_param(),
+                r.id.to_param(),
+                r.subscription_id.to_param(),
+                d.binding_id.to_param(),
+                r.dedup_key.to_param(),
+                d.action.to_param(),
+                d.workflow_id.to_param(),
+                d.run_id.to_param(),
+                inputs.to_param(),
+                d.state.as_str().to_param(),
+                due.to_param(),
+                d.dead_letter_reason.to_param(),
+                r.received_at.to_param(),
+                params.to_param(),
+            ]
+        })
+        .collect();
+    let body = r.body.as_ref();
+    let body_params = p![r.id, body];
+    let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + r.deliveries.len());
+    writes.push((
+        "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)",
+        body_params,
+    ));
+    writes.extend(delivery_params.iter().map(|ps| (INSERT_DELIVERY, &ps[..])));
+    c.exec_many(&writes)?;
     let mut refs = Vec::with_capacity(r.deliveries.len());
-    for (d, inputs) in r.deliveries.iter().zip(inputs) {
-        let due = (d.state == DeliveryState::Pending).then_some(r.received_at);
-        c.exec(
-            INSERT_DELIVERY,
-            p![
-                d.id,
-                r.id,
-                r.subscription_id,
-                d.binding_id,
-                r.dedup_key,
-                d.action,
-                d.workflow_id,
-                d.run_id,
-                inputs,
-                d.state.as_str(),
-                due,
-                d.dead_letter_reason,
-                r.received_at,
-                d.params.as_ref().map(|p| p.to_string())
-            ],
-        )?;
+    for d in &r.deliveries {
         if d.state == DeliveryState::DeadLettered {
             dead_letter_at_ingest(c, r, d)?;
         }
