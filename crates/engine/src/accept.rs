@@ -328,6 +328,7 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
         Ok(IngestOutcome::Accepted {
             receipt_id,
             deliveries,
+            ..
         }) => Ok(Accepted::Answer(match receipt_state {
             ReceiptState::Unmatched => IngestAnswer::Unmatched { receipt_id },
             ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
@@ -367,6 +368,7 @@ fn answer_duplicate(engine: &Engine, first: IngestOutcome) -> IngestAnswer {
     | IngestOutcome::Accepted {
         receipt_id,
         deliveries,
+        ..
     }) = first;
     engine.note_duplicate(&receipt_id);
     IngestAnswer::Duplicate {

@@ -146,6 +146,7 @@ mod tests {
                 replays: 0,
                 params: None,
                 consumed_at: None,
+                kind: tb_core::delivery::DeliveryKind::Binding,
             },
             owner: "w".into(),
             token: "lse_1".into(),

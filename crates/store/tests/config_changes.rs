@@ -243,6 +243,7 @@ fn pending_receipt(n: u32, key: &str) -> trigger_bridge_store::NewReceipt {
     use tb_core::delivery::DeliveryState;
     let id = format!("rcpt_wake{n}");
     trigger_bridge_store::NewReceipt {
+        source: tb_core::receipt::ReceiptSource::Webhook,
         id: id.clone(),
         subscription_id: "gh".into(),
         dedup_key: key.into(),
@@ -256,6 +257,7 @@ fn pending_receipt(n: u32, key: &str) -> trigger_bridge_store::NewReceipt {
         dedup_until: i64::MAX,
         deliveries: vec![trigger_bridge_store::NewDelivery {
             id: format!("dlv_wake{n}"),
+            kind: tb_core::delivery::DeliveryKind::Binding,
             binding_id: "b1".into(),
             action: "start_run".into(),
             workflow_id: Some("noop".into()),

@@ -952,3 +952,214 @@ async fn open_migrates_then_serves() {
     assert_eq!(n, Some(0));
     pool.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_many_returns_each_row_count_in_order() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let pool = pool(&db, 1, 16);
+    let (counts, rows) = pool
+        .write(|d| {
+            exec_all(
+                d,
+                &["CREATE TABLE many (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)"],
+            )?;
+            let counts = d.exec_many(&[
+                ("INSERT INTO many VALUES (?1, ?2)", p![1i64, 10i64]),
+                (
+                    "INSERT INTO many VALUES (?1, 0), (?2, 0), (?3, 0)",
+                    p![2i64, 3i64, 4i64],
+                ),
+                ("UPDATE many SET n = n + 1 WHERE id > ?1", p![99i64]),
+                ("DELETE FROM many WHERE id IN (?1, ?2)", p![3i64, 4i64]),
+                // Runs after the insert above: sees its row.
+                ("UPDATE many SET n = n * ?1 WHERE id = 1", p![3i64]),
+            ])?;
+            let rows = d.rows("SELECT id, n FROM many ORDER BY id", p![], |r| {
+                Ok((r.get::<i64>(0)?, r.get::<i64>(1)?))
+            })?;
+            Ok((counts, rows))
+        })
+        .await
+        .unwrap();
+    assert_eq!(counts, vec![1, 3, 0, 2, 1]);
+    assert_eq!(rows, vec![(1, 30), (2, 0)]);
+    // No statement: an empty answer, and the job commits nothing.
+    let none = pool.write(|d| d.exec_many(&[])).await.unwrap();
+    assert_eq!(none, Vec::<u64>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_in_the_middle_of_exec_many_rolls_back_the_whole_job() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let pool = pool(&db, 1, 16);
+    pool.write(|d| exec_all(d, &["CREATE TABLE uniq (id BIGINT PRIMARY KEY)"]))
+        .await
+        .unwrap();
+    let e = pool
+        .write(|d| {
+            d.exec("INSERT INTO uniq VALUES (1)", p![])?;
+            d.exec_many(&[
+                ("INSERT INTO uniq VALUES (?1)", p![2i64]),
+                ("INSERT INTO uniq VALUES (?1)", p![1i64]),
+                ("INSERT INTO uniq VALUES (?1)", p![3i64]),
+            ])
+        })
+        .await
+        .unwrap_err();
+    // The first failure in order is the error (not the 25P02 "aborted" of the statement after it).
+    assert!(
+        matches!(&e, StoreError::Database(m) if m.contains("23505") && m.contains("uniq_pkey")),
+        "{e}"
+    );
+    let ids = pool
+        .write(|d| {
+            d.exec("INSERT INTO uniq VALUES (9)", p![])?;
+            d.rows("SELECT id FROM uniq ORDER BY id", p![], |r| r.get::<i64>(0))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids,
+        vec![9],
+        "nothing of the failed job stayed; the pool goes on"
+    );
+    // In autocommit every statement was sent before the first answer was read: the one after the
+    // failure ran (and committed on its own), which one by one it would not have been.
+    let e = pool
+        .read_point(|d| {
+            d.exec_many(&[
+                ("INSERT INTO uniq VALUES (?1)", p![9i64]),
+                ("INSERT INTO uniq VALUES (?1)", p![10i64]),
+            ])
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Database(m) if m.contains("23505")),
+        "{e}"
+    );
+    let ids = pool
+        .read(|d| d.rows("SELECT id FROM uniq ORDER BY id", p![], |r| r.get::<i64>(0)))
+        .await
+        .unwrap();
+    assert_eq!(ids, vec![9, 10]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_dropped_mid_pipeline_is_unavailable_and_replaced() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let pool = pool(&db, 1, 16);
+    pool.write(|d| exec_all(d, &["CREATE TABLE lost (id BIGINT PRIMARY KEY)"]))
+        .await
+        .unwrap();
+    let pid = |pool: Arc<PgPool>| async move {
+        pool.read(|d| d.value::<i64>("SELECT CAST(pg_backend_pid() AS BIGINT)", p![]))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let before = pid(pool.clone()).await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let e = tokio::time::timeout(
+        BOUND,
+        pool.write(move |d| {
+            r.fetch_add(1, Ordering::SeqCst);
+            d.exec_many(&[
+                ("INSERT INTO lost VALUES (?1)", p![1i64]),
+                ("SELECT pg_terminate_backend(pg_backend_pid())", p![]),
+                ("INSERT INTO lost VALUES (?1)", p![2i64]),
+            ])
+        }),
+    )
+    .await
+    .expect("bounded")
+    .unwrap_err();
+    assert!(matches!(&e, StoreError::Unavailable(_)), "{e}");
+    // Its fate could have been unknown (a COMMIT's answer lost): not run again.
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let after = pid(pool.clone()).await;
+    assert_ne!(after, before, "the next job ran on a new connection");
+    assert_eq!(pool.live_connections(), 1);
+    let n = pool
+        .read(|d| d.value::<i64>("SELECT COUNT(*) FROM lost", p![]))
+        .await
+        .unwrap();
+    assert_eq!(n, Some(0), "the dropped transaction wrote nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serialization_failure_inside_exec_many_is_retried() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let pool = pool(&db, 2, 16);
+    pool.write(|d| {
+        exec_all(
+            d,
+            &[
+                "CREATE TABLE counter (id BIGINT PRIMARY KEY, n BIGINT NOT NULL)",
+                "INSERT INTO counter VALUES (1, 0)",
+                "CREATE TABLE seen (run BIGINT, n BIGINT)",
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    // As `a_serialization_failure_is_retried_on_a_fresh_snapshot`, with A's writes pipelined: its
+    // update fails with 40001, the insert after it with 25P02, and the job runs again whole.
+    let (read_tx, read_rx) = std_mpsc::channel::<()>();
+    let (go_tx, go_rx) = std_mpsc::channel::<()>();
+    let mut run = 0i64;
+    let a = pool.write(move |d| {
+        run += 1;
+        d.exec("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", p![])?;
+        let n: i64 = d
+            .value("SELECT n FROM counter WHERE id = 1", p![])?
+            .unwrap();
+        if run == 1 {
+            let _ = read_tx.send(());
+            go_rx
+                .recv_timeout(BOUND)
+                .map_err(|_| StoreError::Database("no go".into()))?;
+        }
+        let counts = d.exec_many(&[
+            ("UPDATE counter SET n = ?1 WHERE id = 1", p![n + 10]),
+            ("INSERT INTO seen VALUES (?1, ?2)", p![run, n]),
+        ])?;
+        Ok((run, n, counts))
+    });
+    let mut a = Box::pin(a);
+    assert!(poll_once(a.as_mut()).is_pending());
+    blocking(move || read_rx.recv_timeout(BOUND).expect("a read")).await;
+    pool.write(|d| d.exec("UPDATE counter SET n = n + 1 WHERE id = 1", p![]))
+        .await
+        .unwrap();
+    go_tx.send(()).unwrap();
+    let got = tokio::time::timeout(BOUND, a).await.unwrap().unwrap();
+    assert_eq!(
+        got,
+        (2, 1, vec![1, 1]),
+        "retried once, on the committed value"
+    );
+    let seen = pool
+        .read(|d| {
+            d.rows("SELECT run, n FROM seen", p![], |r| {
+                Ok((r.get::<i64>(0)?, r.get::<i64>(1)?))
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(seen, vec![(2, 1)], "the first run's insert was rolled back");
+    let n = pool
+        .read(|d| d.value::<i64>("SELECT n FROM counter WHERE id = 1", p![]))
+        .await
+        .unwrap();
+    assert_eq!(n, Some(11));
+}

@@ -201,7 +201,7 @@ async fn a_healthy_subscription_row_keeps_its_row_version() {
     let xmin = || {
         let cfg = db.config();
         std::thread::spawn(move || {
-            let mut c = cfg.connect(::postgres::NoTls).expect("connect");
+            let mut c = trigger_bridge_store::postgres::connect(&cfg).expect("connect");
             let row = c
                 .query_one("SELECT xmin::text FROM subscriptions WHERE id = 's'", &[])
                 .expect("xmin");

@@ -135,6 +135,7 @@ async fn idle_session(s: &dyn Store, now: i64) -> String {
     let delivery_id = new_id(IdKind::Delivery);
     let run_id = run_id_for_delivery(&delivery_id);
     s.commit_receipt(NewReceipt {
+        source: tb_core::receipt::ReceiptSource::Api,
         id: receipt_id.clone(),
         subscription_id: "api".into(),
         dedup_key: tb_core::dedup::dedup_key("api", &receipt_id),
@@ -148,6 +149,7 @@ async fn idle_session(s: &dyn Store, now: i64) -> String {
         dedup_until: now,
         deliveries: vec![NewDelivery {
             id: delivery_id,
+            kind: tb_core::delivery::DeliveryKind::ApiRun,
             binding_id: "api".into(),
             action: "start_run".into(),
             workflow_id: Some("pr-session".into()),
@@ -264,7 +266,7 @@ async fn an_idle_session_stays_within_its_byte_budget_and_reads_back_whole() {
         assert_eq!(by_id.payload, events[1].payload);
         assert!(matches!(
             s.get_run_event(&runs[1], &events[1].event_id).await,
-            Err(StoreError::NotFound(_))
+            Err(StoreError::NotFound { .. })
         ));
         // The receipt of an empty body reads as empty.
         let receipt = s.get_run(run).await.unwrap().receipt_id.unwrap();

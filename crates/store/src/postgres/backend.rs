@@ -12,7 +12,7 @@ use crate::{StoreError, StoreResult};
 pub struct PgBackend {
     pool: PgPool,
     /// Connection settings, for the configuration listener started on first use.
-    cfg: postgres::Config,
+    cfg: tokio_postgres::Config,
     /// The hint counters ([`super::listen`]), once started.
     hints: std::sync::Mutex<Option<super::listen::Hints>>,
     /// This store's sender id in wake-up payloads (random per store handle).

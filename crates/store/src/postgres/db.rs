@@ -1,17 +1,27 @@
-//! [`Db`] over a PostgreSQL transaction: `?N` placeholders become `$N`, each statement is prepared once
-//! per connection and cached by its SQL text, parameters bind to whatever type PostgreSQL inferred for
-//! them, and each column converts by its type to a [`Value`].
+//! [`Db`] over a PostgreSQL connection driven with `tokio-postgres`: `?N` placeholders become `$N`,
+//! each statement is prepared once per connection and cached by its SQL text, parameters bind to
+//! whatever type PostgreSQL inferred for them, and each column converts by its type to a [`Value`].
+//!
+//! Round trips: the connection thread drives its client with `block_on` on its own current-thread
+//! runtime, so whatever is sent before waiting goes out together and is answered together (the
+//! extended protocol allows any number of `Bind`/`Execute`/`Sync` in flight). A transaction's `BEGIN`
+//! is not sent on its own: it goes out with the transaction's first statement (see
+//! [`PgDb::transaction`]), and [`Db::exec_many`] sends all of its statements before reading any answer.
 
-use std::cell::RefCell;
+use std::cell::{Cell as Slot, RefCell};
 use std::collections::HashMap;
 use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::task::Poll;
 
 use bytes::BytesMut;
-use postgres::types::{FromSql, IsNull, ToSql, Type};
-use postgres::{Statement, Transaction};
+use tokio::runtime::Runtime;
+use tokio_postgres::types::{FromSql, IsNull, ToSql, Type};
+use tokio_postgres::{Client, Statement};
 
 use crate::sql::{to_postgres, Db, Dialect, Param, Row, Value};
-use crate::StoreResult;
+use crate::{StoreError, StoreResult};
 
 use super::error::classify;
 
@@ -52,99 +62,92 @@ impl StatementCache {
     }
 }
 
-/// What a [`PgDb`] sends its statements on: an open transaction, or (for a point read) the client
-/// itself in autocommit, where each statement is its own snapshot and no `BEGIN`/`COMMIT` round trips
-/// are paid.
-pub trait PgConn {
-    /// Prepares `sql` (already in PostgreSQL's `$N` form).
-    fn prepare(&mut self, sql: &str) -> Result<Statement, postgres::Error>;
-    /// Runs `st`; rows changed.
-    fn execute(
-        &mut self,
-        st: &Statement,
-        p: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error>;
-    /// Runs `st`; every row.
-    fn query(
-        &mut self,
-        st: &Statement,
-        p: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<postgres::Row>, postgres::Error>;
-}
-
-impl PgConn for Transaction<'_> {
-    fn prepare(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
-        Transaction::prepare(self, sql)
-    }
-    fn execute(
-        &mut self,
-        st: &Statement,
-        p: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error> {
-        Transaction::execute(self, st, p)
-    }
-    fn query(
-        &mut self,
-        st: &Statement,
-        p: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<postgres::Row>, postgres::Error> {
-        Transaction::query(self, st, p)
-    }
-}
-
-impl PgConn for &mut postgres::Client {
-    fn prepare(&mut self, sql: &str) -> Result<Statement, postgres::Error> {
-        postgres::Client::prepare(self, sql)
-    }
-    fn execute(
-        &mut self,
-        st: &Statement,
-        p: &[&(dyn ToSql + Sync)],
-    ) -> Result<u64, postgres::Error> {
-        postgres::Client::execute(self, st, p)
-    }
-    fn query(
-        &mut self,
-        st: &Statement,
-        p: &[&(dyn ToSql + Sync)],
-    ) -> Result<Vec<postgres::Row>, postgres::Error> {
-        postgres::Client::query(self, st, p)
-    }
-}
-
-/// A [`Db`] over one open PostgreSQL transaction (`BEGIN` was sent; the owner commits or rolls back
-/// with [`PgDb::into_transaction`]), or over a client in autocommit for a point read. Statements come
-/// from, and go into, the connection's [`StatementCache`].
-pub struct PgDb<'c, C: PgConn = Transaction<'c>> {
-    tx: RefCell<C>,
+/// A [`Db`] over one connection: either one transaction whose `BEGIN` is sent with its first
+/// statement ([`PgDb::transaction`]; the owner then commits or rolls back if [`PgDb::begun`]), or the
+/// client in autocommit for a point read ([`PgDb::autocommit`]), where each statement is its own
+/// snapshot. Statements come from, and go into, the connection's [`StatementCache`]; every call blocks
+/// on the connection's runtime `rt` (never call it on a Tokio runtime thread).
+pub struct PgDb<'c> {
+    client: &'c Client,
+    rt: &'c Runtime,
     cache: &'c RefCell<StatementCache>,
+    /// The `BEGIN ...` still to send (with the next statement); `None` once sent, or in autocommit.
+    begin: Slot<Option<&'static str>>,
+    /// Whether a `BEGIN` was sent.
+    begun: Slot<bool>,
+    /// Why the `BEGIN` failed, or why the connection was found gone (preparing a statement) before the
+    /// `BEGIN` was sent: every later statement is refused with it, unsent.
+    begin_failed: RefCell<Option<tokio_postgres::Error>>,
 }
 
-impl<'c, C: PgConn> PgDb<'c, C> {
-    /// Wraps an open transaction (or an autocommit client) and the cache of the connection it runs on.
-    pub fn new(tx: C, cache: &'c RefCell<StatementCache>) -> PgDb<'c, C> {
+impl<'c> PgDb<'c> {
+    /// A transaction on `client`: `begin` (e.g. `BEGIN ISOLATION LEVEL READ COMMITTED`) is sent in
+    /// the same round trip as the first statement, just before it, so the transaction costs no round
+    /// trip of its own at its start. Nothing is sent until a statement runs.
+    pub fn transaction(
+        client: &'c Client,
+        rt: &'c Runtime,
+        cache: &'c RefCell<StatementCache>,
+        begin: &'static str,
+    ) -> PgDb<'c> {
         PgDb {
-            tx: RefCell::new(tx),
+            client,
+            rt,
             cache,
+            begin: Slot::new(Some(begin)),
+            begun: Slot::new(false),
+            begin_failed: RefCell::new(None),
         }
     }
 
-    /// The transaction (or client) back, to commit or roll back.
-    pub fn into_transaction(self) -> C {
-        self.tx.into_inner()
+    /// The client in autocommit: no `BEGIN`/`COMMIT`, each statement commits (or reads) on its own.
+    pub fn autocommit(
+        client: &'c Client,
+        rt: &'c Runtime,
+        cache: &'c RefCell<StatementCache>,
+    ) -> PgDb<'c> {
+        PgDb {
+            client,
+            rt,
+            cache,
+            begin: Slot::new(None),
+            begun: Slot::new(false),
+            begin_failed: RefCell::new(None),
+        }
     }
 
-    /// The prepared statement for `sql` (written with `?N`), preparing and caching it on first use.
+    /// Whether the transaction's `BEGIN` was sent (so the owner must `COMMIT` or `ROLLBACK`); `false`
+    /// in autocommit and for a transaction that ran no statement.
+    pub fn begun(&self) -> bool {
+        self.begun.get()
+    }
+
+    /// Why the `BEGIN` failed, or the connection was found gone before it was sent (taken: a second
+    /// call answers `None`). The job's statements all failed with it and nothing of the job reached
+    /// the server inside a transaction; the owner decides from it whether the connection is gone.
+    pub fn take_begin_error(&self) -> Option<tokio_postgres::Error> {
+        self.begin_failed.borrow_mut().take()
+    }
+
+    /// The prepared statement for `sql` (written with `?N`), preparing and caching it on first use
+    /// (one round trip, outside the transaction's pipeline: a prepared statement is not transactional).
     /// Errors: the server refused to prepare it (typed by [`classify`]).
     fn statement(&self, sql: &str) -> StoreResult<Statement> {
+        self.refuse_after_failed_begin()?;
         if let Some(st) = self.cache.borrow().map.get(sql) {
             return Ok(st.clone());
         }
-        let st = self
-            .tx
-            .borrow_mut()
-            .prepare(&to_postgres(sql))
-            .map_err(|e| classify(&e))?;
+        let st = match self.rt.block_on(self.client.prepare(&to_postgres(sql))) {
+            Ok(st) => st,
+            Err(e) => {
+                let err = classify(&e);
+                if self.begin.get().is_some() && super::error::connection_lost(&e) {
+                    // Nothing of the transaction was sent: as if its BEGIN had failed.
+                    *self.begin_failed.borrow_mut() = Some(e);
+                }
+                return Err(err);
+            }
+        };
         let mut cache = self.cache.borrow_mut();
         if cache.map.len() >= STATEMENT_CACHE_CAPACITY {
             cache.map.clear();
@@ -153,17 +156,45 @@ impl<'c, C: PgConn> PgDb<'c, C> {
         Ok(st)
     }
 
+    fn refuse_after_failed_begin(&self) -> StoreResult<()> {
+        match &*self.begin_failed.borrow() {
+            Some(e) => Err(classify(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `work` to its end on the connection's runtime; when the transaction's `BEGIN` is still to
+    /// be sent, it is sent first, in the same round trip. Errors: the `BEGIN` failed (typed by
+    /// [`classify`]; kept for [`PgDb::take_begin_error`], and `work`'s own answer is dropped).
+    fn block<T>(&self, work: impl Future<Output = T>) -> StoreResult<T> {
+        let Some(begin) = self.begin.take() else {
+            return Ok(self.rt.block_on(work));
+        };
+        self.begun.set(true);
+        let (began, out) = self
+            .rt
+            .block_on(both_in_order(self.client.batch_execute(begin), work));
+        match began {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                let err = classify(&e);
+                *self.begin_failed.borrow_mut() = Some(e);
+                Err(err)
+            }
+        }
+    }
+
     /// Types the failure of `sql`'s statement. A statement the schema changed under (a column added
     /// by a newer replica's migration: SQLSTATE `0A000` "cached plan must not change result type") is
     /// dropped from the cache and the failure is [`StoreError::Retryable`], so the transaction runs
     /// again and prepares it anew; anything else is typed by [`classify`].
-    fn failed(&self, sql: &str, e: &postgres::Error) -> crate::StoreError {
-        let stale = e.code() == Some(&postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
+    fn failed(&self, sql: &str, e: &tokio_postgres::Error) -> StoreError {
+        let stale = e.code() == Some(&tokio_postgres::error::SqlState::FEATURE_NOT_SUPPORTED)
             && e.as_db_error()
                 .is_some_and(|d| d.message().contains("cached plan"));
         if stale {
             self.cache.borrow_mut().map.remove(sql);
-            return crate::StoreError::Retryable(format!(
+            return StoreError::Retryable(format!(
                 "a prepared statement went stale after a schema change: {}",
                 super::error::text(e)
             ));
@@ -176,34 +207,106 @@ fn bind<'p>(params: &'p [Param<'_>]) -> Vec<&'p (dyn ToSql + Sync)> {
     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
-impl<C: PgConn> Db for PgDb<'_, C> {
+/// Polls `a` then `b` (always in that order) until both are done. A `tokio-postgres` request is
+/// queued to the connection on its future's first poll, so `a`'s request goes out before `b`'s and
+/// both in one write.
+async fn both_in_order<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+    let (mut a, mut b) = (pin!(a), pin!(b));
+    let (mut ra, mut rb) = (None, None);
+    std::future::poll_fn(move |cx| {
+        if ra.is_none() {
+            if let Poll::Ready(v) = a.as_mut().poll(cx) {
+                ra = Some(v);
+            }
+        }
+        if rb.is_none() {
+            if let Poll::Ready(v) = b.as_mut().poll(cx) {
+                rb = Some(v);
+            }
+        }
+        match (ra.is_some(), rb.is_some()) {
+            (true, true) => Poll::Ready((ra.take().expect("a"), rb.take().expect("b"))),
+            _ => Poll::Pending,
+        }
+    })
+    .await
+}
+
+/// Polls every future, in order, until all are done; their outputs in the same order. As
+/// [`both_in_order`]: every request is queued before any answer is awaited (one round trip).
+async fn all_in_order<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(move |cx| {
+        let mut pending = false;
+        for (f, out) in futures.iter_mut().zip(outs.iter_mut()) {
+            if out.is_none() {
+                match f.as_mut().poll(cx) {
+                    Poll::Ready(v) => *out = Some(v),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(outs.iter_mut().map(|o| o.take().expect("done")).collect())
+        }
+    })
+    .await
+}
+
+impl Db for PgDb<'_> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
 
     fn exec(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64> {
         let st = self.statement(sql)?;
-        self.tx
-            .borrow_mut()
-            .execute(&st, &bind(params))
+        let binds = bind(params);
+        self.block(self.client.execute(&st, &binds))?
             .map_err(|e| self.failed(sql, &e))
     }
 
     fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>> {
         let st = self.statement(sql)?;
+        let binds = bind(params);
         let rows = self
-            .tx
-            .borrow_mut()
-            .query(&st, &bind(params))
+            .block(self.client.query(&st, &binds))?
             .map_err(|e| self.failed(sql, &e))?;
         rows.iter().map(row).collect()
+    }
+
+    /// Sends every statement (each `Bind`/`Execute`/`Sync`; with the transaction's `BEGIN` first if
+    /// it is still to be sent), then reads every answer: one round trip for all of them (plus one per
+    /// statement not yet prepared on this connection). The server runs them in order; once one fails
+    /// the transaction is aborted and the later ones fail with `25P02`, so the error returned is the
+    /// first one in order. In autocommit each statement commits on its own.
+    fn exec_many(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<u64>> {
+        let prepared = statements
+            .iter()
+            .map(|(sql, _)| self.statement(sql))
+            .collect::<StoreResult<Vec<Statement>>>()?;
+        let binds: Vec<Vec<&(dyn ToSql + Sync)>> =
+            statements.iter().map(|(_, params)| bind(params)).collect();
+        let sent = prepared
+            .iter()
+            .zip(&binds)
+            .map(|(st, b)| self.client.execute(st, b))
+            .collect::<Vec<_>>();
+        let answers = self.block(all_in_order(sent))?;
+        answers
+            .into_iter()
+            .zip(statements)
+            .map(|(a, (sql, _))| a.map_err(|e| self.failed(sql, &e)))
+            .collect()
     }
 }
 
 /// Converts one PostgreSQL row. Errors: a column of a type [`Cell`] does not read (named with its
 /// position and type; cast it in the SQL, e.g. `CAST(SUM(x) AS BIGINT)`, since `SUM(bigint)` is
 /// `NUMERIC` in PostgreSQL).
-fn row(r: &postgres::Row) -> StoreResult<Row> {
+fn row(r: &tokio_postgres::Row) -> StoreResult<Row> {
     let mut vals = Vec::with_capacity(r.len());
     for (i, col) in r.columns().iter().enumerate() {
         if !Cell::accepts(col.type_()) {
@@ -314,7 +417,7 @@ impl ToSql for Param<'_> {
         true
     }
 
-    postgres::types::to_sql_checked!();
+    tokio_postgres::types::to_sql_checked!();
 }
 
 fn out_of_range(i: i64, ty: &Type) -> BoxError {

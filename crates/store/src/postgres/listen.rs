@@ -76,7 +76,7 @@ fn bump(tx: &watch::Sender<u64>) {
 /// id (see [`super::notify`]): wake-ups it sent are not counted. The thread ends soon after every
 /// receiver was dropped. Errors: none at start (a connection failure is retried every second and
 /// logged).
-pub fn spawn(cfg: postgres::Config, sender: String) -> Hints {
+pub fn spawn(cfg: tokio_postgres::Config, sender: String) -> Hints {
     let (config, config_rx) = watch::channel(0u64);
     let (work, work_rx) = watch::channel(0u64);
     let (sessions, sessions_rx) = watch::channel(0u64);
@@ -98,7 +98,7 @@ pub fn spawn(cfg: postgres::Config, sender: String) -> Hints {
     }
 }
 
-fn run(cfg: postgres::Config, sender: String, tx: Senders) {
+fn run(cfg: tokio_postgres::Config, sender: String, tx: Senders) {
     while !tx.closed() {
         match listen(&cfg, &sender, &tx) {
             Ok(()) => return,
@@ -112,7 +112,7 @@ fn run(cfg: postgres::Config, sender: String, tx: Senders) {
 
 /// One connection's life: LISTEN, then bump on each notification of this schema. `Ok` when nobody
 /// listens any more; `Err` when the connection failed.
-fn listen(cfg: &postgres::Config, sender: &str, tx: &Senders) -> Result<(), String> {
+fn listen(cfg: &tokio_postgres::Config, sender: &str, tx: &Senders) -> Result<(), String> {
     let mut client = connect(cfg).map_err(|e| e.to_string())?;
     let schema: String = client
         .query_one("SELECT current_schema()::TEXT", &[])

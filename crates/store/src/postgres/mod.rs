@@ -3,8 +3,11 @@
 //! versioned migrations ([`mod@migrate`]), connection settings from a URL ([`config`]) and the test
 //! harness ([`testing`]).
 //!
-//! The driver is the `postgres` crate: the synchronous face of `tokio-postgres`, each client driven by
-//! its own small runtime on its connection thread. Synchronous because the shared data-access code in
+//! The pool's driver is `tokio-postgres`, driven synchronously: each connection thread owns a
+//! current-thread runtime and one client, and blocks on it, sending independent statements together
+//! (a transaction's `BEGIN` with its first statement; [`Db::exec_many`](crate::sql::Db::exec_many) in
+//! one round trip). The synchronous `postgres` crate ([`connect`]) serves migrations, the configuration
+//! listener and tests. Synchronous because the shared data-access code in
 //! `crate::sql` is synchronous (the SQLite backend runs it on its writer thread), so both backends run
 //! the very same code; the async callers reach a connection through the pool's queue.
 

@@ -43,14 +43,14 @@ struct Shared {
 
 /// Announcements of one store, sent by one thread started on the first announcement.
 pub struct Notifier {
-    cfg: postgres::Config,
+    cfg: tokio_postgres::Config,
     sender: String,
     shared: Arc<Shared>,
 }
 
 impl Notifier {
     /// A notifier for the store on `cfg` whose listener skips `sender`. Starts nothing yet.
-    pub fn new(cfg: postgres::Config, sender: String) -> Notifier {
+    pub fn new(cfg: tokio_postgres::Config, sender: String) -> Notifier {
         Notifier {
             cfg,
             sender,
@@ -105,7 +105,7 @@ impl Drop for Notifier {
     }
 }
 
-fn run(cfg: postgres::Config, sender: String, shared: Arc<Shared>) {
+fn run(cfg: tokio_postgres::Config, sender: String, shared: Arc<Shared>) {
     let mut conn: Option<(postgres::Client, String)> = None;
     // Connect now (a failure is retried at the first send).
     let _ = send(&cfg, &mut conn, &sender, 0);
@@ -126,7 +126,7 @@ fn run(cfg: postgres::Config, sender: String, shared: Arc<Shared>) {
 
 /// Sends one notification per channel in `due`, connecting first when needed.
 fn send(
-    cfg: &postgres::Config,
+    cfg: &tokio_postgres::Config,
     conn: &mut Option<(postgres::Client, String)>,
     sender: &str,
     due: u8,

@@ -78,7 +78,7 @@ impl TestDatabase {
     }
 
     /// Connection settings of the test schema (as [`parse_url`] gives them for [`TestDatabase::url`]).
-    pub fn config(&self) -> postgres::Config {
+    pub fn config(&self) -> tokio_postgres::Config {
         parse_url(&self.url).expect("test URL parses")
     }
 }

@@ -294,6 +294,27 @@ pub trait Db {
     fn exec(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<u64>;
     /// Runs one query; returns every row (callers bound the result with `LIMIT`).
     fn query(&self, sql: &str, params: &[Param<'_>]) -> StoreResult<Vec<Row>>;
+
+    /// Runs `statements` (`(sql, params)` each, as [`Db::exec`] takes them) in order inside the same
+    /// transaction; returns each one's row count, in the same order. For writes whose inputs do not
+    /// depend on each other's results: every statement is sent whatever the earlier ones answer, so
+    /// a caller that must decide from a count (e.g. `ON CONFLICT DO NOTHING` inserting 0 rows) runs
+    /// that statement alone with [`Db::exec`] and pipelines what follows it.
+    ///
+    /// PostgreSQL sends them all, then reads all the answers: one network round trip instead of one
+    /// per statement (what makes it worth using on any hot path: the attempt's commit, the ingest
+    /// commit, a run event and its outbox rows). The default runs them one by one (SQLite: no
+    /// network, nothing to save).
+    ///
+    /// Errors: the first failing statement's error, typed as [`Db::exec`]'s; the statements after it
+    /// may have been sent and failed too (PostgreSQL: `25P02`, transaction aborted), so the caller
+    /// returns the error and its whole transaction is rolled back, as for any failed statement.
+    fn exec_many(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<u64>> {
+        statements
+            .iter()
+            .map(|(sql, params)| self.exec(sql, params))
+            .collect()
+    }
 }
 
 impl dyn Db + '_ {

@@ -79,19 +79,6 @@ impl<'c> RunLog<'c> {
         now: i64,
     ) -> StoreResult<()> {
         let c = self.c;
-        c.exec(
-            "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            p![
-                run,
-                seq as i64,
-                event_id,
-                ty,
-                tb_core::events::stored_payload(ty, run, payload).to_string(),
-                causation,
-                now
-            ],
-        )?;
         if self.hooks.is_none() {
             self.hooks = Some(c.rows(
                 "SELECT id, events FROM webhooks WHERE deleted = 0",
@@ -105,14 +92,39 @@ impl<'c> RunLog<'c> {
             )?);
         }
         let hooks = self.hooks.as_deref().unwrap_or_default();
-        for o in outbox::fan_out(hooks, run, event_id, ty, now) {
-            c.exec(
+        let outbox = outbox::fan_out(hooks, run, event_id, ty, now);
+        // The event row and its outbox rows depend on nothing they answer: sent together (one round
+        // trip on PostgreSQL).
+        let payload = tb_core::events::stored_payload(ty, run, payload).to_string();
+        let seq = seq as i64;
+        let event_params = p![run, seq, event_id, ty, payload, causation, now];
+        let outbox_params: Vec<[Param<'_>; 5]> = outbox
+            .iter()
+            .map(|o| {
+                [
+                    o.id.to_param(),
+                    o.event_id.to_param(),
+                    o.webhook_id.to_param(),
+                    o.run_id.to_param(),
+                    o.due_at.to_param(),
+                ]
+            })
+            .collect();
+        let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + outbox.len());
+        writes.push((
+            "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            event_params,
+        ));
+        writes.extend(outbox_params.iter().map(|ps| {
+            (
                 "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
                    inputs, state, due_at, created_at, updated_at, kind) \
                  VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5, 'outbound_webhook')",
-                p![o.id, o.event_id, o.webhook_id, o.run_id, o.due_at],
-            )?;
-        }
+                &ps[..],
+            )
+        }));
+        c.exec_many(&writes)?;
         Ok(())
     }
 }

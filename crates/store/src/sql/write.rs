@@ -158,7 +158,8 @@ pub(crate) fn commit_receipt(
             ]
         })
         .collect();
-    let body_params = p![r.id, &r.body[..]];
+    let body = r.body.as_ref();
+    let body_params = p![r.id, body];
     let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + rows.len());
     // An empty body has no row (`read::get_body` reads it as empty): issue #10, bytes per session.
     if !r.body.is_empty() {
