@@ -208,12 +208,18 @@ pub fn truncate(c: &dyn Db, tables: &[Table]) -> StoreResult<()> {
 /// A target sequence that feeds a column (`serial`, `bigserial`, identity): `(table, column, sequence)`.
 pub fn target_sequences(c: &dyn Db) -> StoreResult<Vec<(String, String, String)>> {
     c.rows(
-        "SELECT table_name, column_name, seq FROM ( \
-             SELECT c.table_name::TEXT AS table_name, c.column_name::TEXT AS column_name, \
-                    pg_get_serial_sequence(quote_ident(c.table_name::TEXT), c.column_name::TEXT)::TEXT AS seq \
-             FROM information_schema.columns c \
-             WHERE c.table_schema = current_schema()) s \
-         WHERE seq IS NOT NULL ORDER BY table_name, column_name",
+        // From the catalog, by dependency (serial: `a`, identity: `i`), and only for this schema's
+        // tables: `pg_get_serial_sequence` over `information_schema.columns` may be evaluated on rows of
+        // other schemas before the filter and fail on a relation it cannot name (or one being dropped).
+        "SELECT t.relname::TEXT, a.attname::TEXT, (quote_ident(n.nspname) || '.' || quote_ident(s.relname))::TEXT \
+         FROM pg_depend d \
+         JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S' \
+         JOIN pg_class t ON t.oid = d.refobjid \
+         JOIN pg_namespace n ON n.oid = t.relnamespace \
+         JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = d.refobjsubid \
+         WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass \
+           AND d.deptype IN ('a', 'i') AND n.nspname = current_schema() \
+         ORDER BY 1, 2",
         crate::p![],
         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
     )

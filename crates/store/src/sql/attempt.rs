@@ -141,14 +141,16 @@ pub(crate) fn run_start(run: &NewRun) -> RunStart {
 const JOINED: &str = "SELECT d.id, d.receipt_id, d.subscription_id, d.binding_id, d.dedup_key, d.action, \
      d.workflow_id, d.run_id, d.inputs, d.state, d.attempts, d.due_at, d.lease_until, d.first_attempt_at, \
      d.last_error, d.dead_letter_reason, d.created_at, d.updated_at, d.lease_owner, d.replays, d.params, \
-     d.consumed_at, d.lease_token, r.state, r.deliveries, s.id, s.source, s.connector, s.config, s.state, \
+     d.consumed_at, d.kind, d.lease_token, r.state, r.deliveries, s.id, s.source, s.connector, s.config, s.state, \
      s.failure_threshold, s.consecutive_failures, s.last_success_at, s.created_at, s.updated_at, \
      s.first_failure_at, s.state_changed_at, s.last_error \
      FROM deliveries d JOIN receipts r ON r.id = d.receipt_id \
      LEFT JOIN subscriptions s ON s.id = d.subscription_id WHERE d.id = ?1";
-/// Where the receipt's columns start in a [`JOINED`] row, and the subscription's.
-const JOINED_RECEIPT: usize = 23;
-const JOINED_SUB: usize = 25;
+/// Where `lease_token` is in a [`JOINED`] row (right after the delivery's columns), where the receipt's
+/// columns start, and the subscription's.
+const JOINED_TOKEN: usize = read::DELIVERY_COLS_LEN;
+const JOINED_RECEIPT: usize = JOINED_TOKEN + 1;
+const JOINED_SUB: usize = JOINED_RECEIPT + 2;
 
 /// The snapshot of an attempt without a local effect, loaded by [`JOINED`] (then the receipt's other
 /// deliveries when it has several); `None` when no row came back: no such delivery, or one without a
@@ -166,7 +168,7 @@ fn load_joined(c: &dyn Db, id: &str) -> StoreResult<Option<AttemptSnapshot>> {
     let lease_row = LeaseRow {
         state: d.state,
         attempts: d.attempts,
-        token: row.get(22)?,
+        token: row.get(JOINED_TOKEN)?,
         until: d.lease_until,
     };
     let state: String = row.get(JOINED_RECEIPT)?;
@@ -379,4 +381,25 @@ fn insert_run_events(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_joined_load_selects_the_delivery_columns_in_their_order() {
+        let cols: Vec<String> = read::DELIVERY_COLS
+            .split(", ")
+            .map(|c| format!("d.{c}"))
+            .collect();
+        assert_eq!(cols.len(), read::DELIVERY_COLS_LEN);
+        let selected = JOINED.trim_start_matches("SELECT ");
+        let prefix = format!(
+            "{}, d.lease_token, r.state, r.deliveries, s.id,",
+            cols.join(", ")
+        );
+        let squashed: String = selected.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(squashed.starts_with(&prefix), "{squashed}");
+    }
 }
