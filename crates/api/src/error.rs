@@ -41,7 +41,13 @@ impl IntoResponse for ApiError {
             Json(json!({"error": self.0.code.as_str(), "message": self.0.message})),
         )
             .into_response();
-        if let Some(s) = self.0.retry_after_s {
+        // `unavailable` is always worth retrying and always says when (docs/http-api.md): 1 s unless
+        // the error named a time.
+        let retry_after = self
+            .0
+            .retry_after_s
+            .or((self.0.code == tb_core::ErrorCode::Unavailable).then_some(1));
+        if let Some(s) = retry_after {
             r.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, s.into());
         }
@@ -80,7 +86,7 @@ pub fn query<T>(
     q.map(|axum::extract::Query(v)| v).map_err(|_| {
         ApiError::new(
             ErrorCode::ValidationError,
-            "invalid query parameters; see README.md for each endpoint's parameters",
+            "invalid query parameters; see docs/http-api.md for each endpoint's parameters",
         )
     })
 }
@@ -97,7 +103,7 @@ pub async fn method_not_allowed() -> Response {
 pub async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such endpoint; see README.md for the API",
+        "no such endpoint; see docs/http-api.md for the API",
     )
 }
 
@@ -142,4 +148,24 @@ pub async fn envelope_errors(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod retry_after_tests {
+    use super::*;
+
+    #[test]
+    fn every_unavailable_answer_says_when_to_retry() {
+        let r = ApiError::new(ErrorCode::Unavailable, "cannot read the key").into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "1");
+        let named =
+            ApiError(TbError::new(ErrorCode::Unavailable, "busy").retry_after(7)).into_response();
+        assert_eq!(named.headers()[axum::http::header::RETRY_AFTER], "7");
+        let other = ApiError::new(ErrorCode::NotFound, "no such run").into_response();
+        assert!(other
+            .headers()
+            .get(axum::http::header::RETRY_AFTER)
+            .is_none());
+    }
 }

@@ -16,18 +16,30 @@ const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 const SENDERS: usize = 8;
 const KILLS: usize = 4;
 
-fn spawn(config: &Path, data: &Path, port: u16) -> Child {
-    Command::new(BIN)
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-        .arg(data)
-        .env("STANDARD_WEBHOOK_SECRET", SECRET)
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn server")
+/// A server process that is killed when dropped, so a failing assertion leaves no server running.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(config: &Path, data: &Path, port: u16) -> Killed {
+    Killed(
+        Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(config)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(data)
+            .env("STANDARD_WEBHOOK_SECRET", SECRET)
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn server"),
+    )
 }
 
 /// Posts `id` until the server answers 202 or 200; returns (status, receiptId).
@@ -167,8 +179,8 @@ workflow = "noop"
         answered_after(*at_kill.last().unwrap()).await;
         let wait = rand::rng().random_range(300..900);
         tokio::time::sleep(Duration::from_millis(wait)).await;
-        server.kill().unwrap(); // SIGKILL
-        server.wait().unwrap();
+        server.0.kill().unwrap(); // SIGKILL
+        server.0.wait().unwrap();
         let n = answered.lock().unwrap().len();
         at_kill.push(n);
         eprintln!(
@@ -251,6 +263,6 @@ workflow = "noop"
         .unwrap();
     assert_eq!(v["receipt"]["state"], "consumed");
     assert_eq!(v["deliveries"][0]["state"], "delivered");
-    server.kill().unwrap();
-    server.wait().unwrap();
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
 }

@@ -132,7 +132,7 @@ impl SecretStore {
             TbError::new(
                 ErrorCode::Unavailable,
                 format!(
-                    "{SECRET_KEY_ENV} is not set: with a database shared by several replicas, host-generated                      secrets are sealed under that key (32 bytes as hex or base64, the same on every replica);                      set it and restart"
+                    "{SECRET_KEY_ENV} is not set: with a database shared by several replicas, host-generated secrets are sealed under that key (32 bytes as hex or base64, the same on every replica); set it and restart"
                 ),
             )
         })
