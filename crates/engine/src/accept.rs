@@ -21,8 +21,30 @@ use tb_core::subscription::{admission, Admission, SubscriptionState};
 use tb_core::{ErrorCode, TbError};
 use tb_store::{DeliveryRef, IngestOutcome, NewDelivery, NewReceipt, StoreError};
 
-use crate::ingest::IngestAnswer;
 use crate::{router, store_err, Engine};
+
+/// What the sender is told (OpenWOP trigger-bridge §8; issue #2 ingest contract).
+#[derive(Debug, Clone, PartialEq)]
+pub enum IngestAnswer {
+    /// Committed with at least one delivery (202). `run_id` when exactly one run is started.
+    Accepted {
+        receipt_id: String,
+        deliveries: Vec<DeliveryRef>,
+        run_id: Option<String>,
+    },
+    /// Committed; no binding matched (202).
+    Unmatched { receipt_id: String },
+    /// Committed while the subscription is dead-lettered: its deliveries went straight to dead letters (202).
+    DeadLettered {
+        receipt_id: String,
+        deliveries: Vec<DeliveryRef>,
+    },
+    /// The dedup key was seen before (200): the first receipt and its run.
+    Duplicate {
+        receipt_id: String,
+        run_id: Option<String>,
+    },
+}
 
 /// One piece of inbound work, from any source.
 #[derive(Debug, Clone)]
@@ -196,7 +218,7 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
         received_at,
         deliveries,
         capability: capability.clone(),
-        // Filled by `ingest::commit_detached` from the local worker's free slots (hand-off).
+        // Filled by `commit_detached` from the local worker's free slots (hand-off).
         lease: None,
     };
     let (dead, deliveries) = match routing {
@@ -212,7 +234,7 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
                 None => Vec::new(),
             };
             let r = receipt(state, deliveries, None, normalized, Bytes::new());
-            let out = crate::ingest::commit_detached(engine, r, |_, _| {})
+            let out = commit_detached(engine, r, |_, _| {})
                 .await?
                 .map_err(store_err)?;
             let (IngestOutcome::Accepted { receipt_id, .. }
@@ -306,7 +328,7 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
     let same_body = dedup.as_ref().is_some_and(|d| d.same_body);
     // Everything that must follow the commit (counters, the worker's wake-up) runs in a spawned task
     // with the commit itself: a caller that goes away cannot skip it (issue #9 defect 15).
-    let committed = crate::ingest::commit_detached(engine, r, move |out, ready| match out {
+    let committed = commit_detached(engine, r, move |out, ready| match out {
         Ok(IngestOutcome::Accepted { deliveries, .. }) => match receipt_state {
             ReceiptState::Unmatched => count(counter, "unmatched"),
             ReceiptState::DeadLettered | ReceiptState::RoutingFailed => {
@@ -399,4 +421,48 @@ async fn duplicate(
     }
     count(counter, "duplicate");
     Ok(Accepted::Answer(answer_duplicate(engine, first)))
+}
+
+/// Commits `receipt` and runs `after` on the outcome inside a spawned task, so neither the commit's
+/// follow-up (counters, the worker's wake-up) nor the commit itself can be skipped by a caller that
+/// goes away (a dropped request future; issue #9 defect 15). The caller only awaits the outcome.
+/// Errors: the store's, or `internal` if the task panicked.
+///
+/// Hand-off (`crate::handoff`): worker slots are reserved for the receipt's pending deliveries first,
+/// the commit leases that many, and the leases go to the local worker; the worker is woken through
+/// `work_ready` only when a pending delivery was left unleased (else `after` gets a notifier nobody
+/// waits on, and the worker is not sent to look for work it already has).
+pub(crate) async fn commit_detached(
+    engine: &Engine,
+    mut receipt: NewReceipt,
+    after: impl FnOnce(&tb_store::StoreResult<IngestOutcome>, &tokio::sync::Notify) + Send + 'static,
+) -> Result<tb_store::StoreResult<IngestOutcome>, TbError> {
+    let store = engine.store.clone();
+    let ready = engine.work_ready.clone();
+    let pending = receipt
+        .deliveries
+        .iter()
+        .filter(|d| d.state == tb_core::delivery::DeliveryState::Pending)
+        .count();
+    let reservation = engine.handoff.reserve(pending);
+    receipt.lease = reservation
+        .as_ref()
+        .map(crate::handoff::Reservation::request);
+    tokio::spawn(async move {
+        let mut out = store.commit_receipt(receipt).await;
+        let handed = match (&mut out, reservation) {
+            (Ok(IngestOutcome::Accepted { leased, .. }), Some(r)) => {
+                r.deliver(std::mem::take(leased))
+            }
+            _ => 0,
+        };
+        if handed > 0 && handed == pending {
+            after(&out, &tokio::sync::Notify::new());
+        } else {
+            after(&out, &ready);
+        }
+        out
+    })
+    .await
+    .map_err(|e| TbError::new(ErrorCode::Internal, format!("commit task failed: {e}")))
 }

@@ -11,7 +11,6 @@ use tb_core::dedup::dedup_key;
 use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::ReceiptState;
 use tb_core::{ErrorCode, TbError};
-use tb_store::{DeliveryRef, IngestOutcome, NewReceipt};
 
 use tb_core::connector::ConnectorSpec;
 use tb_ingress::{IngressError, Verified};
@@ -20,28 +19,7 @@ use crate::accept::{accept, Dedup, Inbound, Routing};
 use crate::catalog::{SubscriptionConfig, Verification};
 use crate::{clock, Engine};
 
-/// What the sender is told (OpenWOP trigger-bridge §8; issue #2 ingest contract).
-#[derive(Debug, Clone, PartialEq)]
-pub enum IngestAnswer {
-    /// Committed with at least one delivery (202). `run_id` when exactly one run is started.
-    Accepted {
-        receipt_id: String,
-        deliveries: Vec<DeliveryRef>,
-        run_id: Option<String>,
-    },
-    /// Committed; no binding matched (202).
-    Unmatched { receipt_id: String },
-    /// Committed while the subscription is dead-lettered: its deliveries went straight to dead letters (202).
-    DeadLettered {
-        receipt_id: String,
-        deliveries: Vec<DeliveryRef>,
-    },
-    /// The dedup key was seen before (200): the first receipt and its run.
-    Duplicate {
-        receipt_id: String,
-        run_id: Option<String>,
-    },
-}
+pub use crate::accept::IngestAnswer;
 
 /// Authenticates and normalizes per the subscription's verification mode: `required` must verify;
 /// `best-effort` falls back to the unverified read (stamping `verified: false`); `none` never checks.
@@ -112,50 +90,6 @@ fn media_type(headers: &HeaderMap) -> Option<String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/+.-".contains(&b));
     ok.then_some(essence)
-}
-
-/// Commits `receipt` and runs `after` on the outcome inside a spawned task, so neither the commit's
-/// follow-up (counters, the worker's wake-up) nor the commit itself can be skipped by a caller that
-/// goes away (a dropped request future; issue #9 defect 15). The caller only awaits the outcome.
-/// Errors: the store's, or `internal` if the task panicked.
-///
-/// Hand-off (`crate::handoff`): worker slots are reserved for the receipt's pending deliveries first,
-/// the commit leases that many, and the leases go to the local worker; the worker is woken through
-/// `work_ready` only when a pending delivery was left unleased (else `after` gets a notifier nobody
-/// waits on, and the worker is not sent to look for work it already has).
-pub(crate) async fn commit_detached(
-    engine: &Engine,
-    mut receipt: NewReceipt,
-    after: impl FnOnce(&tb_store::StoreResult<IngestOutcome>, &tokio::sync::Notify) + Send + 'static,
-) -> Result<tb_store::StoreResult<IngestOutcome>, TbError> {
-    let store = engine.store.clone();
-    let ready = engine.work_ready.clone();
-    let pending = receipt
-        .deliveries
-        .iter()
-        .filter(|d| d.state == tb_core::delivery::DeliveryState::Pending)
-        .count();
-    let reservation = engine.handoff.reserve(pending);
-    receipt.lease = reservation
-        .as_ref()
-        .map(crate::handoff::Reservation::request);
-    tokio::spawn(async move {
-        let mut out = store.commit_receipt(receipt).await;
-        let handed = match (&mut out, reservation) {
-            (Ok(IngestOutcome::Accepted { leased, .. }), Some(r)) => {
-                r.deliver(std::mem::take(leased))
-            }
-            _ => 0,
-        };
-        if handed > 0 && handed == pending {
-            after(&out, &tokio::sync::Notify::new());
-        } else {
-            after(&out, &ready);
-        }
-        out
-    })
-    .await
-    .map_err(|e| TbError::new(ErrorCode::Internal, format!("commit task failed: {e}")))
 }
 
 fn count(connector: &'static str, outcome: &'static str) {

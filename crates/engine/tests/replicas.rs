@@ -415,6 +415,30 @@ async fn without_a_shared_key_registration_is_refused_with_a_clear_error() {
         .all(|s| s.id == "github"));
 }
 
+/// Runs a worker on `engine` and starts a `chat` session through it; its run id once it is running.
+async fn started_session(engine: &Arc<Engine>, stop: &tokio::sync::watch::Sender<bool>) -> String {
+    tokio::spawn(worker::run(
+        engine.clone(),
+        Default::default(),
+        stop.subscribe(),
+    ));
+    let run = runs::start(
+        engine,
+        "chat",
+        serde_json::json!({}),
+        Bytes::from_static(b"{}"),
+    )
+    .await
+    .unwrap();
+    time_until(|| {
+        let (e, id) = (engine.clone(), run.clone());
+        async move { matches!(e.store.get_run(&id).await, Ok(r) if r.status == RunStatus::Running) }
+    })
+    .await
+    .expect("the session never started");
+    run
+}
+
 /// Starts a worker on `engine` whose own poll is far longer than the test's budget, so only a wake-up
 /// can make it lease in time.
 fn slow_polling_worker(engine: &Arc<Engine>, stop: &tokio::sync::watch::Sender<bool>) {
@@ -464,25 +488,7 @@ async fn a_signal_raised_through_a_resolves_a_wait_long_polled_on_b_within_1s() 
     let a = replica(&db, &key, &stop).await;
     let b = replica(&db, &key, &stop).await;
     tokio::spawn(wake::run(b.engine.clone(), stop.subscribe()));
-    tokio::spawn(worker::run(
-        a.engine.clone(),
-        Default::default(),
-        stop.subscribe(),
-    ));
-    let run = runs::start(
-        &a.engine,
-        "chat",
-        serde_json::json!({}),
-        Bytes::from_static(b"{}"),
-    )
-    .await
-    .unwrap();
-    time_until(|| {
-        let (e, id) = (a.engine.clone(), run.clone());
-        async move { matches!(e.store.get_run(&id).await, Ok(r) if r.status == RunStatus::Running) }
-    })
-    .await
-    .expect("the session never started");
+    let run = started_session(&a.engine, &stop).await;
     let spec = WaitSpec {
         kind: WaitKind::Signal,
         names: vec!["go".into()],
@@ -534,25 +540,7 @@ async fn an_hmac_capability_minted_through_a_verifies_requests_on_b() {
     let (stop, _keep) = tokio::sync::watch::channel(false);
     let a = replica(&db, &key, &stop).await;
     let b = replica(&db, &key, &stop).await;
-    tokio::spawn(worker::run(
-        a.engine.clone(),
-        Default::default(),
-        stop.subscribe(),
-    ));
-    let run = runs::start(
-        &a.engine,
-        "chat",
-        serde_json::json!({}),
-        Bytes::from_static(b"{}"),
-    )
-    .await
-    .unwrap();
-    time_until(|| {
-        let (e, id) = (a.engine.clone(), run.clone());
-        async move { matches!(e.store.get_run(&id).await, Ok(r) if r.status == RunStatus::Running) }
-    })
-    .await
-    .expect("the session never started");
+    let run = started_session(&a.engine, &stop).await;
     let minted = capability::mint(
         &a.engine,
         Some(&a.secrets),
