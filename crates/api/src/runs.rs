@@ -238,7 +238,7 @@ pub async fn create(
             "inputs must be an object",
         ));
     }
-    let run_id = tb_engine::runs::start(&st.engine, &b.workflow_id, inputs, body).await?;
+    let run_id = tb_engine::runs::start(&st.engine, &b.workflow_id, inputs).await?;
     let reply = json!({
         "runId": run_id,
         "status": "pending",
@@ -271,9 +271,7 @@ pub async fn fork(
             "only an ended run can be forked",
         ));
     }
-    let body = bytes::Bytes::from(json!({"forkOf": run.id}).to_string());
-    let new_id =
-        tb_engine::runs::start(&st.engine, &run.workflow_id, run.inputs.clone(), body).await?;
+    let new_id = tb_engine::runs::start(&st.engine, &run.workflow_id, run.inputs.clone()).await?;
     let reply = json!({
         "runId": new_id,
         "status": "pending",

@@ -15,15 +15,10 @@ use tb_store::NewDelivery;
 use crate::accept::{accept, Inbound, Routing};
 use crate::{clock, Engine, API_SOURCE};
 
-/// Starts a run of `workflow_id` with `inputs`. `_request` is the request body; the receipt keeps no
-/// copy of it (its content is the delivery's workflow and inputs). Returns the run id.
+/// Starts a run of `workflow_id` with `inputs`. The receipt keeps no request body: its content is the
+/// delivery's workflow and inputs. Returns the run id.
 /// Errors: `not_found` (no such workflow), `unavailable` (store).
-pub async fn start(
-    engine: &Engine,
-    workflow_id: &str,
-    inputs: Value,
-    _request: Bytes,
-) -> Result<String, TbError> {
+pub async fn start(engine: &Engine, workflow_id: &str, inputs: Value) -> Result<String, TbError> {
     if engine.catalog().workflow(workflow_id).is_none() {
         return Err(TbError::new(ErrorCode::NotFound, "no such workflow"));
     }

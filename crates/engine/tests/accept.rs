@@ -167,14 +167,9 @@ async fn the_four_edges_write_typed_sources_and_delivery_kinds() {
     );
 
     // 3. API run: an `api` receipt with one `api_run` delivery; the worker starts it by its kind.
-    let run_id = trigger_bridge_engine::runs::start(
-        &engine,
-        "s",
-        serde_json::json!({"n": 1}),
-        Bytes::from_static(b"{\"workflowId\":\"s\"}"),
-    )
-    .await
-    .unwrap();
+    let run_id = trigger_bridge_engine::runs::start(&engine, "s", serde_json::json!({"n": 1}))
+        .await
+        .unwrap();
     let d = store
         .get_delivery(&tb_core::ids::delivery_id_for_run(&run_id).unwrap())
         .await

@@ -24,10 +24,9 @@ async fn a_signal_to_a_run_not_started_yet_asks_to_retry() {
     let engine = Engine::start(store.clone(), Catalog::new(vec![], vec![], vec![wf]))
         .await
         .unwrap();
-    let run =
-        trigger_bridge_engine::runs::start(&engine, "s", serde_json::json!({}), Default::default())
-            .await
-            .unwrap();
+    let run = trigger_bridge_engine::runs::start(&engine, "s", serde_json::json!({}))
+        .await
+        .unwrap();
     let req = || RaiseRequest {
         name: "ci.done".into(),
         ..Default::default()

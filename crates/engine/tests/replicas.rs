@@ -422,14 +422,9 @@ async fn started_session(engine: &Arc<Engine>, stop: &tokio::sync::watch::Sender
         Default::default(),
         stop.subscribe(),
     ));
-    let run = runs::start(
-        engine,
-        "chat",
-        serde_json::json!({}),
-        Bytes::from_static(b"{}"),
-    )
-    .await
-    .unwrap();
+    let run = runs::start(engine, "chat", serde_json::json!({}))
+        .await
+        .unwrap();
     time_until(|| {
         let (e, id) = (engine.clone(), run.clone());
         async move { matches!(e.store.get_run(&id).await, Ok(r) if r.status == RunStatus::Running) }
