@@ -448,11 +448,12 @@ pub(crate) async fn commit_detached(
     receipt.lease = reservation
         .as_ref()
         .map(crate::handoff::Reservation::request);
+    let event_type = reservation.as_ref().map(|_| receipt.event_type.clone());
     tokio::spawn(async move {
         let mut out = store.commit_receipt(receipt).await;
         let handed = match (&mut out, reservation) {
             (Ok(IngestOutcome::Accepted { leased, .. }), Some(r)) => {
-                r.deliver(std::mem::take(leased))
+                r.deliver(std::mem::take(leased), event_type.as_deref().unwrap_or(""))
             }
             _ => 0,
         };

@@ -21,6 +21,9 @@ pub struct Handed {
     pub lease: Lease,
     /// Released when the attempt ends (or the lease is dropped unattempted).
     pub permit: OwnedSemaphorePermit,
+    /// The receipt's event type, known at commit: the `http` executor sends it, and need not read the
+    /// receipt for it.
+    pub event_type: String,
 }
 
 /// The local worker, as the commit path sees it.
@@ -100,13 +103,18 @@ impl Reservation {
         self.request.clone()
     }
 
-    /// Sends the commit's `leased` deliveries to the worker, each with one reserved permit; permits
-    /// left over are released. Returns how many were handed: a lease the worker can no longer take (it
-    /// stopped) is dropped and lapses.
-    pub fn deliver(self, leased: Vec<Lease>) -> usize {
+    /// Sends the commit's `leased` deliveries (of a receipt of type `event_type`) to the worker, each
+    /// with one reserved permit; permits left over are released. Returns how many were handed: a lease
+    /// the worker can no longer take (it stopped) is dropped and lapses.
+    pub fn deliver(self, leased: Vec<Lease>, event_type: &str) -> usize {
         let mut handed = 0;
         for (lease, permit) in leased.into_iter().zip(self.permits) {
-            match self.tx.try_send(Handed { lease, permit }) {
+            let h = Handed {
+                lease,
+                permit,
+                event_type: event_type.to_string(),
+            };
+            match self.tx.try_send(h) {
                 Ok(()) => handed += 1,
                 Err(e) => {
                     tracing::warn!(error = %e, "worker gone; a delivery leased at commit will lapse and be leased again")
@@ -175,10 +183,11 @@ mod tests {
         assert_eq!(permits.available_permits(), 0);
         assert!(h.reserve(1).is_none(), "every slot is reserved");
         // The commit leased one of the two: one slot goes with it, the other is free again.
-        assert_eq!(r.deliver(vec![lease("dlv_1")]), 1);
+        assert_eq!(r.deliver(vec![lease("dlv_1")], "thing.happened"), 1);
         assert_eq!(permits.available_permits(), 1);
         let got = rx.recv().await.unwrap();
         assert_eq!(got.lease.delivery.id, "dlv_1");
+        assert_eq!(got.event_type, "thing.happened");
         drop(got);
         assert_eq!(
             permits.available_permits(),

@@ -67,13 +67,13 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
             break;
         }
         while let Ok(h) = handed.try_recv() {
-            spawn_attempt(&engine, h.lease, h.permit);
+            spawn_handed(&engine, h);
         }
         if permits.available_permits() == 0 {
             // Every slot is busy: wait for an attempt to finish rather than asking the store.
             tokio::select! {
                 p = permits.clone().acquire_owned() => drop(p),
-                Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
+                Some(h) = handed.recv() => spawn_handed(&engine, h),
                 _ = shutdown.changed() => {}
             }
             continue;
@@ -106,7 +106,7 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
             loop {
                 tokio::select! {
                     _ = engine.work_ready.notified() => break,
-                    Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
+                    Some(h) = handed.recv() => spawn_handed(&engine, h),
                     _ = tokio::time::sleep_until(until) => break,
                     _ = shutdown.changed() => break,
                 }
@@ -118,28 +118,39 @@ pub async fn run(engine: Arc<Engine>, cfg: WorkerConfig, mut shutdown: watch::Re
             let permit = loop {
                 tokio::select! {
                     p = permits.clone().acquire_owned() => break p.expect("semaphore open"),
-                    Some(h) = handed.recv() => spawn_attempt(&engine, h.lease, h.permit),
+                    Some(h) = handed.recv() => spawn_handed(&engine, h),
                 }
             };
-            spawn_attempt(&engine, lease, permit);
+            spawn_attempt(&engine, lease, permit, None);
         }
     }
     // No more leases at commit; those already granted are attempted (the channel ends once every
     // commit that reserved slots has sent its leases), then the attempts in flight are awaited.
     engine.handoff.detach();
     while let Some(h) = handed.recv().await {
-        spawn_attempt(&engine, h.lease, h.permit);
+        spawn_handed(&engine, h);
     }
     let _ = permits.acquire_many(cfg.concurrency as u32).await;
 }
 
-/// Attempts `lease` in its own task, holding `permit` (one worker slot) until the attempt is recorded.
-fn spawn_attempt(engine: &Arc<Engine>, lease: Lease, permit: OwnedSemaphorePermit) {
+/// Attempts a lease handed over at commit ([`spawn_attempt`] with the event type it came with).
+fn spawn_handed(engine: &Arc<Engine>, h: Handed) {
+    spawn_attempt(engine, h.lease, h.permit, Some(h.event_type));
+}
+
+/// Attempts `lease` in its own task, holding `permit` (one worker slot) until the attempt is recorded;
+/// `event_type` is the receipt's when known (else the `http` executor reads it).
+fn spawn_attempt(
+    engine: &Arc<Engine>,
+    lease: Lease,
+    permit: OwnedSemaphorePermit,
+    event_type: Option<String>,
+) {
     let engine = engine.clone();
     tokio::spawn(async move {
         use std::sync::atomic::Ordering::Relaxed;
         engine.attempts_in_flight.fetch_add(1, Relaxed);
-        attempt(&engine, lease).await;
+        attempt_with(&engine, lease, event_type).await;
         engine.attempts_in_flight.fetch_sub(1, Relaxed);
         drop(permit);
     });
@@ -147,6 +158,12 @@ fn spawn_attempt(engine: &Arc<Engine>, lease: Lease, permit: OwnedSemaphorePermi
 
 /// Performs one leased delivery and records the attempt.
 pub async fn attempt(engine: &Engine, lease: Lease) {
+    attempt_with(engine, lease, None).await
+}
+
+/// [`attempt`], with the receipt's event type when the caller knows it (a lease handed over at
+/// commit): the `http` executor sends it, and reads the receipt for it only when it is not given.
+async fn attempt_with(engine: &Engine, lease: Lease, known_event_type: Option<String>) {
     let d = &lease.delivery;
     let started = clock::now_ms();
     let t0 = Instant::now();
@@ -225,8 +242,9 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
                     }),
                     Some(w) => {
                         // Only the http executor sends the event type; noop runs skip the read.
-                        let event_type = match w.executor {
-                            tb_core::workflow::Executor::Http { .. } => engine
+                        let event_type = match (&w.executor, known_event_type) {
+                            (tb_core::workflow::Executor::Http { .. }, Some(t)) => t,
+                            (tb_core::workflow::Executor::Http { .. }, None) => engine
                                 .store
                                 .get_receipt(&d.receipt_id)
                                 .await

@@ -139,6 +139,7 @@ pub struct PgPool {
     threads: Mutex<Vec<JoinHandle<()>>>,
     live: Arc<AtomicUsize>,
     capacity: usize,
+    connections: usize,
 }
 
 /// One connection thread's state: its settings, its runtime (which drives the client's connection
@@ -237,6 +238,7 @@ impl PgPool {
             threads: Mutex::new(threads),
             live,
             capacity,
+            connections: n,
         };
         // Every thread answers once: connected or not (bounded by the connect timeout).
         let mut first_err = None;
@@ -254,6 +256,11 @@ impl PgPool {
                 Err(e)
             }
         }
+    }
+
+    /// Connections the pool was started with.
+    pub fn connections(&self) -> usize {
+        self.connections
     }
 
     /// Connection threads still running.

@@ -33,7 +33,7 @@ use tb_core::receipt::ReceiptState;
 use tb_core::signal::MailboxPolicy;
 
 use super::lease::{lock_lease, lost};
-use super::log::{insert_attempt, insert_events, RunLog};
+use super::log::{insert_attempt, insert_events, NewRunEvent, RunLog};
 use super::read::{self, bad};
 use crate::model::*;
 use crate::session::Effect;
@@ -160,9 +160,29 @@ fn load_joined(c: &dyn Db, id: &str) -> StoreResult<Option<AttemptSnapshot>> {
         Dialect::Sqlite => JOINED.to_string(),
         Dialect::Postgres => format!("{JOINED} FOR UPDATE OF d, r"),
     };
-    let Some(mut row) = c.query(&sql, p![id])?.pop() else {
-        return Ok(None);
-    };
+    match c.query(&sql, p![id])?.pop() {
+        None => Ok(None),
+        Some(row) => snapshot_from_joined(c, row).map(Some),
+    }
+}
+
+/// [`JOINED`] for `n` deliveries (`d.id IN (?1, ..., ?n)`), ordered by receipt then delivery id, so
+/// the locks (`FOR UPDATE OF d, r` on PostgreSQL, taken in that order) are always taken in one global
+/// order (`crate::sql::attempt_batch`).
+pub(crate) fn joined_many_sql(dialect: Dialect, n: usize) -> String {
+    let ids: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+    let base = JOINED.replace(
+        "WHERE d.id = ?1",
+        &format!("WHERE d.id IN ({})", ids.join(", ")),
+    );
+    match dialect {
+        Dialect::Sqlite => format!("{base} ORDER BY r.id, d.id"),
+        Dialect::Postgres => format!("{base} ORDER BY r.id, d.id FOR UPDATE OF d, r"),
+    }
+}
+
+/// The snapshot in one [`JOINED`] row (then the receipt's other deliveries when it has several).
+pub(crate) fn snapshot_from_joined(c: &dyn Db, mut row: Row) -> StoreResult<AttemptSnapshot> {
     let sub = Row(row.0.split_off(JOINED_SUB));
     let d = read::delivery_row(&row)?;
     let lease_row = LeaseRow {
@@ -178,7 +198,7 @@ fn load_joined(c: &dyn Db, id: &str) -> StoreResult<Option<AttemptSnapshot>> {
         None | Some(SqlValue::Null) => None,
         Some(_) => Some(subscription_row(&read::sub_row(&sub)?)),
     };
-    Ok(Some(snapshot(d, lease_row, Some(receipt), subscription)))
+    Ok(snapshot(d, lease_row, Some(receipt), subscription))
 }
 
 /// The receipt row in the rule's terms: its `state`, and its other deliveries, read in a later statement
@@ -366,21 +386,22 @@ fn insert_run_row(c: &dyn Db, r: &RunCreate) -> StoreResult<bool> {
     Ok(n > 0)
 }
 
-/// Appends the new run's first events (each fans out to the outbox).
+/// Appends the new run's first events (each fans out to the outbox), in one statement.
 fn insert_run_events(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
-    let mut log = RunLog::new(c);
-    for e in &r.events {
-        log.append(
-            &e.event_id,
-            &r.id,
-            e.sequence,
-            e.event_type,
-            &e.payload,
-            e.causation_id.as_deref(),
-            r.created_at,
-        )?;
-    }
-    Ok(())
+    let events: Vec<NewRunEvent<'_>> = r
+        .events
+        .iter()
+        .map(|e| NewRunEvent {
+            event_id: &e.event_id,
+            run_id: &r.id,
+            sequence: e.sequence,
+            event_type: e.event_type,
+            payload: &e.payload,
+            causation_id: e.causation_id.as_deref(),
+            at: r.created_at,
+        })
+        .collect();
+    RunLog::new(c).append_many(&events)
 }
 
 #[cfg(test)]

@@ -79,20 +79,7 @@ impl<'c> RunLog<'c> {
         now: i64,
     ) -> StoreResult<()> {
         let c = self.c;
-        if self.hooks.is_none() {
-            self.hooks = Some(c.rows(
-                "SELECT id, events FROM webhooks WHERE deleted = 0",
-                p![],
-                |r| {
-                    Ok(outbox::LiveWebhook {
-                        id: r.get(0)?,
-                        events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
-                    })
-                },
-            )?);
-        }
-        let hooks = self.hooks.as_deref().unwrap_or_default();
-        let outbox = outbox::fan_out(hooks, run, event_id, ty, now);
+        let outbox = outbox::fan_out(self.hooks()?, run, event_id, ty, now);
         // The event row and its outbox rows depend on nothing they answer: sent together (one round
         // trip on PostgreSQL).
         let payload = tb_core::events::stored_payload(ty, run, payload).to_string();
@@ -124,6 +111,109 @@ impl<'c> RunLog<'c> {
                 &ps[..],
             )
         }));
+        c.exec_many(&writes)?;
+        Ok(())
+    }
+}
+
+/// A run event to append with [`RunLog::append_many`]: as [`RunLog::append`]'s arguments (`at`, Unix ms,
+/// is its timestamp and its outbox rows' due time).
+pub(crate) struct NewRunEvent<'a> {
+    pub event_id: &'a str,
+    pub run_id: &'a str,
+    pub sequence: u64,
+    pub event_type: &'a str,
+    pub payload: &'a Value,
+    pub causation_id: Option<&'a str>,
+    pub at: i64,
+}
+
+impl RunLog<'_> {
+    /// The live outbound webhooks, read once per `RunLog`.
+    fn hooks(&mut self) -> StoreResult<&[outbox::LiveWebhook]> {
+        if self.hooks.is_none() {
+            self.hooks = Some(self.c.rows(
+                "SELECT id, events FROM webhooks WHERE deleted = 0",
+                p![],
+                |r| {
+                    Ok(outbox::LiveWebhook {
+                        id: r.get(0)?,
+                        events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
+                    })
+                },
+            )?);
+        }
+        Ok(self.hooks.as_deref().unwrap_or_default())
+    }
+
+    /// Appends `events` (of any runs) and their outbox deliveries in one multi-row `INSERT` each (the
+    /// batched attempt commit, `crate::sql::attempt_batch`); nothing when `events` is empty.
+    pub(crate) fn append_many(&mut self, events: &[NewRunEvent<'_>]) -> StoreResult<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let c = self.c;
+        let hooks = self.hooks()?.to_vec();
+        let outbox: Vec<outbox::OutboxDelivery> = events
+            .iter()
+            .flat_map(|e| outbox::fan_out(&hooks, e.run_id, e.event_id, e.event_type, e.at))
+            .collect();
+        let payloads: Vec<String> = events
+            .iter()
+            .map(|e| tb_core::events::stored_payload(e.event_type, e.run_id, e.payload).to_string())
+            .collect();
+        let mut params: Vec<Param<'_>> = Vec::with_capacity(events.len() * 7);
+        for (e, payload) in events.iter().zip(&payloads) {
+            params.extend([
+                e.run_id.to_param(),
+                e.sequence.to_param(),
+                e.event_id.to_param(),
+                e.event_type.to_param(),
+                payload.to_param(),
+                e.causation_id.to_param(),
+                e.at.to_param(),
+            ]);
+        }
+        let events_sql = format!(
+            "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
+             VALUES {}",
+            super::attempt_batch::values_rows(events.len(), &[""; 7])
+        );
+        let mut out_params: Vec<Param<'_>> = Vec::with_capacity(outbox.len() * 5);
+        for o in &outbox {
+            out_params.extend([
+                o.id.to_param(),
+                o.event_id.to_param(),
+                o.webhook_id.to_param(),
+                o.run_id.to_param(),
+                o.due_at.to_param(),
+            ]);
+        }
+        let mut rows = Vec::with_capacity(outbox.len());
+        for k in 0..outbox.len() {
+            let n = k * 5;
+            rows.push(format!(
+                "(?{}, ?{}, ?{}, ?{}, ?{}, 'webhook', NULL, ?{}, '{{}}', 'pending', ?{}, ?{}, ?{}, 'outbound_webhook')",
+                n + 1,
+                n + 2,
+                n + 3,
+                n + 3,
+                n + 2,
+                n + 4,
+                n + 5,
+                n + 5,
+                n + 5
+            ));
+        }
+        let outbox_sql = format!(
+            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+               inputs, state, due_at, created_at, updated_at, kind) VALUES {}",
+            rows.join(", ")
+        );
+        let mut writes: Vec<(&str, &[Param<'_>])> = vec![(&events_sql, &params)];
+        if !outbox.is_empty() {
+            writes.push((&outbox_sql, &out_params));
+        }
         c.exec_many(&writes)?;
         Ok(())
     }

@@ -3,8 +3,11 @@
 //! what a rule in `tb_core` needs, calls the rule, and writes what it returned.
 
 pub(crate) mod attempt;
+pub(crate) mod attempt_batch;
+pub mod batch;
 pub(crate) mod config;
 mod db;
+pub(crate) mod ingest_batch;
 pub(crate) mod lease;
 pub(crate) mod log;
 pub(crate) mod read;

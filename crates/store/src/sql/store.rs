@@ -7,7 +7,11 @@ use serde_json::Value;
 use tb_core::run::RunStatus;
 use tb_core::subscription::{SubscriptionInput, Transition};
 
-use super::{attempt, config, lease, read, session, write, Db};
+use std::sync::Arc;
+
+use super::batch::Batcher;
+use super::ingest_batch::{self, ReceiptCommit};
+use super::{attempt, attempt_batch, config, lease, read, session, write, Db};
 use crate::model::*;
 use crate::session::*;
 use crate::sync::{ConfigChange, Wake};
@@ -63,6 +67,15 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
+    /// How attempt and receipt commits are folded into transactions ([`super::batch`]). Default: one per
+    /// transaction.
+    fn batching(&self) -> super::batch::Batching {
+        super::batch::Batching {
+            max_items: 1,
+            in_flight: usize::MAX >> 1,
+        }
+    }
+
     /// Its name and live connections, for `/ready` (no I/O).
     fn facts(&self) -> crate::BackendFacts;
 
@@ -72,13 +85,21 @@ pub trait Backend: Send + Sync + 'static {
 
 /// The store over a [`Backend`]: every [`Store`] method, backend-neutral.
 pub struct SqlStore<B> {
-    pub(crate) backend: B,
+    pub(crate) backend: Arc<B>,
+    /// Attempt commits without a local effect, batched ([`attempt_batch`]).
+    attempts: Batcher<AttemptCommit, AttemptCommitted>,
+    /// Receipt commits, batched ([`ingest_batch`]).
+    receipts: Batcher<ReceiptCommit, IngestOutcome>,
 }
 
 impl<B: Backend> SqlStore<B> {
     /// The store over `backend`.
     pub fn new(backend: B) -> Self {
-        SqlStore { backend }
+        SqlStore {
+            backend: Arc::new(backend),
+            attempts: Batcher::new(attempt_batch::commit_attempts),
+            receipts: Batcher::new(ingest_batch::commit_receipts),
+        }
     }
 
     /// Passes `r` through, announcing `wake` to the other replicas when it is `Ok` (committed).
@@ -87,6 +108,12 @@ impl<B: Backend> SqlStore<B> {
             self.backend.announce(wake);
         }
         r
+    }
+
+    /// The most receipt commits and attempt commits (in that order) one transaction has held so far
+    /// ([`super::batch`]); `(0, 0)` on a backend that does not batch.
+    pub fn largest_batches(&self) -> (usize, usize) {
+        (self.receipts.largest(), self.attempts.largest())
     }
 
     /// The backend (for backend-specific inspection and test hooks).
@@ -158,10 +185,18 @@ impl<B: Backend> Store for SqlStore<B> {
             .iter()
             .filter(|d| d.state == tb_core::delivery::DeliveryState::Pending)
             .count();
-        let out = self
-            .backend
-            .write(move |c| write::commit_receipt(c, &receipt, &normalized, &inputs))
-            .await;
+        let out = if self.backend.batching().max_items <= 1 {
+            self.backend
+                .write(move |c| write::commit_receipt(c, &receipt, &normalized, &inputs))
+                .await
+        } else {
+            let item = ReceiptCommit {
+                receipt,
+                normalized,
+                inputs,
+            };
+            self.receipts.submit(&self.backend, item).await
+        };
         // Other replicas' workers are woken only for due deliveries the local worker was not handed.
         if matches!(&out, Ok(IngestOutcome::Accepted { leased, .. }) if leased.len() < due) {
             self.backend.announce(Wake::Work);
@@ -182,15 +217,20 @@ impl<B: Backend> Store for SqlStore<B> {
     }
     async fn commit_attempt(&self, commit: AttemptCommit) -> StoreResult<AttemptCommitted> {
         // A local effect (a signal raised on a session, a session started) changes a session.
-        let session = commit.effect.is_some();
-        let out = self
-            .backend
-            .write(move |c| attempt::commit_attempt(c, &commit))
-            .await;
-        if session {
+        if commit.effect.is_some() {
+            let out = self
+                .backend
+                .write(move |c| attempt::commit_attempt(c, &commit))
+                .await;
             return self.wakes(Wake::Sessions, out);
         }
-        out
+        if self.backend.batching().max_items <= 1 {
+            return self
+                .backend
+                .write(move |c| attempt::commit_attempt(c, &commit))
+                .await;
+        }
+        self.attempts.submit(&self.backend, commit).await
     }
     async fn replay_delivery(&self, id: &str, now: i64) -> StoreResult<DeliveryRecord> {
         let id = id.to_string();
@@ -256,8 +296,11 @@ impl<B: Backend> Store for SqlStore<B> {
             .await
     }
     async fn get_receipt(&self, id: &str) -> StoreResult<ReceiptRecord> {
+        // One primary-key lookup: a point read (the `http` executor reads the event type per attempt).
         let id = id.to_string();
-        self.backend.read(move |c| read::get_receipt(c, &id)).await
+        self.backend
+            .read_now(move |c| read::get_receipt(c, &id))
+            .await
     }
     async fn list_receipts(&self, q: ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
         self.backend.read(move |c| read::list_receipts(c, &q)).await

@@ -48,26 +48,11 @@ pub(crate) fn commit_receipt(
     if let Some(cap) = &r.capability {
         super::session::use_capability(c, cap, r.received_at)?;
     }
-    let inserted = c
-        .exec(
-            "INSERT INTO receipts (id, subscription_id, dedup_key, provider_event_id, event_type, normalized, state, \
-             content_type, body_bytes, received_at, updated_at, dedup_until, dedup_live, deliveries, source) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, CASE WHEN CAST(?11 AS BIGINT) > CAST(?10 AS BIGINT) THEN 1 ELSE 0 END, ?12, ?13) \
-             ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING", p![
-            r.id,
-            r.subscription_id,
-            r.dedup_key,
-            r.provider_event_id,
-            r.event_type,
-            normalized,
-            r.state.as_str(),
-            r.content_type,
-            r.body.len() as i64,
-            r.received_at,
-            r.dedup_until,
-            r.deliveries.len() as i64,
-            r.source.as_str()
-        ])?;
+    let row = receipt_params(r, normalized);
+    let inserted = c.exec(
+        &format!("{INSERT_RECEIPT} VALUES {} {ON_DEDUP}", receipt_values(1)),
+        &row,
+    )?;
     if inserted == 0 {
         // The key is taken. If its window has passed, release it and take it (rare path).
         let released = c.exec(
@@ -81,143 +66,240 @@ pub(crate) fn commit_receipt(
         return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
-    const INSERT_BODY: &str = "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)";
-    const INSERT_DELIVERY: &str =
-        "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-         inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18)";
-    // Hand-off at commit: the first `limit` pending deliveries are written leased under one fresh grant
-    // (as `lease_due` would lease them: `due_at = lease_until`, so no worker finds them due until the
-    // lease lapses).
-    let grant = r
-        .lease
-        .as_ref()
-        .map(|l| (l, lease::grant(r.received_at, l.lease_ms)));
-    let mut to_lease = r.lease.as_ref().map_or(0, |l| l.limit);
-    struct Row<'a> {
-        d: &'a NewDelivery,
-        inputs: &'a str,
-        due: Option<i64>,
-        params: Option<String>,
-        handed: Option<(&'a LeaseRequest, &'a lease::LeaseGrant)>,
-        owner: Option<&'a str>,
-        token: Option<&'a str>,
-        until: Option<i64>,
-    }
-    let rows: Vec<Row<'_>> = r
-        .deliveries
-        .iter()
-        .zip(inputs)
-        .map(|(d, inputs)| {
-            let pending = d.state == DeliveryState::Pending;
-            let handed = match &grant {
-                Some((l, g)) if pending && to_lease > 0 => {
-                    to_lease -= 1;
-                    Some((*l, g))
-                }
-                _ => None,
-            };
-            let due = match handed {
-                Some((_, g)) => Some(g.due_at),
-                None => pending.then_some(r.received_at),
-            };
-            Row {
-                d,
-                inputs,
-                due,
-                params: d.params.as_ref().map(|p| p.to_string()),
-                handed,
-                owner: handed.map(|(l, _)| l.owner.as_str()),
-                token: handed.map(|(_, g)| g.token.as_str()),
-                until: handed.map(|(_, g)| g.until),
-            }
-        })
-        .collect();
-    let delivery_params: Vec<[Param<'_>; 18]> = rows
-        .iter()
-        .map(|w| {
-            [
-                w.d.id.to_param(),
-                r.id.to_param(),
-                r.subscription_id.to_param(),
-                w.d.binding_id.to_param(),
-                r.dedup_key.to_param(),
-                w.d.action.to_param(),
-                w.d.workflow_id.to_param(),
-                w.d.run_id.to_param(),
-                w.inputs.to_param(),
-                w.d.state.as_str().to_param(),
-                w.due.to_param(),
-                w.d.dead_letter_reason.to_param(),
-                r.received_at.to_param(),
-                w.params.to_param(),
-                w.owner.to_param(),
-                w.token.to_param(),
-                w.until.to_param(),
-                w.d.kind.as_str().to_param(),
-            ]
-        })
-        .collect();
+    let plan = ReceiptPlan::new(r, inputs);
+    let delivery_params = plan.delivery_params();
     let body = r.body.as_ref();
     let body_params = p![r.id, body];
-    let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + rows.len());
+    let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + plan.rows.len());
     // An empty body has no row (`read::get_body` reads it as empty): issue #10, bytes per session.
     if !r.body.is_empty() {
         writes.push((INSERT_BODY, body_params));
     }
     writes.extend(delivery_params.iter().map(|ps| (INSERT_DELIVERY, &ps[..])));
     c.exec_many(&writes)?;
-    let mut refs = Vec::with_capacity(r.deliveries.len());
-    let mut leased = Vec::new();
-    for w in &rows {
-        let d = w.d;
-        if let Some((l, g)) = w.handed {
-            leased.push(Lease {
-                delivery: DeliveryRecord {
-                    id: d.id.clone(),
-                    receipt_id: r.id.clone(),
-                    subscription_id: r.subscription_id.clone(),
-                    binding_id: d.binding_id.clone(),
-                    dedup_key: r.dedup_key.clone(),
-                    action: d.action.clone(),
-                    workflow_id: d.workflow_id.clone(),
-                    run_id: d.run_id.clone(),
-                    inputs: d.inputs.clone(),
-                    state: d.state,
-                    attempts: 0,
-                    replays: 0,
-                    due_at: w.due,
-                    lease_until: Some(g.until),
-                    lease_owner: Some(l.owner.clone()),
-                    first_attempt_at: None,
-                    last_error: None,
-                    dead_letter_reason: d.dead_letter_reason.clone(),
-                    created_at: r.received_at,
-                    updated_at: r.received_at,
-                    params: d.params.clone(),
-                    consumed_at: None,
-                    kind: d.kind,
-                },
-                owner: l.owner.clone(),
-                token: g.token.clone(),
-                lease_until: g.until,
-                lease_ms: l.lease_ms,
+    plan.finish(c)
+}
+
+/// The receipt's insert up to its `VALUES` (the columns of [`receipt_params`]).
+pub(crate) const INSERT_RECEIPT: &str = "INSERT INTO receipts (id, subscription_id, dedup_key, \
+     provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at, \
+     dedup_until, dedup_live, deliveries, source)";
+/// What a taken dedup key does to the receipt's insert: nothing (the insert reports 0 rows).
+pub(crate) const ON_DEDUP: &str =
+    "ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING";
+/// A body row.
+pub(crate) const INSERT_BODY: &str = "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)";
+/// A delivery row (the columns of [`ReceiptPlan::delivery_params`]).
+pub(crate) const INSERT_DELIVERY: &str =
+    "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+     inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18)";
+
+/// `n` rows of [`INSERT_RECEIPT`]'s values, 13 parameters each ([`receipt_params`]); `updated_at` is
+/// `received_at` and `dedup_live` is 1 while the window is open.
+pub(crate) fn receipt_values(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let k = |j: usize| i * 13 + j;
+            format!(
+                "(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, \
+                 CASE WHEN CAST(?{} AS BIGINT) > CAST(?{} AS BIGINT) THEN 1 ELSE 0 END, ?{}, ?{})",
+                k(1),
+                k(2),
+                k(3),
+                k(4),
+                k(5),
+                k(6),
+                k(7),
+                k(8),
+                k(9),
+                k(10),
+                k(10),
+                k(11),
+                k(11),
+                k(10),
+                k(12),
+                k(13)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One receipt's 13 parameters of [`receipt_values`] (`received_at` is bound once, as the 10th).
+pub(crate) fn receipt_params<'a>(r: &'a NewReceipt, normalized: &'a str) -> Vec<Param<'a>> {
+    vec![
+        r.id.to_param(),
+        r.subscription_id.to_param(),
+        r.dedup_key.to_param(),
+        r.provider_event_id.to_param(),
+        r.event_type.to_param(),
+        normalized.to_param(),
+        r.state.as_str().to_param(),
+        r.content_type.to_param(),
+        Param::Int(r.body.len() as i64),
+        r.received_at.to_param(),
+        r.dedup_until.to_param(),
+        Param::Int(r.deliveries.len() as i64),
+        r.source.as_str().to_param(),
+    ]
+}
+
+/// One delivery row of a receipt about to be written.
+pub(crate) struct PlannedDelivery<'a> {
+    d: &'a NewDelivery,
+    inputs: &'a str,
+    due: Option<i64>,
+    params: Option<String>,
+    /// Written leased under the plan's grant.
+    handed: bool,
+}
+
+/// A newly inserted receipt's deliveries, with the leases handed over at commit: built before they are
+/// written, so one receipt or many (`crate::sql::ingest_batch`) write the same rows.
+pub(crate) struct ReceiptPlan<'a> {
+    r: &'a NewReceipt,
+    /// The lease request and the one grant its handed deliveries share.
+    grant: Option<(&'a LeaseRequest, lease::LeaseGrant)>,
+    rows: Vec<PlannedDelivery<'a>>,
+}
+
+impl<'a> ReceiptPlan<'a> {
+    /// Plans `r`'s deliveries (`inputs`: one JSON text each). Hand-off at commit: the first `limit`
+    /// pending deliveries are written leased under one fresh grant (as `lease_due` would lease them:
+    /// `due_at = lease_until`, so no worker finds them due until the lease lapses).
+    pub(crate) fn new(r: &'a NewReceipt, inputs: &'a [String]) -> Self {
+        let grant = r
+            .lease
+            .as_ref()
+            .map(|l| (l, lease::grant(r.received_at, l.lease_ms)));
+        let mut to_lease = r.lease.as_ref().map_or(0, |l| l.limit);
+        let rows = r
+            .deliveries
+            .iter()
+            .zip(inputs)
+            .map(|(d, inputs)| {
+                let pending = d.state == DeliveryState::Pending;
+                let handed = grant.is_some() && pending && to_lease > 0;
+                if handed {
+                    to_lease -= 1;
+                }
+                let due = match &grant {
+                    Some((_, g)) if handed => Some(g.due_at),
+                    _ => pending.then_some(r.received_at),
+                };
+                PlannedDelivery {
+                    d,
+                    inputs,
+                    due,
+                    params: d.params.as_ref().map(|p| p.to_string()),
+                    handed,
+                }
+            })
+            .collect();
+        ReceiptPlan { r, grant, rows }
+    }
+
+    /// The lease request and grant of a delivery written leased.
+    fn handed(&self, w: &PlannedDelivery<'_>) -> Option<(&LeaseRequest, &lease::LeaseGrant)> {
+        match &self.grant {
+            Some((l, g)) if w.handed => Some((*l, g)),
+            _ => None,
+        }
+    }
+
+    /// The 18 parameters of [`INSERT_DELIVERY`] for each delivery.
+    pub(crate) fn delivery_params(&self) -> Vec<[Param<'_>; 18]> {
+        let r = self.r;
+        self.rows
+            .iter()
+            .map(|w| {
+                let handed = self.handed(w);
+                [
+                    w.d.id.to_param(),
+                    r.id.to_param(),
+                    r.subscription_id.to_param(),
+                    w.d.binding_id.to_param(),
+                    r.dedup_key.to_param(),
+                    w.d.action.to_param(),
+                    w.d.workflow_id.to_param(),
+                    w.d.run_id.to_param(),
+                    w.inputs.to_param(),
+                    w.d.state.as_str().to_param(),
+                    w.due.to_param(),
+                    w.d.dead_letter_reason.to_param(),
+                    r.received_at.to_param(),
+                    w.params.to_param(),
+                    handed.map_or(Param::Null, |(l, _)| Param::Text(&l.owner)),
+                    handed.map_or(Param::Null, |(_, g)| Param::Text(&g.token)),
+                    handed.map_or(Param::Null, |(_, g)| Param::Int(g.until)),
+                    w.d.kind.as_str().to_param(),
+                ]
+            })
+            .collect()
+    }
+
+    /// The receipt planned.
+    pub(crate) fn receipt(&self) -> &'a NewReceipt {
+        self.r
+    }
+
+    /// After the rows are written: the dead-letter records of deliveries created dead-lettered, and
+    /// the answer.
+    pub(crate) fn finish(&self, c: &dyn Db) -> StoreResult<IngestOutcome> {
+        let r = self.r;
+        let mut refs = Vec::with_capacity(self.rows.len());
+        let mut leased = Vec::new();
+        for w in &self.rows {
+            let d = w.d;
+            if let Some((l, g)) = self.handed(w) {
+                leased.push(Lease {
+                    delivery: DeliveryRecord {
+                        id: d.id.clone(),
+                        receipt_id: r.id.clone(),
+                        subscription_id: r.subscription_id.clone(),
+                        binding_id: d.binding_id.clone(),
+                        dedup_key: r.dedup_key.clone(),
+                        action: d.action.clone(),
+                        workflow_id: d.workflow_id.clone(),
+                        run_id: d.run_id.clone(),
+                        inputs: d.inputs.clone(),
+                        state: d.state,
+                        attempts: 0,
+                        replays: 0,
+                        due_at: w.due,
+                        lease_until: Some(g.until),
+                        lease_owner: Some(l.owner.clone()),
+                        first_attempt_at: None,
+                        last_error: None,
+                        dead_letter_reason: d.dead_letter_reason.clone(),
+                        created_at: r.received_at,
+                        updated_at: r.received_at,
+                        params: d.params.clone(),
+                        consumed_at: None,
+                        kind: d.kind,
+                    },
+                    owner: l.owner.clone(),
+                    token: g.token.clone(),
+                    lease_until: g.until,
+                    lease_ms: l.lease_ms,
+                });
+            }
+            if d.state == DeliveryState::DeadLettered {
+                dead_letter_at_ingest(c, r, d)?;
+            }
+            refs.push(DeliveryRef {
+                delivery_id: d.id.clone(),
+                binding_id: d.binding_id.clone(),
+                run_id: d.run_id.clone(),
             });
         }
-        if d.state == DeliveryState::DeadLettered {
-            dead_letter_at_ingest(c, r, d)?;
-        }
-        refs.push(DeliveryRef {
-            delivery_id: d.id.clone(),
-            binding_id: d.binding_id.clone(),
-            run_id: d.run_id.clone(),
-        });
+        Ok(IngestOutcome::Accepted {
+            receipt_id: r.id.clone(),
+            deliveries: refs,
+            leased,
+        })
     }
-    Ok(IngestOutcome::Accepted {
-        receipt_id: r.id.clone(),
-        deliveries: refs,
-        leased,
-    })
 }
 
 /// A delivery created dead-lettered (its subscription is dead-lettered) is recorded as attempt 1 with

@@ -1,0 +1,175 @@
+//! Several receipt commits in one transaction, with one multi-row statement per table (issue #10),
+//! through the same plan as one receipt ([`write::ReceiptPlan`]). Nothing is decided here: a taken
+//! dedup key is found by the receipts' insert, as for one receipt.
+//!
+//! Per batch of N receipts:
+//! 1. ONE `INSERT INTO receipts ... VALUES (...), ... ON CONFLICT (subscription_id, dedup_key) DO
+//!    NOTHING RETURNING id`, rows ordered by (subscription, dedup key), so two batches that wait on
+//!    each other's in-flight keys wait in one global order and cannot deadlock. A second receipt for
+//!    one key in the same batch conflicts with the first, as it would in a later transaction.
+//! 2. ONE insert of the new receipts' bodies and ONE of all their deliveries (sent together).
+//! 3. A receipt whose key was taken (a duplicate, or a key whose window lapsed), one that uses a
+//!    capability, and one with a delivery created dead-lettered take the single path
+//!    ([`write::commit_receipt`]) inside a savepoint.
+
+use std::collections::HashSet;
+
+use super::batch::in_savepoint;
+use super::write::{self, ReceiptPlan, INSERT_RECEIPT, ON_DEDUP};
+use super::{Db, Param, ToParam};
+use crate::model::{IngestOutcome, NewReceipt};
+use crate::{StoreError, StoreResult};
+
+/// Deliveries above which a receipt takes the single path, so one statement's parameters stay bounded
+/// (13 per receipt and 18 per delivery, at most [`super::batch::MAX_BATCH`] receipts: far below
+/// PostgreSQL's 65 535).
+const MAX_BATCHED_DELIVERIES: usize = 16;
+
+/// A receipt to commit, with its JSON texts serialized by the caller (`normalized`, and `inputs`, one
+/// per delivery).
+pub(crate) struct ReceiptCommit {
+    pub receipt: NewReceipt,
+    pub normalized: String,
+    pub inputs: Vec<String>,
+}
+
+/// Commits `items` in the open transaction and answers each (as [`write::commit_receipt`] would). An
+/// item's own refusal (a capability refused) is its answer; an error of the transaction is the
+/// batch's. One item is [`write::commit_receipt`] itself.
+pub(crate) fn commit_receipts(
+    c: &dyn Db,
+    items: &[ReceiptCommit],
+) -> StoreResult<Vec<StoreResult<IngestOutcome>>> {
+    let single = |c: &dyn Db, it: &ReceiptCommit| {
+        write::commit_receipt(c, &it.receipt, &it.normalized, &it.inputs)
+    };
+    if let [one] = items {
+        return single(c, one).map(|o| vec![Ok(o)]);
+    }
+    let mut answers: Vec<Option<StoreResult<IngestOutcome>>> = items.iter().map(|_| None).collect();
+    let mut alone: Vec<usize> = Vec::new();
+    let mut batched: Vec<usize> = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        let r = &it.receipt;
+        let plain = r.capability.is_none()
+            && r.deliveries.len() <= MAX_BATCHED_DELIVERIES
+            && r.deliveries
+                .iter()
+                .all(|d| d.state != tb_core::delivery::DeliveryState::DeadLettered);
+        if plain {
+            batched.push(i);
+        } else {
+            alone.push(i);
+        }
+    }
+    batched.sort_by(|a, b| {
+        let (x, y) = (&items[*a].receipt, &items[*b].receipt);
+        (&x.subscription_id, &x.dedup_key).cmp(&(&y.subscription_id, &y.dedup_key))
+    });
+    if !batched.is_empty() {
+        let params: Vec<Param<'_>> = batched
+            .iter()
+            .flat_map(|i| write::receipt_params(&items[*i].receipt, &items[*i].normalized))
+            .collect();
+        let sql = format!(
+            "{INSERT_RECEIPT} VALUES {} {ON_DEDUP} RETURNING id",
+            write::receipt_values(batched.len())
+        );
+        let inserted: HashSet<String> = c
+            .query(&sql, &params)?
+            .iter()
+            .map(|r| r.get::<String>(0))
+            .collect::<StoreResult<_>>()?;
+        let mut plans: Vec<(usize, ReceiptPlan<'_>)> = Vec::with_capacity(inserted.len());
+        for i in batched {
+            let it = &items[i];
+            if inserted.contains(&it.receipt.id) {
+                plans.push((i, ReceiptPlan::new(&it.receipt, &it.inputs)));
+            } else {
+                alone.push(i);
+            }
+        }
+        write_rows(c, &plans)?;
+        for (i, plan) in &plans {
+            answers[*i] = Some(plan.finish(c));
+        }
+    }
+    alone.sort_unstable();
+    for i in alone {
+        answers[i] = Some(in_savepoint(c, |c| single(c, &items[i]))?);
+    }
+    Ok(answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(StoreError::Database("receipt left unanswered".into()))))
+        .collect())
+}
+
+/// The inserted receipts' bodies (non-empty ones) and deliveries, one statement each, sent together.
+fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()> {
+    let bodies: Vec<&NewReceipt> = plans
+        .iter()
+        .map(|(_, p)| p.receipt())
+        .filter(|r| !r.body.is_empty())
+        .collect();
+    let mut body_params: Vec<Param<'_>> = Vec::with_capacity(bodies.len() * 2);
+    for r in &bodies {
+        body_params.extend([r.id.to_param(), r.body.as_ref().to_param()]);
+    }
+    let body_sql = format!(
+        "INSERT INTO bodies (receipt_id, body) VALUES {}",
+        super::attempt_batch::values_rows(bodies.len(), &["", ""])
+    );
+    let per_plan: Vec<Vec<[Param<'_>; 18]>> =
+        plans.iter().map(|(_, p)| p.delivery_params()).collect();
+    let rows: Vec<&[Param<'_>; 18]> = per_plan.iter().flatten().collect();
+    let delivery_params: Vec<Param<'_>> = rows.iter().flat_map(|r| r.iter().copied()).collect();
+    let delivery_sql = format!(
+        "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, \
+         run_id, inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, \
+         lease_token, lease_until, kind) VALUES {}",
+        delivery_values(rows.len())
+    );
+    let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(2);
+    if !bodies.is_empty() {
+        writes.push((&body_sql, &body_params));
+    }
+    if !rows.is_empty() {
+        writes.push((&delivery_sql, &delivery_params));
+    }
+    if !writes.is_empty() {
+        c.exec_many(&writes)?;
+    }
+    Ok(())
+}
+
+/// `n` rows of [`write::INSERT_DELIVERY`]'s values, 18 parameters each (`updated_at` is
+/// `created_at`).
+fn delivery_values(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let k: Vec<String> = (1..=18).map(|j| format!("?{}", i * 18 + j)).collect();
+            format!(
+                "({}, {}, {})",
+                k[..13].join(", "),
+                k[12],
+                k[13..].join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::delivery_values;
+
+    #[test]
+    fn delivery_rows_bind_created_at_twice_and_number_on() {
+        let two = delivery_values(2);
+        assert!(two.starts_with("(?1, ?2,"), "{two}");
+        assert!(two.contains("?12, ?13, ?13, ?14,"), "{two}");
+        assert!(two.contains("), (?19, ?20,"), "{two}");
+        assert!(two.contains("?30, ?31, ?31, ?32,"), "{two}");
+        assert!(two.ends_with("?36)"), "{two}");
+    }
+}

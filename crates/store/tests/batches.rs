@@ -1,0 +1,405 @@
+//! Batched commits (issue #10, `crate::sql::batch`): concurrent receipt and attempt commits on one
+//! store, started together behind a barrier on a multi-thread runtime. On PostgreSQL they share
+//! transactions (one multi-row statement per table); each caller must still get its own answer: one
+//! receipt per dedup key (a duplicate in the same batch included), one attempt per lease, a stale token
+//! refused without touching the others. SQLite commits them one job at a time and must answer the same.
+//! Every wait is bounded by [`LIMIT`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+use tb_core::attempt::{AttemptReport, RunStart};
+use tb_core::delivery::{AttemptDecision, DeliveryKind, DeliveryState};
+use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
+use tb_core::receipt::{ReceiptSource, ReceiptState};
+use tb_core::run::RunStatus;
+use tb_core::subscription::{FailurePolicy, Source};
+use tokio::sync::Barrier;
+use trigger_bridge_store::postgres::testing::TestDatabase;
+use trigger_bridge_store::postgres::{PgStore, PoolOptions};
+use trigger_bridge_store::sqlite::SqliteStore;
+use trigger_bridge_store::*;
+
+/// The longest any racing task may take before the test fails.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Rounds a PostgreSQL race is repeated until a batch of several items formed (each round is a
+/// fresh set of items).
+const ROUNDS: usize = 5;
+
+const IMMEDIATE: FailurePolicy = FailurePolicy {
+    failure_window_ms: 0,
+    dead_letter_after_ms: 0,
+    dead_letter_min_failures: 1,
+};
+
+/// A store, what keeps its storage alive, and how to read its largest batches.
+struct Handle {
+    name: &'static str,
+    store: Arc<dyn Store>,
+    largest: Box<dyn Fn() -> (usize, usize) + Send + Sync>,
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+/// SQLite always; PostgreSQL (8 connections, so 2 batches of each kind in flight) unless the server
+/// is unreachable and `CI` is unset.
+async fn handles() -> Vec<Handle> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = Arc::new(SqliteStore::open_dir(dir.path()).expect("open sqlite"));
+    let s2 = sqlite.clone();
+    let mut out = vec![Handle {
+        name: "sqlite",
+        store: sqlite,
+        largest: Box::new(move || s2.largest_batches()),
+        _guard: Box::new(dir),
+    }];
+    if let Some(db) = TestDatabase::create() {
+        let opts = PoolOptions {
+            connections: 8,
+            queue_capacity: 10_000,
+        };
+        let pg = Arc::new(
+            PgStore::connect(db.url(), opts)
+                .await
+                .expect("open postgres"),
+        );
+        let p2 = pg.clone();
+        out.push(Handle {
+            name: "postgres",
+            store: pg,
+            largest: Box::new(move || p2.largest_batches()),
+            _guard: Box::new(db),
+        });
+    }
+    out
+}
+
+/// Runs `f(i)` for `i in 0..n` as `n` tasks that start together; their results in `i` order.
+async fn race<T, F, Fut>(n: usize, f: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let b = barrier.clone();
+            let fut = f(i);
+            tokio::spawn(async move {
+                b.wait().await;
+                fut.await
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        let r = tokio::time::timeout(LIMIT, t)
+            .await
+            .expect("a racing task took too long");
+        out.push(r.expect("a racing task panicked"));
+    }
+    out
+}
+
+async fn subscription(s: &dyn Store, id: &str) {
+    s.upsert_subscription(
+        SubscriptionDef {
+            id: id.into(),
+            source: Source::Webhook,
+            connector: "standard-webhooks".into(),
+            config: json!({}),
+            failure_threshold: 0,
+        },
+        1_000,
+    )
+    .await
+    .unwrap();
+}
+
+/// A receipt for dedup key `key` with one pending `start_run` delivery of `noop`, handed to worker
+/// `w` at commit when `lease` is set; its delivery is created dead-lettered when `dead` is set.
+fn receipt(key: &str, lease: bool, dead: bool) -> NewReceipt {
+    NewReceipt {
+        id: new_id(IdKind::Receipt),
+        source: ReceiptSource::Webhook,
+        subscription_id: "hooks".into(),
+        dedup_key: key.into(),
+        provider_event_id: key.into(),
+        event_type: "thing.happened".into(),
+        normalized: json!({"event": "thing.happened"}),
+        state: ReceiptState::Routed,
+        content_type: Some("application/json".into()),
+        body: Bytes::from(format!("{{\"key\":\"{key}\"}}")),
+        received_at: 2_000,
+        dedup_until: 2_000 + 86_400_000,
+        deliveries: vec![NewDelivery {
+            id: new_id(IdKind::Delivery),
+            kind: DeliveryKind::Binding,
+            binding_id: "all".into(),
+            action: "start_run".into(),
+            workflow_id: Some("noop".into()),
+            run_id: Some(new_id(IdKind::Run)),
+            inputs: json!({"key": key}),
+            params: None,
+            state: if dead {
+                DeliveryState::DeadLettered
+            } else {
+                DeliveryState::Pending
+            },
+            dead_letter_reason: dead.then(|| "subscription_dead_lettered".into()),
+        }],
+        capability: None,
+        lease: lease.then(|| LeaseRequest {
+            owner: "w".into(),
+            lease_ms: 60_000,
+            limit: 1,
+        }),
+    }
+}
+
+/// The delivered attempt of `lease` (token `token`), starting its `noop` run completed.
+fn delivered(lease: &Lease, token: &str) -> AttemptCommit {
+    let run_id = lease.delivery.run_id.clone().expect("a start_run delivery");
+    AttemptCommit {
+        delivery_id: lease.delivery.id.clone(),
+        report: AttemptReport {
+            lease: Completion {
+                token: token.into(),
+                attempt: lease.delivery.attempts + 1,
+            },
+            event_id: new_id(IdKind::Event),
+            decision: AttemptDecision::Delivered,
+            failure: None,
+            started_at: 3_000,
+            duration_ms: 1,
+            run: Some(RunStart {
+                id: run_id,
+                workflow_id: "noop".into(),
+                inputs: lease.delivery.inputs.clone(),
+                status: RunStatus::Completed,
+                dead_letter: None,
+                session: false,
+            }),
+            effect: None,
+            failure_policy: IMMEDIATE,
+        },
+        effect: None,
+        now: 3_000,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_receipts_in_shared_transactions_keep_one_receipt_per_key_and_answer_each() {
+    for h in handles().await {
+        let s = h.store.clone();
+        subscription(&*s, "hooks").await;
+        let mut batched = false;
+        for round in 0..ROUNDS {
+            // 24 keys, each sent twice at once (a duplicate may share the first one's batch), every
+            // third handed over at commit; one more receipt whose delivery is created dead-lettered
+            // (the single path inside a batch).
+            let n = 48;
+            let results = race(n + 1, |i| {
+                let s = s.clone();
+                async move {
+                    let r = if i == n {
+                        receipt(&format!("r{round}-dead"), false, true)
+                    } else {
+                        let k = i / 2;
+                        receipt(&format!("r{round}-k{k}"), k % 3 == 0, false)
+                    };
+                    let key = r.dedup_key.clone();
+                    (key, r.id.clone(), s.commit_receipt(r).await)
+                }
+            })
+            .await;
+            let mut by_key: BTreeMap<String, Vec<(String, IngestOutcome)>> = BTreeMap::new();
+            for (key, id, out) in results {
+                let out = out.unwrap_or_else(|e| panic!("{}: {key}: {e}", h.name));
+                by_key.entry(key).or_default().push((id, out));
+            }
+            assert_eq!(by_key.len(), 25, "{}", h.name);
+            for (key, outs) in &by_key {
+                let accepted: Vec<&(String, IngestOutcome)> = outs
+                    .iter()
+                    .filter(|(_, o)| matches!(o, IngestOutcome::Accepted { .. }))
+                    .collect();
+                assert_eq!(accepted.len(), 1, "{}: {key}: one receipt per key", h.name);
+                let (first_id, first) = accepted[0];
+                let IngestOutcome::Accepted {
+                    receipt_id,
+                    deliveries,
+                    leased,
+                } = first
+                else {
+                    unreachable!()
+                };
+                assert_eq!(receipt_id, first_id, "{}: {key}", h.name);
+                assert_eq!(deliveries.len(), 1, "{}: {key}", h.name);
+                let handed = key
+                    .rsplit_once("-k")
+                    .is_some_and(|(_, k)| k.parse::<usize>().unwrap() % 3 == 0);
+                assert_eq!(leased.len(), usize::from(handed), "{}: {key}", h.name);
+                let d = s.get_delivery(&deliveries[0].delivery_id).await.unwrap();
+                assert_eq!(d.receipt_id, *receipt_id, "{}: {key}", h.name);
+                if handed {
+                    assert_eq!(d.lease_owner.as_deref(), Some("w"), "{}: {key}", h.name);
+                    assert_eq!(d.lease_until, Some(leased[0].lease_until), "{}", h.name);
+                } else {
+                    assert_eq!(d.lease_owner, None, "{}: {key}", h.name);
+                }
+                let body = s.get_body(receipt_id).await.unwrap();
+                assert_eq!(
+                    &body[..],
+                    format!("{{\"key\":\"{key}\"}}").as_bytes(),
+                    "{}: {key}",
+                    h.name
+                );
+                for (_, o) in outs {
+                    if let IngestOutcome::Duplicate { receipt_id: of, .. } = o {
+                        assert_eq!(of, receipt_id, "{}: {key}: names the first", h.name);
+                    }
+                }
+                if key.ends_with("-dead") {
+                    assert_eq!(d.state, DeliveryState::DeadLettered, "{}", h.name);
+                    let attempts = s.attempts(&d.id).await.unwrap();
+                    assert_eq!(attempts.len(), 1, "{}: the dead letter's record", h.name);
+                } else {
+                    assert_eq!(outs.len(), 2, "{}: {key}", h.name);
+                    assert_eq!(d.state, DeliveryState::Pending, "{}: {key}", h.name);
+                }
+            }
+            let (largest, _) = (h.largest)();
+            if h.name == "sqlite" || largest > 1 {
+                batched = true;
+                break;
+            }
+        }
+        eprintln!("{}: largest batches {:?}", h.name, (h.largest)());
+        if h.name == "postgres" {
+            assert!(
+                batched,
+                "postgres: no batch of several receipts formed in {ROUNDS} rounds"
+            );
+        } else {
+            assert_eq!((h.largest)(), (0, 0), "sqlite commits one job at a time");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_attempts_in_shared_transactions_record_one_attempt_per_lease() {
+    for h in handles().await {
+        let s = h.store.clone();
+        subscription(&*s, "hooks").await;
+        let mut batched = false;
+        for round in 0..ROUNDS {
+            let n = 40;
+            let mut leases = Vec::with_capacity(n);
+            for k in 0..n {
+                let out = s
+                    .commit_receipt(receipt(&format!("a{round}-{k}"), true, false))
+                    .await
+                    .unwrap();
+                let IngestOutcome::Accepted { mut leased, .. } = out else {
+                    panic!("{}: a new key", h.name)
+                };
+                leases.push(leased.remove(0));
+            }
+            let leases = Arc::new(leases);
+            // Every lease completed once; delivery 0 completed twice at once (one wins); delivery 1
+            // also by a holder of a stale token (always refused).
+            let results = race(n + 2, |i| {
+                let (s, leases) = (s.clone(), leases.clone());
+                async move {
+                    let (k, token) = match i {
+                        i if i < n => (i, leases[i].token.clone()),
+                        i if i == n => (0, leases[0].token.clone()),
+                        _ => (1, "stale-token".to_string()),
+                    };
+                    (k, i, s.commit_attempt(delivered(&leases[k], &token)).await)
+                }
+            })
+            .await;
+            let mut won: BTreeMap<usize, usize> = BTreeMap::new();
+            for (k, i, out) in &results {
+                match out {
+                    Ok(done) => {
+                        *won.entry(*k).or_default() += 1;
+                        assert_eq!(
+                            done.run_id.as_ref(),
+                            leases[*k].delivery.run_id.as_ref(),
+                            "{}",
+                            h.name
+                        );
+                    }
+                    Err(StoreError::LeaseLost(id)) => {
+                        // Only delivery 0's two holders race (either may lose) and the stale one.
+                        assert!(
+                            (*k == 0 && (*i == 0 || *i == n)) || *i == n + 1,
+                            "{}: attempt {i} on delivery {k} lost",
+                            h.name
+                        );
+                        assert_eq!(id, &leases[*k].delivery.id, "{}", h.name);
+                    }
+                    Err(e) => panic!("{}: attempt {i}: {e}", h.name),
+                }
+            }
+            assert_eq!(won.len(), n, "{}: every delivery completed", h.name);
+            assert!(
+                won.values().all(|c| *c == 1),
+                "{}: once each: {won:?}",
+                h.name
+            );
+            let stale = results.iter().find(|(_, i, _)| *i == n + 1).unwrap();
+            assert!(
+                matches!(stale.2, Err(StoreError::LeaseLost(_))),
+                "{}: a stale token is refused",
+                h.name
+            );
+            for l in leases.iter() {
+                let d = s.get_delivery(&l.delivery.id).await.unwrap();
+                assert_eq!(d.state, DeliveryState::Delivered, "{}", h.name);
+                assert_eq!(d.attempts, 1, "{}", h.name);
+                assert_eq!(d.lease_owner, None, "{}", h.name);
+                let attempts = s.attempts(&l.delivery.id).await.unwrap();
+                assert_eq!(attempts.len(), 1, "{}: one attempt row", h.name);
+                let run_id = l.delivery.run_id.as_deref().unwrap();
+                let run = s.get_run(run_id).await.unwrap();
+                assert_eq!(run.status, RunStatus::Completed, "{}", h.name);
+                let log = s.run_events(run_id, None, 100).await.unwrap();
+                let seqs: Vec<u64> = log.iter().map(|e| e.sequence).collect();
+                assert_eq!(
+                    seqs,
+                    (0..log.len() as u64).collect::<Vec<_>>(),
+                    "{}",
+                    h.name
+                );
+                assert!(
+                    log.iter().any(|e| e.event_type == "run.started"),
+                    "{}",
+                    h.name
+                );
+                let r = s.get_receipt(&l.delivery.receipt_id).await.unwrap();
+                assert_eq!(r.state, ReceiptState::Consumed, "{}", h.name);
+            }
+            let (_, largest) = (h.largest)();
+            if h.name == "sqlite" || largest > 1 {
+                batched = true;
+                break;
+            }
+        }
+        eprintln!("{}: largest batches {:?}", h.name, (h.largest)());
+        if h.name == "postgres" {
+            assert!(
+                batched,
+                "postgres: no batch of several attempts formed in {ROUNDS} rounds"
+            );
+        }
+    }
+}
