@@ -74,7 +74,7 @@ pub struct Inbound {
     pub dedup: Option<Dedup>,
     /// Requests a minute `subscription` accepts, checked after the dedup probe (so a redelivery of an
     /// accepted event is still answered `duplicate`); a refusal is kept as a content-free
-    /// `rate_limited` receipt. `None`: not limited here.
+    /// `rate_limited` receipt. `None` or `Some(0)`: not limited here.
     pub rate_limit_per_min: Option<u32>,
     /// Where its deliveries come from.
     pub routing: Routing,
@@ -242,7 +242,18 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
             return Ok(Accepted::Recorded { receipt_id });
         }
         routing => {
-            if let Some(d) = &dedup {
+            // A repeat is answered as a duplicate before the checks below (rate limit, endpoint run,
+            // subscription state) could refuse it; where none of them applies, a store whose commit
+            // finds the taken key as cheaply is not asked first.
+            let checks = rate_limit_per_min.is_some_and(|n| n > 0)
+                || target_run.is_some()
+                || (matches!(routing, Routing::Route(_))
+                    && engine
+                        .subscription_state(&subscription)
+                        .unwrap_or(SubscriptionState::Active)
+                        != SubscriptionState::Active);
+            let probe = checks || engine.store.probe_before_commit();
+            if let (Some(d), true) = (&dedup, probe) {
                 if let Some(first) = engine
                     .store
                     .find_duplicate(&subscription, &d.key, received_at)

@@ -183,6 +183,15 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Option<Transition>>;
 
     // --- ingest ----------------------------------------------------------------------------------
+    /// Whether a [`Store::find_duplicate`] probe before each commit pays: SQLite answers it on the
+    /// caller's thread while a commit waits for the writer (`true`); PostgreSQL's batched commits find
+    /// a taken key in their own insert, and the probe is one more statement per new receipt
+    /// (`false`). The engine still probes where the answer must come before other checks (a rate
+    /// limit, a paused subscription, an endpoint's run). Default `true`.
+    fn probe_before_commit(&self) -> bool {
+        true
+    }
+
     /// Read-only dedup probe (no write, no fsync): the receipt holding the key at `now` (ms), within
     /// its dedup window, if any.
     async fn find_duplicate(
