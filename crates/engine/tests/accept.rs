@@ -276,3 +276,99 @@ async fn the_four_edges_write_typed_sources_and_delivery_kinds() {
     sources.sort();
     assert_eq!(sources, ["api", "capability", "webhook", "webhook"]);
 }
+
+/// On PostgreSQL the commit, not a probe before it, finds a taken dedup key (`Store::probe_before_commit`
+/// is false there): a repeat, and eight copies of one new event raced at once, still leave one receipt
+/// and are answered `duplicate` naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_the_batched_commit_answers_repeats_without_a_probe() {
+    let Some(db) = tb_store::postgres::testing::TestDatabase::create() else {
+        return; // the reason is printed by `TestDatabase::create` (never skipped under CI)
+    };
+    let opts = tb_store::postgres::PoolOptions {
+        connections: 8,
+        queue_capacity: 1_000,
+    };
+    let store: Arc<dyn Store> = Arc::new(
+        tb_store::postgres::PgStore::connect(db.url(), opts)
+            .await
+            .unwrap(),
+    );
+    assert!(!store.probe_before_commit(), "PostgreSQL skips the probe");
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = SecretStore::open(&dir.path().join("secrets")).unwrap();
+    let workflows = vec![Workflow {
+        id: "noop".into(),
+        executor: Executor::Noop,
+    }];
+    let engine = Engine::start(store.clone(), Catalog::new(vec![], vec![], workflows))
+        .await
+        .unwrap();
+    let reg = register(
+        &engine,
+        &secrets,
+        RegistrationRequest {
+            workflow_id: "noop".into(),
+            dedup_enabled: true,
+            retry: None,
+            verification: Verification::Required,
+        },
+    )
+    .await
+    .unwrap();
+    let key = tb_ingress::parse_whsec(&reg.signing_secret).unwrap();
+    let send = |id: &'static str| {
+        let (engine, sub, h) = (
+            engine.clone(),
+            reg.subscription_id.clone(),
+            signed(&key, id, BODY),
+        );
+        async move { ingest(&engine, &sub, &h, Bytes::from_static(BODY)).await }
+    };
+    let IngestAnswer::Accepted {
+        receipt_id: first, ..
+    } = send("msg_batch_000001").await.unwrap()
+    else {
+        panic!("not accepted")
+    };
+    let again = send("msg_batch_000001").await.unwrap();
+    assert!(
+        matches!(&again, IngestAnswer::Duplicate { receipt_id, .. } if *receipt_id == first),
+        "{again:?}"
+    );
+    let raced: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(send("msg_batch_000002")))
+        .collect();
+    let mut accepted = Vec::new();
+    let mut duplicates = Vec::new();
+    for t in raced {
+        match tokio::time::timeout(std::time::Duration::from_secs(30), t)
+            .await
+            .expect("an ingest took too long")
+            .unwrap()
+            .unwrap()
+        {
+            IngestAnswer::Accepted { receipt_id, .. } => accepted.push(receipt_id),
+            IngestAnswer::Duplicate { receipt_id, .. } => duplicates.push(receipt_id),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(accepted.len(), 1, "one receipt per dedup key");
+    assert_eq!(duplicates.len(), 7);
+    assert!(
+        duplicates.iter().all(|d| *d == accepted[0]),
+        "{duplicates:?}"
+    );
+    let receipts = store
+        .list_receipts(ListQuery {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mine = receipts
+        .iter()
+        .filter(|r| r.subscription_id == reg.subscription_id && r.source == ReceiptSource::Webhook)
+        .count();
+    assert_eq!(mine, 2, "two events, two receipts");
+}
