@@ -48,11 +48,12 @@ pub(crate) fn commit_receipt(
     if let Some(cap) = &r.capability {
         super::session::use_capability(c, cap, r.received_at)?;
     }
+    // Built once: the writer thread (SQLite's only one) does no formatting per receipt.
+    static ONE_RECEIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("{INSERT_RECEIPT} VALUES {} {ON_DEDUP}", receipt_values(1))
+    });
     let row = receipt_params(r, normalized);
-    let inserted = c.exec(
-        &format!("{INSERT_RECEIPT} VALUES {} {ON_DEDUP}", receipt_values(1)),
-        &row,
-    )?;
+    let inserted = c.exec(&ONE_RECEIPT, &row)?;
     if inserted == 0 {
         // The key is taken. If its window has passed, release it and take it (rare path).
         let released = c.exec(
