@@ -403,3 +403,121 @@ async fn concurrent_attempts_in_shared_transactions_record_one_attempt_per_lease
         }
     }
 }
+
+/// A receipt routed to two bindings, both deliveries handed to worker `w` at commit.
+fn two_bindings(key: &str) -> NewReceipt {
+    let mut r = receipt(key, true, false);
+    let mut second = r.deliveries[0].clone();
+    second.id = new_id(IdKind::Delivery);
+    second.binding_id = "other".into();
+    second.run_id = Some(new_id(IdKind::Run));
+    r.deliveries.push(second);
+    r.lease = Some(LeaseRequest {
+        owner: "w".into(),
+        lease_ms: 60_000,
+        limit: 2,
+    });
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sibling_deliveries_completed_at_once_settle_their_receipt() {
+    for h in handles().await {
+        let s = h.store.clone();
+        subscription(&*s, "hooks").await;
+        // 16 receipts of two deliveries each; all 32 attempts race, so siblings share batches.
+        let mut leases = Vec::new();
+        let mut receipts = Vec::new();
+        for k in 0..16 {
+            let out = s
+                .commit_receipt(two_bindings(&format!("sib-{k}")))
+                .await
+                .unwrap();
+            let IngestOutcome::Accepted {
+                receipt_id, leased, ..
+            } = out
+            else {
+                panic!("{}: a new key", h.name)
+            };
+            assert_eq!(leased.len(), 2, "{}", h.name);
+            receipts.push(receipt_id);
+            leases.extend(leased);
+        }
+        let leases = Arc::new(leases);
+        let results = race(leases.len(), |i| {
+            let (s, leases) = (s.clone(), leases.clone());
+            async move {
+                s.commit_attempt(delivered(&leases[i], &leases[i].token))
+                    .await
+            }
+        })
+        .await;
+        for (i, r) in results.iter().enumerate() {
+            assert!(r.is_ok(), "{}: attempt {i}: {r:?}", h.name);
+        }
+        for id in &receipts {
+            let r = s.get_receipt(id).await.unwrap();
+            assert_eq!(
+                r.state,
+                ReceiptState::Consumed,
+                "{}: {id}: both deliveries ended, so the receipt settles",
+                h.name
+            );
+        }
+        eprintln!("{}: largest batches {:?}", h.name, (h.largest)());
+    }
+}
+
+/// Commits waiting for a batch are bounded by the pool's queue: past it, a commit is refused `Busy` at
+/// once (nothing written for it), and every commit that was answered `Accepted` is in the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn past_the_queue_bound_a_commit_is_refused_busy_and_nothing_is_lost() {
+    let Some(db) = TestDatabase::create() else {
+        return; // the reason is printed by `TestDatabase::create` (never skipped under CI)
+    };
+    let opts = PoolOptions {
+        connections: 4,
+        queue_capacity: 4,
+    };
+    let s: Arc<dyn Store> = Arc::new(PgStore::connect(db.url(), opts).await.unwrap());
+    subscription(&*s, "hooks").await;
+    let results = race(200, |i| {
+        let s = s.clone();
+        async move {
+            let r = receipt(&format!("busy-{i}"), false, false);
+            let id = r.id.clone();
+            (id, s.commit_receipt(r).await)
+        }
+    })
+    .await;
+    let (mut accepted, mut busy) = (Vec::new(), 0);
+    for (id, out) in results {
+        match out {
+            Ok(IngestOutcome::Accepted { receipt_id, .. }) => {
+                assert_eq!(receipt_id, id);
+                accepted.push(id);
+            }
+            Err(StoreError::Busy(m)) => {
+                assert!(m.contains("retry"), "{m}");
+                busy += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(
+        busy > 0,
+        "200 commits at once on a queue of 4 must refuse some"
+    );
+    assert_eq!(accepted.len() + busy, 200);
+    for id in &accepted {
+        s.get_receipt(id).await.unwrap();
+    }
+    let all = s
+        .list_receipts(ListQuery {
+            limit: 500,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), accepted.len(), "a refused commit wrote nothing");
+}

@@ -117,6 +117,8 @@ impl Backend for PgBackend {
         crate::sql::batch::Batching {
             max_items: crate::sql::batch::MAX_BATCH,
             in_flight: (self.pool.connections() / 4).max(1),
+            // As many as the pool's own job queue holds.
+            max_waiting: self.pool.capacity(),
         }
     }
 

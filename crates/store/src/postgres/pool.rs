@@ -258,6 +258,11 @@ impl PgPool {
         }
     }
 
+    /// Jobs that may wait for a connection ([`PoolOptions::queue_capacity`]).
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     /// Connections the pool was started with.
     pub fn connections(&self) -> usize {
         self.connections

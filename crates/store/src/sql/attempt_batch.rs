@@ -69,6 +69,7 @@ pub(crate) fn commit_attempts(
         }
     }
     // Decide each batched item on its own snapshot.
+    let mut sub_of: HashMap<usize, String> = HashMap::new();
     let mut decided: Vec<(usize, AttemptSnapshot, AttemptWrites)> = Vec::new();
     for (i, a) in items.iter().enumerate() {
         if single.contains(&i) {
@@ -80,6 +81,18 @@ pub(crate) fn commit_attempts(
             continue;
         };
         let id = a.delivery_id.as_str();
+        sub_of.insert(i, snapshot.delivery.subscription_id.clone());
+        // A receipt with other deliveries is settled on what its siblings hold after their own
+        // writes: its items take the single path, which reads them after the batch's writes (two
+        // siblings decided here on one snapshot would each see the other open, and neither settle).
+        if snapshot
+            .receipt
+            .as_ref()
+            .is_some_and(|r| !r.others.is_empty())
+        {
+            single.push(i);
+            continue;
+        }
         // The rule checks the lease first (`lease::accepts_completion`).
         match after_attempt(&snapshot, &a.report, a.now) {
             Err(e) => answers[i] = Some(Err(lost(id)(e))),
@@ -128,7 +141,13 @@ pub(crate) fn commit_attempts(
             }));
         }
     }
-    single.sort_unstable();
+    // In subscription order: an item whose rule writes its subscription locks it, and two batches
+    // then take those locks in one global order (after their delivery and receipt locks, as a single
+    // attempt does).
+    single.sort_unstable_by(|a, b| {
+        let sub = |i: &usize| sub_of.get(i).map_or("", String::as_str);
+        (sub(a), a).cmp(&(sub(b), b))
+    });
     for i in single {
         answers[i] = Some(in_savepoint(c, |c| commit_attempt(c, &items[i]))?);
     }

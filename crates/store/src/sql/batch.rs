@@ -12,8 +12,11 @@
 //!   cannot fail the others;
 //! - a batch refused for load or availability (`Busy`, `Unavailable`) gives that error to every item
 //!   (running them one by one would only add load);
+//! - at most [`Batching::max_waiting`] items wait; one more is refused with `Busy` at once;
 //! - the driver lives on the runtime of the first caller; if that runtime is gone, the next caller
-//!   starts a new driver.
+//!   starts a new driver (a batch that was running on the runtime that went away may have committed
+//!   while its callers on other runtimes get `Unavailable`: one store shared by several runtimes, as
+//!   in some tests, should not outlive the first).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -34,6 +37,9 @@ pub struct Batching {
     pub max_items: usize,
     /// Batches running at once (each holds one connection, or one writer job, while it runs).
     pub in_flight: usize,
+    /// Items that may wait for a batch; one more is refused at once with [`StoreError::Busy`] (the
+    /// API answers 503 `unavailable` with `Retry-After: 1`), as a full job queue refuses a write.
+    pub max_waiting: usize,
 }
 
 /// A batch function: runs `items` in the open transaction and answers each (same length, same
@@ -45,6 +51,8 @@ type Waiting<I, O> = (I, oneshot::Sender<StoreResult<O>>);
 /// The queue of one kind of commit; see the module documentation.
 pub(crate) struct Batcher<I, O> {
     tx: Mutex<Option<mpsc::UnboundedSender<Waiting<I, O>>>>,
+    /// Items sent and not yet taken into a batch (bounded by [`Batching::max_waiting`]).
+    waiting: Arc<AtomicUsize>,
     run: BatchFn<I, O>,
     /// The most items one batch has held so far (inspection and tests).
     largest: Arc<AtomicUsize>,
@@ -59,6 +67,7 @@ where
     pub(crate) fn new(run: BatchFn<I, O>) -> Self {
         Batcher {
             tx: Mutex::new(None),
+            waiting: Arc::new(AtomicUsize::new(0)),
             run,
             largest: Arc::new(AtomicUsize::new(0)),
         }
@@ -72,6 +81,14 @@ where
     /// Commits `item` on `backend`, batched with whatever else is waiting, and returns its answer.
     /// Errors: the item's own, or the batch's (see the module documentation).
     pub(crate) async fn submit<B: Backend>(&self, backend: &Arc<B>, item: I) -> StoreResult<O> {
+        let limit = backend.batching().max_waiting.max(1);
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= limit {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            metrics::counter!("tb_store_batch_busy_total").increment(1);
+            return Err(StoreError::Busy(format!(
+                "{limit} commits are waiting for the store; retry shortly"
+            )));
+        }
         let (reply, answer) = oneshot::channel();
         let mut waiting = (item, reply);
         for _ in 0..2 {
@@ -80,7 +97,12 @@ where
                 match guard.as_ref() {
                     Some(tx) if !tx.is_closed() => tx.clone(),
                     _ => {
-                        let tx = spawn_driver(backend.clone(), self.run, self.largest.clone());
+                        let tx = spawn_driver(
+                            backend.clone(),
+                            self.run,
+                            self.largest.clone(),
+                            self.waiting.clone(),
+                        );
                         *guard = Some(tx.clone());
                         tx
                     }
@@ -98,6 +120,7 @@ where
                 Err(mpsc::error::SendError(back)) => waiting = back,
             }
         }
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
         Err(StoreError::Unavailable(
             "the commit batcher cannot start".into(),
         ))
@@ -108,6 +131,7 @@ fn spawn_driver<B: Backend, I, O>(
     backend: Arc<B>,
     run: BatchFn<I, O>,
     largest: Arc<AtomicUsize>,
+    waiting: Arc<AtomicUsize>,
 ) -> mpsc::UnboundedSender<Waiting<I, O>>
 where
     I: Send + Sync + 'static,
@@ -115,7 +139,9 @@ where
 {
     let (tx, mut rx) = mpsc::unbounded_channel::<Waiting<I, O>>();
     let shape = backend.batching();
-    let slots = Arc::new(Semaphore::new(shape.in_flight.max(1)));
+    let slots = Arc::new(Semaphore::new(
+        shape.in_flight.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     tokio::spawn(async move {
         while let Some(first) = rx.recv().await {
             // The slot is taken before the batch is gathered: while every slot is busy, items queue
@@ -130,6 +156,7 @@ where
                     Err(_) => break,
                 }
             }
+            waiting.fetch_sub(batch.len(), Ordering::SeqCst);
             largest.fetch_max(batch.len(), Ordering::Relaxed);
             let backend = backend.clone();
             tokio::spawn(async move {

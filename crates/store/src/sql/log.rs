@@ -179,41 +179,46 @@ impl RunLog<'_> {
              VALUES {}",
             super::attempt_batch::values_rows(events.len(), &[""; 7])
         );
-        let mut out_params: Vec<Param<'_>> = Vec::with_capacity(outbox.len() * 5);
-        for o in &outbox {
-            out_params.extend([
-                o.id.to_param(),
-                o.event_id.to_param(),
-                o.webhook_id.to_param(),
-                o.run_id.to_param(),
-                o.due_at.to_param(),
-            ]);
-        }
-        let mut rows = Vec::with_capacity(outbox.len());
-        for k in 0..outbox.len() {
-            let n = k * 5;
-            rows.push(format!(
-                "(?{}, ?{}, ?{}, ?{}, ?{}, 'webhook', NULL, ?{}, '{{}}', 'pending', ?{}, ?{}, ?{}, 'outbound_webhook')",
-                n + 1,
-                n + 2,
-                n + 3,
-                n + 3,
-                n + 2,
-                n + 4,
-                n + 5,
-                n + 5,
-                n + 5
-            ));
-        }
-        let outbox_sql = format!(
-            "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-               inputs, state, due_at, created_at, updated_at, kind) VALUES {}",
-            rows.join(", ")
-        );
+        // The outbox rows in chunks of at most OUTBOX_ROWS (5 parameters each: many live webhooks
+        // times a batch's events stay under PostgreSQL's 65 535 parameters per statement).
+        const OUTBOX_ROWS: usize = 2_000;
+        let chunks: Vec<(String, Vec<Param<'_>>)> = outbox
+            .chunks(OUTBOX_ROWS)
+            .map(|chunk| {
+                let mut ps: Vec<Param<'_>> = Vec::with_capacity(chunk.len() * 5);
+                let mut rows = Vec::with_capacity(chunk.len());
+                for (k, o) in chunk.iter().enumerate() {
+                    ps.extend([
+                        o.id.to_param(),
+                        o.event_id.to_param(),
+                        o.webhook_id.to_param(),
+                        o.run_id.to_param(),
+                        o.due_at.to_param(),
+                    ]);
+                    let n = k * 5;
+                    rows.push(format!(
+                        "(?{}, ?{}, ?{}, ?{}, ?{}, 'webhook', NULL, ?{}, '{{}}', 'pending', ?{}, ?{}, ?{}, 'outbound_webhook')",
+                        n + 1,
+                        n + 2,
+                        n + 3,
+                        n + 3,
+                        n + 2,
+                        n + 4,
+                        n + 5,
+                        n + 5,
+                        n + 5
+                    ));
+                }
+                let sql = format!(
+                    "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+                       inputs, state, due_at, created_at, updated_at, kind) VALUES {}",
+                    rows.join(", ")
+                );
+                (sql, ps)
+            })
+            .collect();
         let mut writes: Vec<(&str, &[Param<'_>])> = vec![(&events_sql, &params)];
-        if !outbox.is_empty() {
-            writes.push((&outbox_sql, &out_params));
-        }
+        writes.extend(chunks.iter().map(|(sql, ps)| (sql.as_str(), &ps[..])));
         c.exec_many(&writes)?;
         Ok(())
     }

@@ -72,7 +72,8 @@ pub trait Backend: Send + Sync + 'static {
     fn batching(&self) -> super::batch::Batching {
         super::batch::Batching {
             max_items: 1,
-            in_flight: usize::MAX >> 1,
+            in_flight: 1,
+            max_waiting: 10_000,
         }
     }
 
