@@ -388,20 +388,21 @@ fn insert_run_row(c: &dyn Db, r: &RunCreate) -> StoreResult<bool> {
 
 /// Appends the new run's first events (each fans out to the outbox), in one statement.
 fn insert_run_events(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
-    let events: Vec<NewRunEvent<'_>> = r
-        .events
-        .iter()
-        .map(|e| NewRunEvent {
-            event_id: &e.event_id,
-            run_id: &r.id,
-            sequence: e.sequence,
-            event_type: e.event_type,
-            payload: &e.payload,
-            causation_id: e.causation_id.as_deref(),
-            at: r.created_at,
-        })
-        .collect();
+    let events: Vec<NewRunEvent<'_>> = first_events(r).collect();
     RunLog::new(c).append_many(&events)
+}
+
+/// A new run's first events, as the run log appends them (at the run's creation time).
+pub(crate) fn first_events(r: &RunCreate) -> impl Iterator<Item = NewRunEvent<'_>> {
+    r.events.iter().map(move |e| NewRunEvent {
+        event_id: &e.event_id,
+        run_id: &r.id,
+        sequence: e.sequence,
+        event_type: e.event_type,
+        payload: &e.payload,
+        causation_id: e.causation_id.as_deref(),
+        at: r.created_at,
+    })
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use std::collections::HashMap;
 
 use tb_core::attempt::{after_attempt, AttemptSnapshot, AttemptWrites};
 
-use super::attempt::{commit_attempt, joined_many_sql, snapshot_from_joined};
+use super::attempt::{commit_attempt, first_events, joined_many_sql, snapshot_from_joined};
 use super::batch::in_savepoint;
 use super::lease::lost;
 use super::log::{insert_events, NewRunEvent, RunLog};
@@ -265,17 +265,7 @@ fn write_decided(
     let run_events: Vec<NewRunEvent<'_>> = decided
         .iter()
         .filter_map(|(_, _, w)| w.run.as_ref())
-        .flat_map(|r| {
-            r.events.iter().map(move |e| NewRunEvent {
-                event_id: &e.event_id,
-                run_id: &r.id,
-                sequence: e.sequence,
-                event_type: e.event_type,
-                payload: &e.payload,
-                causation_id: e.causation_id.as_deref(),
-                at: r.created_at,
-            })
-        })
+        .flat_map(first_events)
         .collect();
     RunLog::new(c).append_many(&run_events)?;
     // Receipts whose state the rule changed.
