@@ -31,7 +31,7 @@ use super::attempt::{commit_attempt, first_events, joined_many_sql, snapshot_fro
 use super::batch::in_savepoint;
 use super::lease::lost;
 use super::log::{insert_events, NewRunEvent, RunLog};
-use super::{Db, Param, ToParam};
+use super::{values_rows, Db, Param, ToParam};
 use crate::model::{AttemptCommit, AttemptCommitted};
 use crate::{StoreError, StoreResult};
 
@@ -155,31 +155,6 @@ pub(crate) fn commit_attempts(
         .into_iter()
         .map(|a| a.unwrap_or_else(|| Err(StoreError::Database("attempt left unanswered".into()))))
         .collect())
-}
-
-/// `(?a, CAST(?b AS BIGINT), ...)` rows for a multi-row statement: `rows` rows of `casts.len()`
-/// columns, numbered from 1; a column whose cast is `""` is bound as it is (text).
-pub(crate) fn values_rows(rows: usize, casts: &[&str]) -> String {
-    let mut out = String::with_capacity(rows * casts.len() * 8);
-    for r in 0..rows {
-        if r > 0 {
-            out.push_str(", ");
-        }
-        out.push('(');
-        for (k, cast) in casts.iter().enumerate() {
-            if k > 0 {
-                out.push_str(", ");
-            }
-            let n = r * casts.len() + k + 1;
-            if cast.is_empty() {
-                out.push_str(&format!("?{n}"));
-            } else {
-                out.push_str(&format!("CAST(?{n} AS {cast})"));
-            }
-        }
-        out.push(')');
-    }
-    out
 }
 
 /// Inserts the run rows that do not exist yet; the ids inserted.
@@ -323,18 +298,4 @@ fn insert_attempts(
         &params,
     )?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::values_rows;
-
-    #[test]
-    fn values_rows_numbers_placeholders_row_by_row_and_casts_where_asked() {
-        assert_eq!(
-            values_rows(2, &["", "BIGINT"]),
-            "(?1, CAST(?2 AS BIGINT)), (?3, CAST(?4 AS BIGINT))"
-        );
-        assert_eq!(values_rows(1, &[""]), "(?1)");
-    }
 }

@@ -395,6 +395,31 @@ pub fn numbered_to_dollar(sql: &str) -> String {
     out
 }
 
+/// `(?a, CAST(?b AS BIGINT), ...)` rows for a multi-row statement: `rows` rows of `casts.len()`
+/// columns, numbered from 1; a column whose cast is `""` is bound as it is (text).
+pub(crate) fn values_rows(rows: usize, casts: &[&str]) -> String {
+    let mut out = String::with_capacity(rows * casts.len() * 8);
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        for (k, cast) in casts.iter().enumerate() {
+            if k > 0 {
+                out.push_str(", ");
+            }
+            let n = r * casts.len() + k + 1;
+            if cast.is_empty() {
+                out.push_str(&format!("?{n}"));
+            } else {
+                out.push_str(&format!("CAST(?{n} AS {cast})"));
+            }
+        }
+        out.push(')');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,5 +472,14 @@ mod tests {
         let e = r.get::<String>(0).unwrap_err().to_string();
         assert!(e.contains("column 0: cannot read an integer as"), "{e}");
         assert!(r.get::<i64>(7).is_err(), "a missing column is not a value");
+    }
+
+    #[test]
+    fn values_rows_numbers_placeholders_row_by_row_and_casts_where_asked() {
+        assert_eq!(
+            values_rows(2, &["", "BIGINT"]),
+            "(?1, CAST(?2 AS BIGINT)), (?3, CAST(?4 AS BIGINT))"
+        );
+        assert_eq!(values_rows(1, &[""]), "(?1)");
     }
 }

@@ -117,7 +117,7 @@ fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()>
     }
     let body_sql = format!(
         "INSERT INTO bodies (receipt_id, body) VALUES {}",
-        super::attempt_batch::values_rows(bodies.len(), &["", ""])
+        super::values_rows(bodies.len(), &["", ""])
     );
     let per_plan: Vec<Vec<[Param<'_>; 18]>> =
         plans.iter().map(|(_, p)| p.delivery_params()).collect();

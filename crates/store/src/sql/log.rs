@@ -177,7 +177,7 @@ impl RunLog<'_> {
         let events_sql = format!(
             "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
              VALUES {}",
-            super::attempt_batch::values_rows(events.len(), &[""; 7])
+            super::values_rows(events.len(), &[""; 7])
         );
         // The outbox rows in chunks of at most OUTBOX_ROWS (5 parameters each: many live webhooks
         // times a batch's events stay under PostgreSQL's 65 535 parameters per statement).
