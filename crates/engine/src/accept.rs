@@ -459,12 +459,13 @@ pub(crate) async fn commit_detached(
     receipt.lease = reservation
         .as_ref()
         .map(crate::handoff::Reservation::request);
-    let event_type = reservation.as_ref().map(|_| receipt.event_type.clone());
+    // The handed leases carry the receipt's event type to the worker.
+    let reservation = reservation.map(|r| (r, receipt.event_type.clone()));
     tokio::spawn(async move {
         let mut out = store.commit_receipt(receipt).await;
         let handed = match (&mut out, reservation) {
-            (Ok(IngestOutcome::Accepted { leased, .. }), Some(r)) => {
-                r.deliver(std::mem::take(leased), event_type.as_deref().unwrap_or(""))
+            (Ok(IngestOutcome::Accepted { leased, .. }), Some((r, event_type))) => {
+                r.deliver(std::mem::take(leased), &event_type)
             }
             _ => 0,
         };

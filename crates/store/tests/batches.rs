@@ -521,3 +521,49 @@ async fn past_the_queue_bound_a_commit_is_refused_busy_and_nothing_is_lost() {
         .unwrap();
     assert_eq!(all.len(), accepted.len(), "a refused commit wrote nothing");
 }
+
+/// A receipt whose statement fails (its id taken by another receipt) fails alone: the batch it shares
+/// is rolled back and its items are committed again one per transaction, so the others are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_failing_receipt_does_not_fail_the_batch_it_shares() {
+    for h in handles().await {
+        let s = h.store.clone();
+        subscription(&*s, "hooks").await;
+        let n = 40;
+        let mut receipts: Vec<NewReceipt> = (0..n)
+            .map(|k| receipt(&format!("bad-{k}"), false, false))
+            .collect();
+        // Receipt 1 reuses receipt 0's id under another dedup key: one of the two must fail.
+        receipts[1].id = receipts[0].id.clone();
+        let receipts = Arc::new(receipts);
+        let results = race(n, |i| {
+            let (s, receipts) = (s.clone(), receipts.clone());
+            async move { s.commit_receipt(receipts[i].clone()).await }
+        })
+        .await;
+        let failed: Vec<usize> = (0..n).filter(|i| results[*i].is_err()).collect();
+        assert_eq!(
+            failed.len(),
+            1,
+            "{}: only one of the pair fails: {failed:?}",
+            h.name
+        );
+        assert!(failed[0] <= 1, "{}: {failed:?}", h.name);
+        assert!(
+            matches!(results[failed[0]], Err(StoreError::Database(_))),
+            "{}: {:?}",
+            h.name,
+            results[failed[0]]
+        );
+        for (i, r) in results.iter().enumerate() {
+            if i != failed[0] {
+                assert!(
+                    matches!(r, Ok(IngestOutcome::Accepted { .. })),
+                    "{}: receipt {i}: {r:?}",
+                    h.name
+                );
+            }
+        }
+        eprintln!("{}: largest batches {:?}", h.name, (h.largest)());
+    }
+}

@@ -21,7 +21,7 @@
 //! go in one multi-row `INSERT`.
 
 use crate::p;
-use crate::sql::{Db, Dialect, Row, Value as SqlValue};
+use crate::sql::{Db, Dialect, Param, Row, ToParam, Value as SqlValue};
 use serde_json::Value;
 use tb_core::attempt::{
     after_attempt, AttemptSnapshot, AttemptWrites, DeliveryRow, EffectDone, ReceiptRow, RunCreate,
@@ -366,24 +366,40 @@ fn apply(
 /// Inserts the run row unless a run with its id exists (`ON CONFLICT (id) DO NOTHING`); `false` when it
 /// existed, and nothing was written.
 fn insert_run_row(c: &dyn Db, r: &RunCreate) -> StoreResult<bool> {
-    let n = c.exec(
-        "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, causation_id, \
-         next_sequence, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) \
-         ON CONFLICT (id) DO NOTHING",
-        p![
-            r.id,
-            r.workflow_id,
-            r.status.as_str(),
-            r.inputs.to_string(),
-            r.delivery_id,
-            r.receipt_id,
-            r.subscription_id,
-            r.causation_id,
-            r.next_sequence,
-            r.created_at
-        ],
-    )?;
-    Ok(n > 0)
+    Ok(!insert_run_rows(c, &[r])?.is_empty())
+}
+
+/// Inserts the run rows whose ids do not exist yet, in one statement; the ids inserted.
+pub(crate) fn insert_run_rows(c: &dyn Db, runs: &[&RunCreate]) -> StoreResult<Vec<String>> {
+    let inputs: Vec<String> = runs.iter().map(|r| r.inputs.to_string()).collect();
+    let mut params: Vec<Param<'_>> = Vec::with_capacity(runs.len() * 11);
+    for (r, inputs) in runs.iter().zip(&inputs) {
+        params.extend([
+            r.id.to_param(),
+            r.workflow_id.to_param(),
+            r.status.as_str().to_param(),
+            inputs.to_param(),
+            r.delivery_id.to_param(),
+            r.receipt_id.to_param(),
+            r.subscription_id.to_param(),
+            r.causation_id.to_param(),
+            r.next_sequence.to_param(),
+            r.created_at.to_param(),
+            r.created_at.to_param(),
+        ]);
+    }
+    fn sql(n: usize) -> String {
+        format!(
+            "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, \
+             causation_id, next_sequence, created_at, updated_at) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
+            super::values_rows(n, &[""; 11])
+        )
+    }
+    static ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql(1));
+    c.query(&super::one_or_many(&ONE, runs.len(), sql), &params)?
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect()
 }
 
 /// Appends the new run's first events (each fans out to the outbox), in one statement.

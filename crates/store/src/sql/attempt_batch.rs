@@ -10,9 +10,11 @@
 //!    each other.
 //! 2. Each item is checked and decided on its own snapshot: a lease the item no longer holds, or a
 //!    completion the rule refuses, is that item's `LeaseLost` (nothing of it is written). An item the
-//!    batch does not write itself (the rule writes its subscription, or its delivery has no receipt
-//!    row) takes the single path ([`super::attempt::commit_attempt`]) inside a savepoint, so its
-//!    failure rolls back only its own writes.
+//!    batch does not write itself takes the single path ([`super::attempt::commit_attempt`]) inside a
+//!    savepoint after the batch's writes, in subscription order, so its failure rolls back only its
+//!    own writes: one with a local effect, a delivery named twice, one without a receipt row, one whose
+//!    receipt has other deliveries (the single path reads them after their writes, so the receipt
+//!    settles), one whose rule writes its subscription.
 //! 3. The rest are written with one statement each for: the run rows (`ON CONFLICT (id) DO NOTHING
 //!    RETURNING id`; an item whose run existed is decided again with `run_exists`), the fenced delivery
 //!    updates (`UPDATE ... FROM (VALUES ...)`, `RETURNING id`: under the lock every fence holds, and a
@@ -23,14 +25,16 @@
 //! A batch that fails as a whole (a statement error) is rolled back; the caller then commits its items
 //! one by one (`crate::sql::batch`), so every item still gets its own answer.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tb_core::attempt::{after_attempt, AttemptSnapshot, AttemptWrites};
 
-use super::attempt::{commit_attempt, first_events, joined_many_sql, snapshot_from_joined};
+use super::attempt::{
+    commit_attempt, first_events, insert_run_rows, joined_many_sql, snapshot_from_joined,
+};
 use super::batch::in_savepoint;
 use super::lease::lost;
-use super::log::{insert_events, NewRunEvent, RunLog};
+use super::log::{insert_attempts, insert_events, NewRunEvent, RunLog};
 use super::{values_rows, Db, Param, ToParam};
 use crate::model::{AttemptCommit, AttemptCommitted};
 use crate::{StoreError, StoreResult};
@@ -50,10 +54,10 @@ pub(crate) fn commit_attempts(
         items.iter().map(|_| None).collect();
     let mut single: Vec<usize> = Vec::new();
     // Items with a local effect, and a delivery named twice, take the single path.
-    let mut seen = HashMap::new();
+    let mut seen = HashSet::new();
     let mut batched_ids: Vec<&str> = Vec::new();
     for (i, a) in items.iter().enumerate() {
-        if a.effect.is_some() || seen.insert(a.delivery_id.as_str(), i).is_some() {
+        if a.effect.is_some() || !seen.insert(a.delivery_id.as_str()) {
             single.push(i);
         } else {
             batched_ids.push(a.delivery_id.as_str());
@@ -157,35 +161,6 @@ pub(crate) fn commit_attempts(
         .collect())
 }
 
-/// Inserts the run rows that do not exist yet; the ids inserted.
-fn insert_run_rows(c: &dyn Db, runs: &[&tb_core::attempt::RunCreate]) -> StoreResult<Vec<String>> {
-    const CASTS: &[&str] = &["", "", "", "", "", "", "", "", "BIGINT", "BIGINT", "BIGINT"];
-    let inputs: Vec<String> = runs.iter().map(|r| r.inputs.to_string()).collect();
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(runs.len() * CASTS.len());
-    for (r, inputs) in runs.iter().zip(&inputs) {
-        params.extend([
-            r.id.to_param(),
-            r.workflow_id.to_param(),
-            r.status.as_str().to_param(),
-            inputs.to_param(),
-            r.delivery_id.to_param(),
-            r.receipt_id.to_param(),
-            r.subscription_id.to_param(),
-            r.causation_id.to_param(),
-            r.next_sequence.to_param(),
-            r.created_at.to_param(),
-            r.created_at.to_param(),
-        ]);
-    }
-    let sql = format!(
-        "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, \
-         causation_id, next_sequence, created_at, updated_at) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
-        values_rows(runs.len(), CASTS)
-    );
-    let rows = c.query(&sql, &params)?;
-    rows.iter().map(|r| r.get::<String>(0)).collect()
-}
-
 /// Writes every decided item: the fenced delivery updates first (all must hold), then the attempts,
 /// the subscription events, the run events with their outbox, and the receipts' states.
 fn write_decided(
@@ -231,7 +206,9 @@ fn write_decided(
             decided.len()
         )));
     }
-    insert_attempts(c, decided)?;
+    let attempts: Vec<&tb_core::attempt::AttemptRow> =
+        decided.iter().map(|(_, _, w)| &w.attempt).collect();
+    insert_attempts(c, &attempts)?;
     let events: Vec<tb_core::attempt::SubscriptionEvent> = decided
         .iter()
         .flat_map(|(_, _, w)| w.events.iter().cloned())
@@ -265,37 +242,5 @@ fn write_decided(
             &params,
         )?;
     }
-    Ok(())
-}
-
-/// The decided items' attempt rows, in one `INSERT`.
-fn insert_attempts(
-    c: &dyn Db,
-    decided: &[(usize, AttemptSnapshot, AttemptWrites)],
-) -> StoreResult<()> {
-    const CASTS: &[&str] = &["", "", "", "", "", "", "", "", ""];
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(decided.len() * CASTS.len());
-    for (_, _, w) in decided {
-        let a = &w.attempt;
-        params.extend([
-            a.delivery_id.to_param(),
-            a.attempt.to_param(),
-            a.event_id.to_param(),
-            a.outcome.as_str().to_param(),
-            a.error_class.to_param(),
-            a.started_at.to_param(),
-            a.duration_ms.to_param(),
-            a.next_due_at.to_param(),
-            a.message.to_param(),
-        ]);
-    }
-    c.exec(
-        &format!(
-            "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, \
-             duration_ms, next_due_at, message) VALUES {}",
-            values_rows(decided.len(), CASTS)
-        ),
-        &params,
-    )?;
     Ok(())
 }

@@ -46,7 +46,18 @@ pub struct Batching {
 /// order); an `Err` rolls the whole transaction back.
 pub(crate) type BatchFn<I, O> = fn(&dyn Db, &[I]) -> StoreResult<Vec<StoreResult<O>>>;
 
-type Waiting<I, O> = (I, oneshot::Sender<StoreResult<O>>);
+/// An item waiting for a batch: its input, where its answer goes, and its place in the count of
+/// waiting items (given back when the driver takes it, or when it is dropped untaken).
+type Waiting<I, O> = (I, oneshot::Sender<StoreResult<O>>, Ticket);
+
+/// One item's share of [`Batcher::waiting`], given back on drop.
+struct Ticket(Arc<AtomicUsize>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// The queue of one kind of commit; see the module documentation.
 pub(crate) struct Batcher<I, O> {
@@ -78,31 +89,36 @@ where
         self.largest.load(Ordering::Relaxed)
     }
 
-    /// Commits `item` on `backend`, batched with whatever else is waiting, and returns its answer.
+    /// Commits `item` on `backend`, batched with whatever else is waiting, and returns its answer; on a
+    /// backend that does not batch ([`Batching::max_items`] 1) in a write of its own, at once.
     /// Errors: the item's own, or the batch's (see the module documentation).
     pub(crate) async fn submit<B: Backend>(&self, backend: &Arc<B>, item: I) -> StoreResult<O> {
-        let limit = backend.batching().max_waiting.max(1);
+        let shape = backend.batching();
+        let run = self.run;
+        if shape.max_items <= 1 {
+            return backend
+                .write(move |c| run(c, std::slice::from_ref(&item)))
+                .await
+                .and_then(only_answer);
+        }
+        let limit = shape.max_waiting.max(1);
+        let ticket = Ticket(self.waiting.clone());
         if self.waiting.fetch_add(1, Ordering::SeqCst) >= limit {
-            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            drop(ticket);
             metrics::counter!("tb_store_batch_busy_total").increment(1);
             return Err(StoreError::Busy(format!(
                 "{limit} commits are waiting for the store; retry shortly"
             )));
         }
         let (reply, answer) = oneshot::channel();
-        let mut waiting = (item, reply);
+        let mut waiting = (item, reply, ticket);
         for _ in 0..2 {
             let tx = {
                 let mut guard = self.tx.lock().unwrap_or_else(PoisonError::into_inner);
                 match guard.as_ref() {
                     Some(tx) if !tx.is_closed() => tx.clone(),
                     _ => {
-                        let tx = spawn_driver(
-                            backend.clone(),
-                            self.run,
-                            self.largest.clone(),
-                            self.waiting.clone(),
-                        );
+                        let tx = spawn_driver(backend.clone(), self.run, self.largest.clone());
                         *guard = Some(tx.clone());
                         tx
                     }
@@ -120,7 +136,6 @@ where
                 Err(mpsc::error::SendError(back)) => waiting = back,
             }
         }
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
         Err(StoreError::Unavailable(
             "the commit batcher cannot start".into(),
         ))
@@ -131,7 +146,6 @@ fn spawn_driver<B: Backend, I, O>(
     backend: Arc<B>,
     run: BatchFn<I, O>,
     largest: Arc<AtomicUsize>,
-    waiting: Arc<AtomicUsize>,
 ) -> mpsc::UnboundedSender<Waiting<I, O>>
 where
     I: Send + Sync + 'static,
@@ -156,7 +170,6 @@ where
                     Err(_) => break,
                 }
             }
-            waiting.fetch_sub(batch.len(), Ordering::SeqCst);
             largest.fetch_max(batch.len(), Ordering::Relaxed);
             let backend = backend.clone();
             tokio::spawn(async move {
@@ -173,7 +186,8 @@ where
     I: Send + Sync + 'static,
     O: Send + 'static,
 {
-    let (items, replies): (Vec<I>, Vec<_>) = batch.into_iter().unzip();
+    // Taken into a batch: the items wait no more (their tickets are given back).
+    let (items, replies): (Vec<I>, Vec<_>) = batch.into_iter().map(|(i, r, _)| (i, r)).unzip();
     let items = Arc::new(items);
     let n = items.len();
     metrics::histogram!("tb_store_batch_items").record(n as f64);
@@ -207,13 +221,20 @@ where
                 let one = backend
                     .write(move |c| run(c, &all[k..k + 1]))
                     .await
-                    .and_then(|mut v| {
-                        v.pop()
-                            .unwrap_or_else(|| Err(StoreError::Database("no answer".into())))
-                    });
+                    .and_then(only_answer);
                 let _ = reply.send(one);
             }
         }
+    }
+}
+
+/// The answer of a batch of one item.
+fn only_answer<O>(mut answers: Vec<StoreResult<O>>) -> StoreResult<O> {
+    match (answers.pop(), answers.is_empty()) {
+        (Some(a), true) => a,
+        _ => Err(StoreError::Database(
+            "a batch of one commit did not give exactly one answer".into(),
+        )),
     }
 }
 

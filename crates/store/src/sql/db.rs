@@ -420,6 +420,20 @@ pub(crate) fn values_rows(rows: usize, casts: &[&str]) -> String {
     out
 }
 
+/// A statement's text for `rows` rows: `one` (built once, for the single-row case that every single
+/// write takes) or `build(rows)`.
+pub(crate) fn one_or_many<'a>(
+    one: &'a str,
+    rows: usize,
+    build: impl Fn(usize) -> String,
+) -> std::borrow::Cow<'a, str> {
+    if rows == 1 {
+        std::borrow::Cow::Borrowed(one)
+    } else {
+        std::borrow::Cow::Owned(build(rows))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,9 @@
 use std::collections::HashSet;
 
 use super::batch::in_savepoint;
-use super::write::{self, ReceiptPlan, INSERT_RECEIPT, ON_DEDUP};
+use super::write::{
+    self, ReceiptPlan, INSERT_BODY_INTO, INSERT_DELIVERY_INTO, INSERT_RECEIPT, ON_DEDUP,
+};
 use super::{Db, Param, ToParam};
 use crate::model::{IngestOutcome, NewReceipt};
 use crate::{StoreError, StoreResult};
@@ -116,7 +118,7 @@ fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()>
         body_params.extend([r.id.to_param(), r.body.as_ref().to_param()]);
     }
     let body_sql = format!(
-        "INSERT INTO bodies (receipt_id, body) VALUES {}",
+        "{INSERT_BODY_INTO} VALUES {}",
         super::values_rows(bodies.len(), &["", ""])
     );
     let per_plan: Vec<Vec<[Param<'_>; 18]>> =
@@ -124,10 +126,8 @@ fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()>
     let rows: Vec<&[Param<'_>; 18]> = per_plan.iter().flatten().collect();
     let delivery_params: Vec<Param<'_>> = rows.iter().flat_map(|r| r.iter().copied()).collect();
     let delivery_sql = format!(
-        "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, \
-         run_id, inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, \
-         lease_token, lease_until, kind) VALUES {}",
-        delivery_values(rows.len())
+        "{INSERT_DELIVERY_INTO} VALUES {}",
+        write::delivery_values(rows.len())
     );
     let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(2);
     if !bodies.is_empty() {
@@ -140,36 +140,4 @@ fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()>
         c.exec_many(&writes)?;
     }
     Ok(())
-}
-
-/// `n` rows of [`write::INSERT_DELIVERY`]'s values, 18 parameters each (`updated_at` is
-/// `created_at`).
-fn delivery_values(n: usize) -> String {
-    (0..n)
-        .map(|i| {
-            let k: Vec<String> = (1..=18).map(|j| format!("?{}", i * 18 + j)).collect();
-            format!(
-                "({}, {}, {})",
-                k[..13].join(", "),
-                k[12],
-                k[13..].join(", ")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::delivery_values;
-
-    #[test]
-    fn delivery_rows_bind_created_at_twice_and_number_on() {
-        let two = delivery_values(2);
-        assert!(two.starts_with("(?1, ?2,"), "{two}");
-        assert!(two.contains("?12, ?13, ?13, ?14,"), "{two}");
-        assert!(two.contains("), (?19, ?20,"), "{two}");
-        assert!(two.contains("?30, ?31, ?31, ?32,"), "{two}");
-        assert!(two.ends_with("?36)"), "{two}");
-    }
 }

@@ -2,6 +2,8 @@
 //! attempt rows, subscription events, and a receipt's settled state. A leaf of `crate::sql`: the attempt,
 //! session and ingest code call it; it calls none of them.
 
+use std::sync::LazyLock;
+
 use serde_json::Value;
 use tb_core::attempt::{AttemptRow, SubscriptionEvent};
 use tb_core::delivery::DeliveryState;
@@ -78,41 +80,15 @@ impl<'c> RunLog<'c> {
         causation: Option<&str>,
         now: i64,
     ) -> StoreResult<()> {
-        let c = self.c;
-        let outbox = outbox::fan_out(self.hooks()?, run, event_id, ty, now);
-        // The event row and its outbox rows depend on nothing they answer: sent together (one round
-        // trip on PostgreSQL).
-        let payload = tb_core::events::stored_payload(ty, run, payload).to_string();
-        let seq = seq as i64;
-        let event_params = p![run, seq, event_id, ty, payload, causation, now];
-        let outbox_params: Vec<[Param<'_>; 5]> = outbox
-            .iter()
-            .map(|o| {
-                [
-                    o.id.to_param(),
-                    o.event_id.to_param(),
-                    o.webhook_id.to_param(),
-                    o.run_id.to_param(),
-                    o.due_at.to_param(),
-                ]
-            })
-            .collect();
-        let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + outbox.len());
-        writes.push((
-            "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            event_params,
-        ));
-        writes.extend(outbox_params.iter().map(|ps| {
-            (
-                "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-                   inputs, state, due_at, created_at, updated_at, kind) \
-                 VALUES (?1, ?2, ?3, ?3, ?2, 'webhook', NULL, ?4, '{}', 'pending', ?5, ?5, ?5, 'outbound_webhook')",
-                &ps[..],
-            )
-        }));
-        c.exec_many(&writes)?;
-        Ok(())
+        self.append_many(&[NewRunEvent {
+            event_id,
+            run_id: run,
+            sequence: seq,
+            event_type: ty,
+            payload,
+            causation_id: causation,
+            at: now,
+        }])
     }
 }
 
@@ -146,17 +122,18 @@ impl RunLog<'_> {
         Ok(self.hooks.as_deref().unwrap_or_default())
     }
 
-    /// Appends `events` (of any runs) and their outbox deliveries in one multi-row `INSERT` each (the
-    /// batched attempt commit, `crate::sql::attempt_batch`); nothing when `events` is empty.
+    /// Appends `events` (of any runs) and their outbox deliveries in one multi-row `INSERT` each, sent
+    /// together (they depend on nothing the database answers: one round trip on PostgreSQL); nothing
+    /// when `events` is empty.
     pub(crate) fn append_many(&mut self, events: &[NewRunEvent<'_>]) -> StoreResult<()> {
         if events.is_empty() {
             return Ok(());
         }
         let c = self.c;
-        let hooks = self.hooks()?.to_vec();
+        let hooks = self.hooks()?;
         let outbox: Vec<outbox::OutboxDelivery> = events
             .iter()
-            .flat_map(|e| outbox::fan_out(&hooks, e.run_id, e.event_id, e.event_type, e.at))
+            .flat_map(|e| outbox::fan_out(hooks, e.run_id, e.event_id, e.event_type, e.at))
             .collect();
         let payloads: Vec<String> = events
             .iter()
@@ -174,11 +151,15 @@ impl RunLog<'_> {
                 e.at.to_param(),
             ]);
         }
-        let events_sql = format!(
-            "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
-             VALUES {}",
-            super::values_rows(events.len(), &[""; 7])
-        );
+        fn sql(n: usize) -> String {
+            format!(
+                "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
+                 VALUES {}",
+                super::values_rows(n, &[""; 7])
+            )
+        }
+        static ONE: LazyLock<String> = LazyLock::new(|| sql(1));
+        let events_sql = super::one_or_many(&ONE, events.len(), sql);
         // The outbox rows in chunks of at most OUTBOX_ROWS (5 parameters each: many live webhooks
         // times a batch's events stay under PostgreSQL's 65 535 parameters per statement).
         const OUTBOX_ROWS: usize = 2_000;
@@ -271,21 +252,38 @@ pub(crate) fn settle_receipt(c: &dyn Db, receipt_id: &str, now: i64) -> StoreRes
 
 /// Inserts an `attempts` row.
 pub(crate) fn insert_attempt(c: &dyn Db, a: &AttemptRow) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, duration_ms, \
-         next_due_at, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        p![
-            a.delivery_id,
-            a.attempt,
-            a.event_id,
-            a.outcome.as_str(),
-            a.error_class,
-            a.started_at,
-            a.duration_ms,
-            a.next_due_at,
-            a.message
-        ],
-    )?;
+    insert_attempts(c, &[a])
+}
+
+/// Inserts `attempts` rows in one multi-row `INSERT` (nothing when `rows` is empty).
+pub(crate) fn insert_attempts(c: &dyn Db, rows: &[&AttemptRow]) -> StoreResult<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut params: Vec<Param<'_>> = Vec::with_capacity(rows.len() * 9);
+    for a in rows {
+        params.extend([
+            a.delivery_id.to_param(),
+            a.attempt.to_param(),
+            a.event_id.to_param(),
+            a.outcome.as_str().to_param(),
+            a.error_class.to_param(),
+            a.started_at.to_param(),
+            a.duration_ms.to_param(),
+            a.next_due_at.to_param(),
+            a.message.to_param(),
+        ]);
+    }
+    fn sql(n: usize) -> String {
+        format!(
+            "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, \
+             duration_ms, next_due_at, message) VALUES {}",
+            super::values_rows(n, &[""; 9])
+        )
+    }
+    // One row (every single attempt, on SQLite's writer thread): the text is built once.
+    static ONE: LazyLock<String> = LazyLock::new(|| sql(1));
+    c.exec(&super::one_or_many(&ONE, rows.len(), sql), &params)?;
     Ok(())
 }
 

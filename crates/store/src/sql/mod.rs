@@ -15,7 +15,7 @@ pub(crate) mod session;
 mod store;
 pub(crate) mod write;
 
-pub(crate) use db::values_rows;
 pub use db::{numbered_to_dollar, to_postgres, Db, Dialect, FromValue, Param, Row, ToParam, Value};
+pub(crate) use db::{one_or_many, values_rows};
 pub use session::waits::wait_view;
 pub use store::{Backend, SqlStore};

@@ -190,18 +190,12 @@ impl<B: Backend> Store for SqlStore<B> {
             .iter()
             .filter(|d| d.state == tb_core::delivery::DeliveryState::Pending)
             .count();
-        let out = if self.backend.batching().max_items <= 1 {
-            self.backend
-                .write(move |c| write::commit_receipt(c, &receipt, &normalized, &inputs))
-                .await
-        } else {
-            let item = ReceiptCommit {
-                receipt,
-                normalized,
-                inputs,
-            };
-            self.receipts.submit(&self.backend, item).await
+        let item = ReceiptCommit {
+            receipt,
+            normalized,
+            inputs,
         };
+        let out = self.receipts.submit(&self.backend, item).await;
         // Other replicas' workers are woken only for due deliveries the local worker was not handed.
         if matches!(&out, Ok(IngestOutcome::Accepted { leased, .. }) if leased.len() < due) {
             self.backend.announce(Wake::Work);
@@ -228,12 +222,6 @@ impl<B: Backend> Store for SqlStore<B> {
                 .write(move |c| attempt::commit_attempt(c, &commit))
                 .await;
             return self.wakes(Wake::Sessions, out);
-        }
-        if self.backend.batching().max_items <= 1 {
-            return self
-                .backend
-                .write(move |c| attempt::commit_attempt(c, &commit))
-                .await;
         }
         self.attempts.submit(&self.backend, commit).await
     }
@@ -301,7 +289,7 @@ impl<B: Backend> Store for SqlStore<B> {
             .await
     }
     async fn get_receipt(&self, id: &str) -> StoreResult<ReceiptRecord> {
-        // One primary-key lookup: a point read (the `http` executor reads the event type per attempt).
+        // One primary-key lookup: a point read.
         let id = id.to_string();
         self.backend
             .read_now(move |c| read::get_receipt(c, &id))

@@ -3,6 +3,8 @@
 //! savepoint of the writer's batch); an `Err` rolls back just that function's writes. The decisions are
 //! `tb_core`'s: this file loads, locks and writes.
 
+use std::sync::LazyLock;
+
 use crate::p;
 use crate::sql::{Db, Dialect, Param, ToParam};
 use serde_json::Value;
@@ -49,9 +51,12 @@ pub(crate) fn commit_receipt(
         super::session::use_capability(c, cap, r.received_at)?;
     }
     // Built once: the writer thread (SQLite's only one) does no formatting per receipt.
-    static ONE_RECEIPT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-        format!("{INSERT_RECEIPT} VALUES {} {ON_DEDUP}", receipt_values(1))
-    });
+    static ONE_RECEIPT: LazyLock<String> =
+        LazyLock::new(|| format!("{INSERT_RECEIPT} VALUES {} {ON_DEDUP}", receipt_values(1)));
+    static ONE_BODY: LazyLock<String> =
+        LazyLock::new(|| format!("{INSERT_BODY_INTO} VALUES (?1, ?2)"));
+    static ONE_DELIVERY: LazyLock<String> =
+        LazyLock::new(|| format!("{INSERT_DELIVERY_INTO} VALUES {}", delivery_values(1)));
     let row = receipt_params(r, normalized);
     let inserted = c.exec(&ONE_RECEIPT, &row)?;
     if inserted == 0 {
@@ -74,9 +79,13 @@ pub(crate) fn commit_receipt(
     let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + plan.rows.len());
     // An empty body has no row (`read::get_body` reads it as empty): issue #10, bytes per session.
     if !r.body.is_empty() {
-        writes.push((INSERT_BODY, body_params));
+        writes.push((&ONE_BODY, body_params));
     }
-    writes.extend(delivery_params.iter().map(|ps| (INSERT_DELIVERY, &ps[..])));
+    writes.extend(
+        delivery_params
+            .iter()
+            .map(|ps| (ONE_DELIVERY.as_str(), &ps[..])),
+    );
     c.exec_many(&writes)?;
     plan.finish(c)
 }
@@ -88,13 +97,30 @@ pub(crate) const INSERT_RECEIPT: &str = "INSERT INTO receipts (id, subscription_
 /// What a taken dedup key does to the receipt's insert: nothing (the insert reports 0 rows).
 pub(crate) const ON_DEDUP: &str =
     "ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING";
-/// A body row.
-pub(crate) const INSERT_BODY: &str = "INSERT INTO bodies (receipt_id, body) VALUES (?1, ?2)";
-/// A delivery row (the columns of [`ReceiptPlan::delivery_params`]).
-pub(crate) const INSERT_DELIVERY: &str =
+/// The bodies' insert up to its `VALUES` (`receipt_id`, `body`).
+pub(crate) const INSERT_BODY_INTO: &str = "INSERT INTO bodies (receipt_id, body)";
+/// The deliveries' insert up to its `VALUES` (the columns of [`delivery_values`] and
+/// [`ReceiptPlan::delivery_params`]).
+pub(crate) const INSERT_DELIVERY_INTO: &str =
     "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-     inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?13, ?14, ?15, ?16, ?17, ?18)";
+     inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind)";
+
+/// `n` rows of [`INSERT_DELIVERY_INTO`]'s values, 18 parameters each (`updated_at` is
+/// `created_at`).
+pub(crate) fn delivery_values(n: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let k: Vec<String> = (1..=18).map(|j| format!("?{}", i * 18 + j)).collect();
+            format!(
+                "({}, {}, {})",
+                k[..13].join(", "),
+                k[12],
+                k[13..].join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// `n` rows of [`INSERT_RECEIPT`]'s values, 13 parameters each ([`receipt_params`]); `updated_at` is
 /// `received_at` and `dedup_live` is 1 while the window is open.
@@ -209,7 +235,7 @@ impl<'a> ReceiptPlan<'a> {
         }
     }
 
-    /// The 18 parameters of [`INSERT_DELIVERY`] for each delivery.
+    /// The 18 parameters of [`delivery_values`] for each delivery.
     pub(crate) fn delivery_params(&self) -> Vec<[Param<'_>; 18]> {
         let r = self.r;
         self.rows
@@ -647,4 +673,19 @@ pub(crate) fn add_duplicates(c: &dyn Db, counts: &[(String, u64, i64)]) -> Store
         c.exec(sql, p![id, *n as i64, at])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::delivery_values;
+
+    #[test]
+    fn delivery_rows_bind_created_at_twice_and_number_on() {
+        let two = delivery_values(2);
+        assert!(two.starts_with("(?1, ?2,"), "{two}");
+        assert!(two.contains("?12, ?13, ?13, ?14,"), "{two}");
+        assert!(two.contains("), (?19, ?20,"), "{two}");
+        assert!(two.contains("?30, ?31, ?31, ?32,"), "{two}");
+        assert!(two.ends_with("?36)"), "{two}");
+    }
 }
