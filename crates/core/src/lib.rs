@@ -21,6 +21,7 @@ pub mod replay;
 pub mod retention;
 pub mod retry;
 pub mod run;
+pub mod schedule;
 pub mod session;
 pub mod signal;
 pub mod subscription;
