@@ -24,11 +24,25 @@ pub async fn health() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
+/// Schedules with a due tick not fired within `tb_engine::scheduler::LATE_AFTER_MS` (issue #11), as the scheduler's last pass saw them:
+/// `{"late": [{"subscription", "lagMs"}]}`. A warning, never a 503: the process still serves.
+fn late_schedules(st: &AppState) -> serde_json::Value {
+    let late = st
+        .engine
+        .schedules_late
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|l| json!({"subscription": l.subscription, "lagMs": l.lag_ms}))
+        .collect::<Vec<_>>();
+    json!({ "late": late })
+}
+
 /// `GET /ready` (public): whether this process can take work now.
 ///
 /// 200 `{"status":"ready","checks":{"writer":"ok","reads":"ok","shutdown":"no"},"store":{"backend":
 /// "postgresql","reachable":true,"connections":8},"warnings":{"subscriptions":{"dead-lettered":[ids],
-/// "failed":[ids]}}}` when the store's writer committed a no-op job within
+/// "failed":[ids]},"schedules":{"late":[{"subscription","lagMs"}]}}}` when the store's writer committed a no-op job within
 /// [`READY_WRITER_TIMEOUT_MS`] and the subscriptions could be read within [`READY_READ_TIMEOUT_MS`].
 /// Otherwise 503 with `Retry-After: 1` and `"status":"unavailable"`; each failed check holds its reason
 /// (writer queue full, writer stopped or dead, timeout, shutting down). Subscriptions that wait for an
@@ -91,7 +105,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
             "shutdown": if closing { "shutting down" } else { "no" },
         },
         "store": store_facts,
-        "warnings": {"subscriptions": waiting},
+        "warnings": {"subscriptions": waiting, "schedules": late_schedules(&st)},
     });
     if ok {
         (StatusCode::OK, Json(body)).into_response()

@@ -279,8 +279,11 @@ pub struct SubscriptionSection {
     pub id: String,
     #[serde(default = "default_source")]
     pub source: String,
+    /// A webhook's connector (`github`, `standard-webhooks`, `hmac`, `azure-devops`); unused by a schedule.
+    #[serde(default)]
     pub connector: String,
-    /// `env:NAME` or `file:PATH`.
+    /// `env:NAME` or `file:PATH` (a webhook's signing secret; a schedule has none).
+    #[serde(default)]
     pub secret: String,
     #[serde(default)]
     pub retry: RetrySection,
@@ -299,6 +302,53 @@ pub struct SubscriptionSection {
     pub rate_limit_per_min: Option<u32>,
     pub hmac: Option<HmacSection>,
     pub azure_devops: Option<AzureDevopsSection>,
+    /// With `source = "schedule"`: the cron schedule.
+    pub schedule: Option<ScheduleSection>,
+}
+
+/// `[subscriptions.schedule]` (issue #11; docs/configuration.md "Schedules").
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleSection {
+    /// 5 fields (minute hour day-of-month month day-of-week), or 6 with seconds first.
+    pub cron: String,
+    /// IANA time zone (default `UTC`).
+    pub timezone: Option<String>,
+    /// Fire each tick up to this many ms late (stable per tick; default 0).
+    pub jitter_ms: Option<u64>,
+    /// RFC 3339: no tick before it.
+    pub start: Option<String>,
+    /// RFC 3339: no tick after it.
+    pub end: Option<String>,
+    /// A tick is on time until this many ms past its fire time (default 60 000).
+    pub grace_ms: Option<u64>,
+    /// `skip` (default), `run_once` or `all`.
+    pub missed: Option<tb_core::schedule::MissedTicks>,
+    /// With `missed = "all"`: at most this many missed ticks fire (default 10).
+    pub catch_up_max: Option<u32>,
+    /// `allow` (default), `skip` or `buffer_one`.
+    pub overlap: Option<tb_core::schedule::Overlap>,
+}
+
+impl ScheduleSection {
+    /// The spec, compiled once to check it. Errors: one message per problem.
+    fn spec(&self) -> Result<tb_core::schedule::ScheduleSpec, String> {
+        use tb_core::schedule::{parse_instant, Schedule, ScheduleSpec};
+        let d = ScheduleSpec::new(&self.cron);
+        let spec = ScheduleSpec {
+            timezone: self.timezone.clone().unwrap_or(d.timezone),
+            jitter_ms: self.jitter_ms.unwrap_or(0),
+            start_ms: self.start.as_deref().map(parse_instant).transpose().map_err(|e| format!("start: {e}"))?,
+            end_ms: self.end.as_deref().map(parse_instant).transpose().map_err(|e| format!("end: {e}"))?,
+            grace_ms: self.grace_ms.unwrap_or(d.grace_ms),
+            missed: self.missed.unwrap_or_default(),
+            catch_up_max: self.catch_up_max.unwrap_or(d.catch_up_max),
+            overlap: self.overlap.unwrap_or_default(),
+            cron: self.cron.trim().to_string(),
+        };
+        Schedule::new(spec.clone())?;
+        Ok(spec)
+    }
 }
 
 fn default_source() -> String {
@@ -560,6 +610,7 @@ pub fn resolve_secret(reference: &str, base: &Path) -> Result<String, String> {
 fn parse_source(s: &str) -> Option<Source> {
     match s {
         "webhook" => Some(Source::Webhook),
+        "schedule" => Some(Source::Schedule),
         _ => None,
     }
 }
@@ -877,11 +928,46 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         }
         let Some(source) = parse_source(&s.source) else {
             errs.push(format!(
-                "{at}: source {:?} is not supported yet; use \"webhook\"",
+                "{at}: source {:?} is not supported; use \"webhook\" or \"schedule\"",
                 s.source
             ));
             continue;
         };
+        if source == Source::Schedule {
+            let Some(section) = &s.schedule else {
+                errs.push(format!("{at}: source \"schedule\" needs a [subscriptions.schedule] table with cron = \"...\" (e.g. cron = \"*/5 * * * *\")"));
+                continue;
+            };
+            if !s.connector.is_empty() || !s.secret.is_empty() || s.hmac.is_some() || s.azure_devops.is_some() {
+                errs.push(format!("{at}: a schedule takes no connector, secret, hmac or azure_devops; remove them"));
+            }
+            let spec = match section.spec() {
+                Ok(spec) => spec,
+                Err(e) => {
+                    errs.push(format!("{at}: [subscriptions.schedule] {e}"));
+                    continue;
+                }
+            };
+            let retry = s.retry.policy();
+            if let Err(e) = retry.validate() {
+                errs.push(format!("{at}: retry: {e}"));
+            }
+            let mut sub = SubscriptionConfig::schedule(&s.id, spec);
+            sub.retry = retry;
+            sub.failure_threshold = s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD);
+            if let Some(w) = s.dedup_window_s {
+                sub.dedup_window_s = w;
+            }
+            subs.push(sub);
+            continue;
+        }
+        if s.schedule.is_some() {
+            errs.push(format!("{at}: [subscriptions.schedule] is only used with source = \"schedule\""));
+        }
+        if s.connector.is_empty() || s.secret.is_empty() {
+            errs.push(format!("{at}: a webhook subscription needs connector = \"...\" (github, standard-webhooks, hmac, azure-devops) and secret = \"env:NAME\" or \"file:PATH\""));
+            continue;
+        }
         let tolerance_s = s.tolerance_s.unwrap_or(300);
         let connector = match s.connector.as_str() {
             "github" => ConnectorSpec::Github,

@@ -212,6 +212,11 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     let timers = role
         .runs_worker()
         .then(|| tokio::spawn(tb_engine::sessions::timers(engine.clone(), stop_rx.clone())));
+    // Cron schedules fire with the worker role; every replica runs the loop, and the ticks' dedup
+    // keys and the cursor's compare-and-set make each tick fire once (no leader).
+    let scheduler = role
+        .runs_worker()
+        .then(|| tokio::spawn(tb_engine::scheduler::run(engine.clone(), stop_rx.clone())));
     // Duplicate counters are kept in memory by ingest: flushed where ingest runs.
     let dups = role
         .serves_api()
@@ -313,7 +318,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     if let Some(t) = timers {
         let _ = t.await;
     }
-    for t in [dups, sweeper].into_iter().flatten() {
+    for t in [dups, sweeper, scheduler].into_iter().flatten() {
         let _ = t.await;
     }
     let _ = sync.await;

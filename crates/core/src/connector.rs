@@ -70,6 +70,9 @@ pub enum ConnectorSpec {
         #[serde(default)]
         header_name: Option<String>,
     },
+    /// A cron schedule (issue #11): not a webhook connector; the scheduler produces its events
+    /// (`schedule.tick`), and its ingest URL answers 404.
+    Schedule(crate::schedule::ScheduleSpec),
 }
 
 impl ConnectorSpec {
@@ -81,6 +84,7 @@ impl ConnectorSpec {
             ConnectorSpec::StandardWebhooks { .. } => "standard-webhooks",
             ConnectorSpec::Hmac { .. } => "hmac",
             ConnectorSpec::AzureDevops { .. } => "azure-devops",
+            ConnectorSpec::Schedule(_) => "schedule",
         }
     }
 }
@@ -88,6 +92,27 @@ impl ConnectorSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn schedule_serde_shape() {
+        let spec: ConnectorSpec = serde_json::from_str(
+            r#"{"connector":"schedule","cron":"*/5 * * * *","timezone":"Europe/Berlin","missed":"run_once"}"#,
+        )
+        .unwrap();
+        let ConnectorSpec::Schedule(s) = &spec else {
+            panic!("{spec:?}")
+        };
+        assert_eq!(s.cron, "*/5 * * * *");
+        assert_eq!(s.missed, crate::schedule::MissedTicks::RunOnce);
+        assert_eq!(s.grace_ms, crate::schedule::DEFAULT_GRACE_MS);
+        let back: ConnectorSpec =
+            serde_json::from_value(serde_json::to_value(&spec).unwrap()).unwrap();
+        assert_eq!(back, spec);
+        assert!(serde_json::from_str::<ConnectorSpec>(
+            r#"{"connector":"schedule","cron":"* * * * *","cronn":"x"}"#
+        )
+        .is_err());
+    }
 
     #[test]
     fn azure_devops_serde_shape() {

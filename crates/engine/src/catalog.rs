@@ -90,6 +90,17 @@ impl SubscriptionConfig {
         }
     }
 
+    /// A `schedule` subscription (issue #11): no connector secret, no body limit to speak of, dedup on
+    /// (each tick's key is its nominal instant), the default retry and failure policies.
+    pub fn schedule(id: &str, spec: tb_core::schedule::ScheduleSpec) -> SubscriptionConfig {
+        SubscriptionConfig {
+            source: Source::Schedule,
+            verification: Verification::None,
+            max_body_bytes: 64 * 1024,
+            ..SubscriptionConfig::webhook(id, ConnectorSpec::Schedule(spec), &[])
+        }
+    }
+
     /// The secret-free definition persisted in the store.
     pub fn store_def(&self) -> SubscriptionDef {
         SubscriptionDef {

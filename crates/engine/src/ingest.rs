@@ -116,6 +116,10 @@ pub async fn ingest(
     let Some(sub) = engine.catalog().subscription(subscription_id).cloned() else {
         return Err(engine.missing_subscription(subscription_id));
     };
+    if sub.source != tb_core::subscription::Source::Webhook {
+        // A schedule (or queue) has no ingest URL: the same answer as an unknown id.
+        return Err(engine.missing_subscription(subscription_id));
+    }
     let connector = sub.connector.name();
     if body.len() > sub.max_body_bytes {
         count(connector, "too_large");

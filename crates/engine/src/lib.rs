@@ -17,6 +17,7 @@ pub mod registration;
 pub mod replay;
 pub mod router;
 pub mod runs;
+pub mod scheduler;
 pub mod sealing;
 pub mod sessions;
 pub mod ssrf;
@@ -74,6 +75,9 @@ pub struct Engine {
     pub(crate) unsealable: std::sync::Mutex<HashMap<String, String>>,
     /// The local worker that takes deliveries leased at commit ([`handoff`]); empty without one.
     pub handoff: handoff::HandOff,
+    /// Schedules with a due tick not fired within [`scheduler::LATE_AFTER_MS`], as of the scheduler's last pass
+    /// ([`scheduler::run`]); `GET /ready` lists them.
+    pub schedules_late: Arc<std::sync::Mutex<Vec<scheduler::Late>>>,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -142,6 +146,7 @@ impl Engine {
             config_cursor: std::sync::atomic::AtomicI64::new(cursor),
             unsealable: Default::default(),
             handoff: Default::default(),
+            schedules_late: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

@@ -89,6 +89,11 @@ pub fn verify(
             headers,
             body,
         ),
+        // The webhook front end answers 404 for a schedule before it reads a body; this is the
+        // backstop: a schedule takes no requests.
+        ConnectorSpec::Schedule(_) => Err(IngressError::SignatureInvalid(
+            "a schedule subscription takes no requests",
+        )),
     }
 }
 
@@ -100,5 +105,6 @@ pub fn normalized_fields(spec: &ConnectorSpec) -> &'static [&'static str] {
         ConnectorSpec::StandardWebhooks { .. } => standard_webhooks::FIELDS,
         ConnectorSpec::Hmac { .. } => hmac_generic::FIELDS,
         ConnectorSpec::AzureDevops { .. } => azure_devops::FIELDS,
+        ConnectorSpec::Schedule(_) => tb_core::schedule::FIELDS,
     }
 }

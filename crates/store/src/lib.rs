@@ -502,4 +502,19 @@ pub trait Store: Send + Sync + 'static {
 
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
+
+    /// Every schedule cursor (issue #11), ordered by subscription id.
+    async fn schedule_cursors(&self) -> StoreResult<Vec<ScheduleCursorRecord>>;
+    /// One schedule's cursor, `None` before its first pass.
+    async fn schedule_cursor(&self, id: &str) -> StoreResult<Option<ScheduleCursorRecord>>;
+    /// Compare-and-set of a schedule's cursor: `expected = None` creates it (version 1) unless it
+    /// exists; `Some(v)` replaces it only at version `v`. Returns whether it wrote (`false`: another
+    /// loop moved it first; re-read and re-plan).
+    async fn put_schedule_cursor(
+        &self,
+        id: &str,
+        cursor: tb_core::schedule::plan::Cursor,
+        expected: Option<i64>,
+        now: i64,
+    ) -> StoreResult<bool>;
 }

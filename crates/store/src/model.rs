@@ -465,3 +465,15 @@ pub struct WebhookRecord {
     pub standard_secret_file: Option<String>,
     pub created_at: i64,
 }
+
+/// A schedule subscription's cursor as stored (`schedule_cursors`, issue #11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleCursorRecord {
+    pub subscription_id: String,
+    /// The planner's state (`tb_core::schedule::plan::Cursor`).
+    pub cursor: tb_core::schedule::plan::Cursor,
+    /// Compare-and-set version: 1 when created, +1 on every write.
+    pub version: i64,
+    /// When it was last written (Unix ms).
+    pub updated_at: i64,
+}

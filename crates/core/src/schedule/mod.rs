@@ -80,6 +80,21 @@ impl Overlap {
     }
 }
 
+/// The event type of every tick (`schedule.tick`: normalized event `schedule`, action `tick`).
+pub const TICK_EVENT: &str = "schedule";
+/// The action of every tick.
+pub const TICK_ACTION: &str = "tick";
+
+/// The normalized fields a tick carries (bindings may filter on and map inputs from these):
+/// `schedule.nominal_time` and `schedule.fired_at` (RFC 3339, UTC), `schedule.catch_up` (bool: the
+/// `run_once` catch-up run) and `schedule.missed` (ticks this one stands for that never fired).
+pub const FIELDS: &[&str] = &[
+    "schedule.nominal_time",
+    "schedule.fired_at",
+    "schedule.catch_up",
+    "schedule.missed",
+];
+
 /// Default [`ScheduleSpec::grace_ms`]: 60 000 ms (1 min).
 pub const DEFAULT_GRACE_MS: u64 = 60_000;
 /// Default [`ScheduleSpec::catch_up_max`]: 10 ticks.

@@ -34,6 +34,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         7,
         include_str!("../../migrations/postgres/0007_receipt_deliveries.sql"),
     ),
+    (
+        8,
+        include_str!("../../migrations/postgres/0008_schedule_cursors.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

@@ -11,6 +11,7 @@ pub(crate) mod ingest_batch;
 pub(crate) mod lease;
 pub(crate) mod log;
 pub(crate) mod read;
+pub(crate) mod schedule;
 pub(crate) mod session;
 mod store;
 pub(crate) mod write;

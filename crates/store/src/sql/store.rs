@@ -654,4 +654,25 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn close(&self) {
         self.backend.close().await;
     }
+    async fn schedule_cursors(&self) -> StoreResult<Vec<crate::ScheduleCursorRecord>> {
+        self.backend.read(super::schedule::all).await
+    }
+    async fn schedule_cursor(&self, id: &str) -> StoreResult<Option<crate::ScheduleCursorRecord>> {
+        let i = id.to_string();
+        self.backend
+            .read(move |c| super::schedule::get(c, &i))
+            .await
+    }
+    async fn put_schedule_cursor(
+        &self,
+        id: &str,
+        cursor: tb_core::schedule::plan::Cursor,
+        expected: Option<i64>,
+        now: i64,
+    ) -> StoreResult<bool> {
+        let i = id.to_string();
+        self.backend
+            .write(move |c| super::schedule::put(c, &i, &cursor, expected, now))
+            .await
+    }
 }

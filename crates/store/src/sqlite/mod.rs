@@ -65,10 +65,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         13,
         include_str!("../../migrations/sqlite/0013_receipt_deliveries.sql"),
     ),
+    (
+        14,
+        include_str!("../../migrations/sqlite/0014_schedule_cursors.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 13;
+pub const SCHEMA_VERSION: i64 = 14;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).
