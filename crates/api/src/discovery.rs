@@ -63,7 +63,8 @@ pub fn document(st: &AppState) -> Value {
             "subscriptionStates": ["active", "paused", "failed", "dead-lettered"],
             "dedup": true,
             "retryPolicy": {"maxAttempts": default_retry.max_attempts, "backoff": default_retry.backoff},
-            "sources": ["webhook"],
+            // Schedules are built in (every worker replica runs the scheduler, issue #11).
+            "sources": ["webhook", "schedule"],
             "ingestion": {
                 "externalSources": ["webhook"],
                 "maxBodyBytes": max_body,
@@ -79,6 +80,9 @@ pub fn document(st: &AppState) -> Value {
         "webhooks": {"supported": true, "signatureAlgorithms": ["v1", "standard-webhooks-1"],
             "durable": st.engine.webhooks_durable.load(std::sync::atomic::Ordering::Relaxed)},
         "deadLetter": {"supported": true, "retentionDays": st.host.dead_letter_retention_days},
+        // RFC 0052 as the profile composes it: durable cron, one run per tick, paused schedules skip;
+        // no delayed one-shot runs, no calendars.
+        "scheduling": {"supported": true, "cron": true, "delayed": false, "calendar": false},
         "multiAgent": {"executionModel": {"crossHostCausation": {
             "supported": false,
             "hostId": st.host.host_id,

@@ -17,6 +17,7 @@ pub mod registration;
 pub mod replay;
 pub mod routes;
 pub mod runs;
+pub mod schedules;
 pub mod sessions;
 pub mod sse;
 pub mod timeline;
@@ -181,6 +182,13 @@ pub fn routes(state: AppState) -> routes::Routes {
             MANAGE,
             sessions::revoke,
         )
+        .scoped(GET, "/v1/schedules", MANAGE, schedules::list)
+        .scoped(POST, "/v1/schedules", MANAGE, schedules::create)
+        .scoped(GET, "/v1/schedules/{id}", MANAGE, schedules::get)
+        .scoped(DELETE, "/v1/schedules/{id}", MANAGE, schedules::delete)
+        .scoped(GET, "/v1/schedules/{id}/next", MANAGE, schedules::next)
+        .scoped(POST, "/v1/schedules/{id}/pause", MANAGE, schedules::pause)
+        .scoped(POST, "/v1/schedules/{id}/resume", MANAGE, schedules::resume)
         .scoped(GET, "/v1/bindings", MANAGE, bindings::list)
         .scoped(POST, "/v1/bindings/{id}/revoke", MANAGE, bindings::revoke)
         .scoped(POST, "/v1/bindings/{id}/restore", MANAGE, bindings::restore)

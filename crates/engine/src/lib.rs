@@ -18,6 +18,7 @@ pub mod replay;
 pub mod router;
 pub mod runs;
 pub mod scheduler;
+pub mod schedules;
 pub mod sealing;
 pub mod sessions;
 pub mod ssrf;

@@ -351,6 +351,9 @@ pub async fn refresh_registration(
 /// Adds the registration of `rec` to the catalog; false when `rec` is not a registration or its
 /// secret cannot be read (logged).
 async fn load_record(engine: &Engine, secrets: &SecretStore, rec: SubscriptionRecord) -> bool {
+    if rec.source == Source::Schedule {
+        return crate::schedules::load(engine, &rec);
+    }
     let Ok(reg) = serde_json::from_value::<Registration>(rec.config["registration"].clone()) else {
         return false;
     };
