@@ -55,7 +55,10 @@ async fn view(st: &AppState, rec: &SubscriptionRecord) -> Result<Value, ApiError
     let Ok(ConnectorSpec::Schedule(spec)) =
         serde_json::from_value::<ConnectorSpec>(rec.config["connector"].clone())
     else {
-        return Err(ApiError::new(ErrorCode::Internal, "stored schedule has no spec"));
+        return Err(ApiError::new(
+            ErrorCode::Internal,
+            "stored schedule has no spec",
+        ));
     };
     let cursor = st.engine.store.schedule_cursor(&rec.id).await?;
     let mut v = json!({
@@ -100,7 +103,9 @@ async fn view(st: &AppState, rec: &SubscriptionRecord) -> Result<Value, ApiError
 /// A live (not retired) schedule's record. Errors: 404.
 async fn schedule(st: &AppState, id: &str) -> Result<SubscriptionRecord, ApiError> {
     match st.engine.store.get_subscription(id).await {
-        Ok(r) if r.source == Source::Schedule && r.config["retired"].as_bool() != Some(true) => Ok(r),
+        Ok(r) if r.source == Source::Schedule && r.config["retired"].as_bool() != Some(true) => {
+            Ok(r)
+        }
         Ok(_) | Err(tb_store::StoreError::NotFound { .. }) => {
             Err(ApiError::new(ErrorCode::NotFound, "no such schedule"))
         }
@@ -150,7 +155,10 @@ pub async fn list(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
 
 /// `GET /v1/schedules/{id}` -> `{schedule}`.
 #[utoipa::path(get, path = "/v1/schedules/{id}", tag = "schedules", params(("id" = String, Path, description = "Schedule id")), responses((status = 200, description = "{schedule}"), (status = 404, description = "not_found")))]
-pub async fn get(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn get(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let rec = schedule(&st, &id).await?;
     Ok(Json(json!({ "schedule": view(&st, &rec).await? })))
 }
@@ -175,7 +183,10 @@ pub async fn next(
     let Ok(ConnectorSpec::Schedule(spec)) =
         serde_json::from_value::<ConnectorSpec>(rec.config["connector"].clone())
     else {
-        return Err(ApiError::new(ErrorCode::Internal, "stored schedule has no spec"));
+        return Err(ApiError::new(
+            ErrorCode::Internal,
+            "stored schedule has no spec",
+        ));
     };
     let s = Schedule::new(spec).map_err(|e| ApiError::new(ErrorCode::Internal, e))?;
     let now = tb_engine::clock::now_ms();
@@ -186,10 +197,16 @@ pub async fn next(
             json!({"nominalTime": utc, "localTime": local, "fireTime": utc_rfc3339(s.fire_at(&id, n))})
         })
         .collect::<Vec<_>>();
-    Ok(Json(json!({"id": id, "timezone": s.spec().timezone, "next": next})))
+    Ok(Json(
+        json!({"id": id, "timezone": s.spec().timezone, "next": next}),
+    ))
 }
 
-async fn operate(st: AppState, id: String, input: SubscriptionInput) -> Result<Json<Value>, ApiError> {
+async fn operate(
+    st: AppState,
+    id: String,
+    input: SubscriptionInput,
+) -> Result<Json<Value>, ApiError> {
     schedule(&st, &id).await?;
     st.engine.operate(&id, input).await?;
     let rec = schedule(&st, &id).await?;
@@ -198,19 +215,28 @@ async fn operate(st: AppState, id: String, input: SubscriptionInput) -> Result<J
 
 /// `POST /v1/schedules/{id}/pause` -> `{schedule}`: due ticks are skipped (counted) until resumed.
 #[utoipa::path(post, path = "/v1/schedules/{id}/pause", tag = "schedules", params(("id" = String, Path, description = "Schedule id")), responses((status = 200, description = "{schedule}"), (status = 404, description = "not_found")))]
-pub async fn pause(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn pause(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     operate(st, id, SubscriptionInput::OperatorPause).await
 }
 
 /// `POST /v1/schedules/{id}/resume` -> `{schedule}`: fires from the next tick; nothing is caught up.
 #[utoipa::path(post, path = "/v1/schedules/{id}/resume", tag = "schedules", params(("id" = String, Path, description = "Schedule id")), responses((status = 200, description = "{schedule}"), (status = 404, description = "not_found")))]
-pub async fn resume(State(st): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn resume(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     operate(st, id, SubscriptionInput::OperatorResume).await
 }
 
 /// `DELETE /v1/schedules/{id}` -> 204: retires a schedule made through the API (its history stays).
 #[utoipa::path(delete, path = "/v1/schedules/{id}", tag = "schedules", params(("id" = String, Path, description = "Schedule id")), responses((status = 204, description = "retired"), (status = 404, description = "not_found (or from the config file)")))]
-pub async fn delete(State(st): State<AppState>, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+pub async fn delete(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     schedule(&st, &id).await?;
     tb_engine::schedules::retire(&st.engine, &id).await?;
     Ok(StatusCode::NO_CONTENT)

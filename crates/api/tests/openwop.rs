@@ -76,7 +76,10 @@ async fn discovery_is_valid_cached_and_honest() {
         d["scheduling"],
         json!({"supported": true, "cron": true, "delayed": false, "calendar": false})
     );
-    assert_eq!(d["triggerBridge"]["sources"], json!(["webhook", "schedule"]));
+    assert_eq!(
+        d["triggerBridge"]["sources"],
+        json!(["webhook", "schedule"])
+    );
     assert!(d.get("queueBus").is_none(), "no queue bus is wired yet");
     // The openwop-trigger-bridge profile is derived from the live document with the suite's predicate.
     assert!(

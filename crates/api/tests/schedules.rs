@@ -6,7 +6,12 @@ mod support;
 use serde_json::{json, Value};
 use support::{fast_retry, start};
 
-async fn call(s: &support::Server, m: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+async fn call(
+    s: &support::Server,
+    m: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
     let mut r = s.http.request(m, format!("{}{path}", s.base));
     if let Some(b) = body {
         r = r.json(&b);
@@ -42,7 +47,10 @@ async fn a_schedule_is_created_previewed_paused_resumed_and_retired() {
     for n in next {
         // 02:30 local is 00:30 or 01:30 UTC (or 01:00 UTC on a spring-forward day).
         let local = n["localTime"].as_str().unwrap();
-        assert!(local.contains("T02:30:00+0") || local.contains("T03:00:00+02:00"), "{n}");
+        assert!(
+            local.contains("T02:30:00+0") || local.contains("T03:00:00+02:00"),
+            "{n}"
+        );
         assert!(n["nominalTime"].as_str().unwrap().ends_with('Z'));
     }
 
@@ -51,9 +59,18 @@ async fn a_schedule_is_created_previewed_paused_resumed_and_retired() {
     assert_eq!(b["schedules"].as_array().unwrap().len(), 1);
     // It is a trigger subscription as well.
     let (st, b) = call(&s, M::GET, "/v1/trigger-subscriptions/nightly", None).await;
-    assert_eq!((st, b["subscription"]["source"].as_str()), (200, Some("schedule")));
+    assert_eq!(
+        (st, b["subscription"]["source"].as_str()),
+        (200, Some("schedule"))
+    );
     // A schedule has no ingest URL.
-    let (st, b) = call(&s, M::POST, "/v1/trigger-subscriptions/nightly/ingest", Some(json!({}))).await;
+    let (st, b) = call(
+        &s,
+        M::POST,
+        "/v1/trigger-subscriptions/nightly/ingest",
+        Some(json!({})),
+    )
+    .await;
     assert_eq!((st, b["error"].as_str()), (404, Some("not_found")));
 
     let (st, b) = call(&s, M::POST, "/v1/schedules/nightly/pause", None).await;
@@ -83,15 +100,37 @@ async fn bad_schedules_are_refused_with_the_field_named_and_nothing_written() {
     let s = start(None, fast_retry(2), 0).await;
     for (body, says) in [
         (json!({"cron": "* * * *", "workflowId": "wf"}), "4 fields"),
-        (json!({"cron": "0 0 30 2 *", "workflowId": "wf"}), "never fires"),
-        (json!({"cron": "* * * * *", "timezone": "Europe/Atlantis", "workflowId": "wf"}), "timezone"),
-        (json!({"cron": "* * * * *", "workflowId": "nope"}), "workflowId"),
-        (json!({"cron": "* * * * *", "workflowId": "wf", "start": "yesterday"}), "start"),
-        (json!({"cron": "* * * * *", "workflowId": "wf", "missed": "sometimes"}), "missed"),
-        (json!({"cron": "* * * * *", "workflowId": "wf", "cronn": "x"}), "cronn"),
+        (
+            json!({"cron": "0 0 30 2 *", "workflowId": "wf"}),
+            "never fires",
+        ),
+        (
+            json!({"cron": "* * * * *", "timezone": "Europe/Atlantis", "workflowId": "wf"}),
+            "timezone",
+        ),
+        (
+            json!({"cron": "* * * * *", "workflowId": "nope"}),
+            "workflowId",
+        ),
+        (
+            json!({"cron": "* * * * *", "workflowId": "wf", "start": "yesterday"}),
+            "start",
+        ),
+        (
+            json!({"cron": "* * * * *", "workflowId": "wf", "missed": "sometimes"}),
+            "missed",
+        ),
+        (
+            json!({"cron": "* * * * *", "workflowId": "wf", "cronn": "x"}),
+            "cronn",
+        ),
     ] {
         let (st, b) = call(&s, M::POST, "/v1/schedules", Some(body.clone())).await;
-        assert_eq!((st, b["error"].as_str()), (400, Some("validation_error")), "{body}: {b}");
+        assert_eq!(
+            (st, b["error"].as_str()),
+            (400, Some("validation_error")),
+            "{body}: {b}"
+        );
         assert!(b["message"].as_str().unwrap().contains(says), "{body}: {b}");
     }
     let (_, b) = call(&s, M::GET, "/v1/schedules", None).await;

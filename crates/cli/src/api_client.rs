@@ -257,6 +257,9 @@ impl Api<'_> {
                 ),
             }
         }
+        if raw.is_empty() && status == reqwest::StatusCode::NO_CONTENT {
+            return Ok((Value::Null, raw));
+        }
         let body =
             body.with_context(|| format!("{url} answered {status} with a body that is not JSON"))?;
         Ok((body, raw))

@@ -338,8 +338,18 @@ impl ScheduleSection {
         let spec = ScheduleSpec {
             timezone: self.timezone.clone().unwrap_or(d.timezone),
             jitter_ms: self.jitter_ms.unwrap_or(0),
-            start_ms: self.start.as_deref().map(parse_instant).transpose().map_err(|e| format!("start: {e}"))?,
-            end_ms: self.end.as_deref().map(parse_instant).transpose().map_err(|e| format!("end: {e}"))?,
+            start_ms: self
+                .start
+                .as_deref()
+                .map(parse_instant)
+                .transpose()
+                .map_err(|e| format!("start: {e}"))?,
+            end_ms: self
+                .end
+                .as_deref()
+                .map(parse_instant)
+                .transpose()
+                .map_err(|e| format!("end: {e}"))?,
             grace_ms: self.grace_ms.unwrap_or(d.grace_ms),
             missed: self.missed.unwrap_or_default(),
             catch_up_max: self.catch_up_max.unwrap_or(d.catch_up_max),
@@ -938,7 +948,11 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 errs.push(format!("{at}: source \"schedule\" needs a [subscriptions.schedule] table with cron = \"...\" (e.g. cron = \"*/5 * * * *\")"));
                 continue;
             };
-            if !s.connector.is_empty() || !s.secret.is_empty() || s.hmac.is_some() || s.azure_devops.is_some() {
+            if !s.connector.is_empty()
+                || !s.secret.is_empty()
+                || s.hmac.is_some()
+                || s.azure_devops.is_some()
+            {
                 errs.push(format!("{at}: a schedule takes no connector, secret, hmac or azure_devops; remove them"));
             }
             let spec = match section.spec() {
@@ -962,7 +976,9 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             continue;
         }
         if s.schedule.is_some() {
-            errs.push(format!("{at}: [subscriptions.schedule] is only used with source = \"schedule\""));
+            errs.push(format!(
+                "{at}: [subscriptions.schedule] is only used with source = \"schedule\""
+            ));
         }
         if s.connector.is_empty() || s.secret.is_empty() {
             errs.push(format!("{at}: a webhook subscription needs connector = \"...\" (github, standard-webhooks, hmac, azure-devops) and secret = \"env:NAME\" or \"file:PATH\""));

@@ -15,6 +15,7 @@ mod migrate_copy;
 mod replay_client;
 mod replica;
 mod role;
+mod schedules_client;
 mod send;
 mod serve;
 mod sessions_client;
@@ -78,6 +79,11 @@ enum Cmd {
     Subscriptions {
         #[command(subcommand)]
         cmd: client::SubscriptionsCmd,
+    },
+    /// Create, list, preview, pause, resume and retire cron schedules.
+    Schedules {
+        #[command(subcommand)]
+        cmd: schedules_client::SchedulesCmd,
     },
     /// Raise and inspect signals on runs (sessions).
     Signals {
@@ -222,6 +228,7 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
         Cmd::Deliveries { cmd } => client::deliveries(&opts, cmd).await.map(|_| 0),
         Cmd::Runs { cmd } => client::runs(&opts, cmd).await.map(|_| 0),
         Cmd::Subscriptions { cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
+        Cmd::Schedules { cmd } => schedules_client::schedules(&opts, cmd).await.map(|_| 0),
         Cmd::Signals { cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
         Cmd::Bindings { cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
         Cmd::Capabilities { cmd } => sessions_client::capabilities(&opts, cmd).await.map(|_| 0),

@@ -361,12 +361,18 @@ fn print_banner(engine: &Engine, addr: SocketAddr, store: &str, role: Role, repl
         .max()
         .unwrap_or(0);
     for s in catalog.subscriptions() {
-        println!(
-            "  {:<w$}  {:<18} http://{addr}/v1/trigger-subscriptions/{}/ingest",
-            s.id,
-            s.connector.name(),
-            s.id
-        );
+        match &s.connector {
+            tb_core::connector::ConnectorSpec::Schedule(spec) => println!(
+                "  {:<w$}  {:<18} cron \"{}\" in {} (no ingest URL; trigger-bridge schedules next {})",
+                s.id, "schedule", spec.cron, spec.timezone, s.id
+            ),
+            _ => println!(
+                "  {:<w$}  {:<18} http://{addr}/v1/trigger-subscriptions/{}/ingest",
+                s.id,
+                s.connector.name(),
+                s.id
+            ),
+        }
     }
     let github = catalog
         .subscriptions()

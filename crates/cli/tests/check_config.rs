@@ -610,3 +610,56 @@ fn per_target_body_slots_and_the_rate_grace_are_checked() {
     let (code, out) = check(&with("max_inflight_bodies = 4"), &env);
     assert_eq!(code, 0, "{out}");
 }
+
+fn schedule_config(section: &str) -> String {
+    format!(
+        r#"
+[[subscriptions]]
+id = "nightly"
+source = "schedule"
+{section}
+
+[[workflows]]
+id = "noop"
+executor = "noop"
+
+[[bindings]]
+id = "b"
+subscription = "nightly"
+event_types = ["schedule.tick"]
+action = "start_run"
+workflow = "noop"
+inputs = {{ at = "schedule.nominal_time" }}
+"#
+    )
+}
+
+/// Issue #11: a schedule subscription is checked like the others, each problem named with its fix.
+#[test]
+fn schedule_subscriptions_are_checked() {
+    let ok = schedule_config(
+        "[subscriptions.schedule]\ncron = \"30 2 * * *\"\ntimezone = \"Europe/Berlin\"\nmissed = \"run_once\"\noverlap = \"buffer_one\"\nstart = \"2026-01-01T00:00:00Z\"",
+    );
+    let (code, out) = check(&ok, &[]);
+    assert_eq!(code, 0, "{out}");
+    for (section, says) in [
+        ("", "source \"schedule\" needs a [subscriptions.schedule] table with cron"),
+        ("[subscriptions.schedule]\ncron = \"* * *\"", "3 fields; use 5"),
+        ("[subscriptions.schedule]\ncron = \"* * * * *\"\ntimezone = \"Berlin\"", "not an IANA time zone"),
+        ("[subscriptions.schedule]\ncron = \"* * * * *\"\nstart = \"soon\"", "start: \"soon\" is not an RFC 3339 instant"),
+        ("[subscriptions.schedule]\ncron = \"* * * * *\"\nmissed = \"later\"", "unknown variant `later`"),
+        ("connector = \"github\"\nsecret = \"env:X\"\n[subscriptions.schedule]\ncron = \"* * * * *\"", "a schedule takes no connector"),
+    ] {
+        let (code, out) = check(&schedule_config(section), &[]);
+        assert_eq!(code, 1, "{section}: {out}");
+        assert!(out.contains(says), "{section}: wanted {says:?} in {out}");
+    }
+    // A binding on a schedule may only read the tick's fields.
+    let bad_field = ok.replace("schedule.nominal_time", "repository.full_name");
+    let (code, out) = check(&bad_field, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("schedule.nominal_time"),
+        "the allowed fields are listed: {out}"
+    );
+}

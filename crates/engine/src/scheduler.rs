@@ -27,7 +27,7 @@ use tb_core::schedule::{utc_rfc3339, Overlap, Schedule, ScheduleSpec, TICK_ACTIO
 use tb_core::subscription::SubscriptionState;
 use tb_core::{ErrorCode, TbError};
 
-use crate::accept::{accept, Accepted, Dedup, IngestAnswer, Inbound, Routing};
+use crate::accept::{accept, Accepted, Dedup, Inbound, IngestAnswer, Routing};
 use crate::{clock, store_err, Engine};
 
 /// A due tick not fired this long (ms) after its fire time is late: `tb_schedules_late`,
@@ -402,7 +402,11 @@ pub async fn run(engine: Arc<Engine>, mut stop: tokio::sync::watch::Receiver<boo
 
 /// `GET /v1/schedules/{id}/next`: the next `count` fire times (1 ..= 100) after now, as
 /// `(nominal UTC, local)` RFC 3339 pairs. Errors: `validation_error` for a count outside 1 ..= 100.
-pub fn preview(schedule: &Schedule, now_ms: i64, count: usize) -> Result<Vec<(String, String)>, TbError> {
+pub fn preview(
+    schedule: &Schedule,
+    now_ms: i64,
+    count: usize,
+) -> Result<Vec<(String, String)>, TbError> {
     if !(1..=100).contains(&count) {
         return Err(TbError::new(
             ErrorCode::ValidationError,

@@ -17,7 +17,11 @@ use crate::catalog::{Registration, SubscriptionConfig};
 use crate::{clock, store_err, Engine};
 
 /// The subscription and binding of an API-made schedule.
-pub(crate) fn config_of(id: &str, spec: ScheduleSpec, workflow_id: &str) -> (SubscriptionConfig, Binding) {
+pub(crate) fn config_of(
+    id: &str,
+    spec: ScheduleSpec,
+    workflow_id: &str,
+) -> (SubscriptionConfig, Binding) {
     let mut sub = SubscriptionConfig::schedule(id, spec);
     sub.registration = Some(Registration {
         workflow_id: workflow_id.to_string(),
@@ -54,12 +58,12 @@ pub async fn create(
     tb_core::ids::validate_subscription_id(&id)
         .map_err(|m| TbError::new(ErrorCode::ValidationError, m))?;
     match engine.store.get_subscription(&id).await {
-        Ok(_) => {
-            return Err(TbError::new(
-                ErrorCode::Conflict,
-                format!("a subscription {id:?} exists (ids are never reused, so history stays readable)"),
-            ))
-        }
+        Ok(_) => return Err(TbError::new(
+            ErrorCode::Conflict,
+            format!(
+                "a subscription {id:?} exists (ids are never reused, so history stays readable)"
+            ),
+        )),
         Err(tb_store::StoreError::NotFound { .. }) => {}
         Err(e) => return Err(store_err(e)),
     }
@@ -79,7 +83,8 @@ pub async fn create(
 /// the config file: remove it there), `unavailable` (the store).
 pub async fn retire(engine: &Engine, id: &str) -> Result<(), TbError> {
     let rec = engine.store.get_subscription(id).await.map_err(store_err)?;
-    if rec.source != Source::Schedule || rec.config.get("registration").is_none_or(|r| r.is_null()) {
+    if rec.source != Source::Schedule || rec.config.get("registration").is_none_or(|r| r.is_null())
+    {
         return Err(TbError::new(
             ErrorCode::NotFound,
             "no schedule made through the API has this id (a schedule from the config file is removed there)",

@@ -91,7 +91,10 @@ async fn sqlite(cat: Catalog) -> (Arc<Engine>, tempfile::TempDir) {
 async fn a_stopped_server_fires_no_catch_up_with_skip_and_exactly_one_with_run_once() {
     let (engine, _dir) = sqlite(catalog(&[
         ("hourly-skip", spec("0 * * * *", "UTC", MissedTicks::Skip)),
-        ("hourly-once", spec("0 * * * *", "UTC", MissedTicks::RunOnce)),
+        (
+            "hourly-once",
+            spec("0 * * * *", "UTC", MissedTicks::RunOnce),
+        ),
     ]))
     .await;
     let mut s = Scheduler::default();
@@ -111,7 +114,12 @@ async fn a_stopped_server_fires_no_catch_up_with_skip_and_exactly_one_with_run_o
         fired(engine.store.as_ref(), "hourly-once").await,
         ["2026-12-01T10:00:00Z", "2026-12-01T14:00:00Z"]
     );
-    let c = engine.store.schedule_cursor("hourly-skip").await.unwrap().unwrap();
+    let c = engine
+        .store
+        .schedule_cursor("hourly-skip")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(c.cursor.last_nominal_ms, ms("2026-12-01T14:00:00Z"));
     assert_eq!(c.cursor.missed_total, 4);
     // The next tick fires on time again.
@@ -214,7 +222,10 @@ async fn assert_once_per_tick(store: &dyn Store) {
     for n in &got {
         *counts.entry(n.clone()).or_default() += 1;
     }
-    assert!(counts.values().all(|c| *c == 1), "a tick fired twice: {counts:?}");
+    assert!(
+        counts.values().all(|c| *c == 1),
+        "a tick fired twice: {counts:?}"
+    );
     let want: Vec<String> = (0..80)
         .map(|i| utc_rfc3339(ms("2026-12-01T10:00:00Z") + i * 15_000))
         .collect();
@@ -223,7 +234,12 @@ async fn assert_once_per_tick(store: &dyn Store) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_scheduler_loops_over_one_sqlite_store_fire_once_per_tick() {
-    let cat = || catalog(&[("quarter-minute", spec("*/15 * * * * *", "UTC", MissedTicks::Skip))]);
+    let cat = || {
+        catalog(&[(
+            "quarter-minute",
+            spec("*/15 * * * * *", "UTC", MissedTicks::Skip),
+        )])
+    };
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
     let a = Engine::start(store.clone(), cat()).await.unwrap();
@@ -238,7 +254,12 @@ async fn three_replicas_on_postgresql_fire_once_per_tick() {
     let Some(db) = TestDatabase::create() else {
         return;
     };
-    let cat = || catalog(&[("quarter-minute", spec("*/15 * * * * *", "UTC", MissedTicks::Skip))]);
+    let cat = || {
+        catalog(&[(
+            "quarter-minute",
+            spec("*/15 * * * * *", "UTC", MissedTicks::Skip),
+        )])
+    };
     let mut engines = Vec::new();
     for _ in 0..3 {
         let opts = PoolOptions {
@@ -281,7 +302,11 @@ async fn a_failed_commit_leaves_the_tick_due_and_shows_it_late() {
         .collect();
     assert_eq!(shown.get("late"), Some(&45_000), "late past 30 s");
     let c2 = engine.store.schedule_cursor("late").await.unwrap().unwrap();
-    assert_eq!(c2.cursor.last_nominal_ms, ms("2026-12-01T09:59:00Z") - 1, "the cursor did not move");
+    assert_eq!(
+        c2.cursor.last_nominal_ms,
+        ms("2026-12-01T09:59:00Z") - 1,
+        "the cursor did not move"
+    );
     // The store recovers within the tick's 60 s grace: it fires, late but once.
     c.execute_batch("DROP TRIGGER refuse;").unwrap();
     let (r, _) = s.pass(&engine, ms("2026-12-01T10:00:50Z")).await;

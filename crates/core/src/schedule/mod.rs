@@ -261,10 +261,8 @@ impl Schedule {
         // Croner works in whole seconds: from the second that holds `after_ms`, exclusive, the
         // answer is strictly after `after_ms` too.
         let secs = after_ms.div_euclid(1000);
-        let from: DateTime<chrono_tz::Tz> = Utc
-            .timestamp_opt(secs, 0)
-            .single()?
-            .with_timezone(&self.tz);
+        let from: DateTime<chrono_tz::Tz> =
+            Utc.timestamp_opt(secs, 0).single()?.with_timezone(&self.tz);
         let next = self.cron.find_next_occurrence(&from, false).ok()?;
         Some(next.timestamp() * 1000)
     }
@@ -324,5 +322,7 @@ pub fn utc_rfc3339(ms: i64) -> String {
 pub fn parse_instant(text: &str) -> Result<i64, String> {
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.timestamp_millis())
-        .map_err(|e| format!("{text:?} is not an RFC 3339 instant (e.g. 2026-12-01T09:00:00Z): {e}"))
+        .map_err(|e| {
+            format!("{text:?} is not an RFC 3339 instant (e.g. 2026-12-01T09:00:00Z): {e}")
+        })
 }

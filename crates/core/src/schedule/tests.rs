@@ -179,8 +179,14 @@ fn jitter_is_stable_per_tick_and_bounded() {
     let offsets: Vec<i64> = (0..50)
         .map(|i| s.fire_at("sched", n + i * 60_000) - (n + i * 60_000))
         .collect();
-    assert!(offsets.iter().all(|o| (0..=5_000).contains(o)), "{offsets:?}");
-    assert!(offsets.iter().any(|o| *o != offsets[0]), "jitter varies per tick");
+    assert!(
+        offsets.iter().all(|o| (0..=5_000).contains(o)),
+        "{offsets:?}"
+    );
+    assert!(
+        offsets.iter().any(|o| *o != offsets[0]),
+        "jitter varies per tick"
+    );
     assert_eq!(s.fire_at("sched", n), s.fire_at("sched", n), "stable");
 }
 
@@ -217,9 +223,17 @@ fn fired(p: &super::plan::Plan) -> Vec<String> {
 #[test]
 fn a_tick_due_exactly_now_fires_and_the_cursor_moves_to_its_nominal_instant() {
     let s = minutely(MissedTicks::Skip, Overlap::Allow);
-    let p = plan(&s, "s", &cursor("2026-12-01T10:00:00Z"), at("2026-12-01T10:01:00Z"));
+    let p = plan(
+        &s,
+        "s",
+        &cursor("2026-12-01T10:00:00Z"),
+        at("2026-12-01T10:01:00Z"),
+    );
     assert_eq!(fired(&p), ["2026-12-01T10:01:00Z"]);
-    assert_eq!(p.fire[0].dedup_id(), format!("tick:{}", ms("2026-12-01T10:01:00Z")));
+    assert_eq!(
+        p.fire[0].dedup_id(),
+        format!("tick:{}", ms("2026-12-01T10:01:00Z"))
+    );
     let c = p.cursor.unwrap();
     assert_eq!(c.last_nominal_ms, ms("2026-12-01T10:01:00Z"));
     assert_eq!(p.next_nominal_ms, Some(ms("2026-12-01T10:02:00Z")));
@@ -237,11 +251,22 @@ fn a_stopped_server_catches_up_per_the_missed_policy() {
     assert_eq!(skip.missed, 6);
     assert_eq!(skip.cursor.as_ref().unwrap().missed_total, 6);
 
-    let once = plan(&minutely(MissedTicks::RunOnce, Overlap::Allow), "s", &c, now);
-    assert_eq!(fired(&once), ["2026-12-01T10:06:00Z", "2026-12-01T10:07:00Z"]);
+    let once = plan(
+        &minutely(MissedTicks::RunOnce, Overlap::Allow),
+        "s",
+        &c,
+        now,
+    );
+    assert_eq!(
+        fired(&once),
+        ["2026-12-01T10:06:00Z", "2026-12-01T10:07:00Z"]
+    );
     assert_eq!(once.fire[0].catch_up_from, Some(c.last_nominal_ms));
     assert_eq!(once.fire[0].missed, 5);
-    assert_eq!(once.fire[0].dedup_id(), format!("catch-up:{}", c.last_nominal_ms));
+    assert_eq!(
+        once.fire[0].dedup_id(),
+        format!("catch-up:{}", c.last_nominal_ms)
+    );
     assert_eq!(once.missed, 5);
 
     let all = plan(
@@ -278,7 +303,10 @@ fn a_stopped_server_catches_up_per_the_missed_policy() {
     let late = plan(&hourly(MissedTicks::Skip), "s", &c, back);
     assert!(late.fire.is_empty(), "{late:?}");
     assert_eq!(late.missed, 3);
-    assert_eq!(late.cursor.unwrap().last_nominal_ms, ms("2026-12-01T13:00:00Z"));
+    assert_eq!(
+        late.cursor.unwrap().last_nominal_ms,
+        ms("2026-12-01T13:00:00Z")
+    );
     let one = plan(&hourly(MissedTicks::RunOnce), "s", &c, back);
     assert_eq!(fired(&one), ["2026-12-01T13:00:00Z"]);
     assert_eq!((one.fire[0].missed, one.missed), (2, 2));
@@ -314,7 +342,12 @@ fn overlap_skip_and_buffer_one_while_the_previous_run_runs() {
         previous_running: true,
         ..at("2026-12-01T10:01:00Z")
     };
-    let skip = plan(&minutely(MissedTicks::Skip, Overlap::Skip), "s", &c, running);
+    let skip = plan(
+        &minutely(MissedTicks::Skip, Overlap::Skip),
+        "s",
+        &c,
+        running,
+    );
     assert!(skip.fire.is_empty());
     assert_eq!(skip.overlap_skipped, 1);
 
@@ -341,7 +374,12 @@ fn overlap_skip_and_buffer_one_while_the_previous_run_runs() {
     assert_eq!(fired(&released), ["2026-12-01T10:02:00Z"]);
     assert_eq!(released.cursor.unwrap().buffered_ms, None);
     // allow fires regardless.
-    let allow = plan(&minutely(MissedTicks::Skip, Overlap::Allow), "s", &c, running);
+    let allow = plan(
+        &minutely(MissedTicks::Skip, Overlap::Allow),
+        "s",
+        &c,
+        running,
+    );
     assert_eq!(fired(&allow), ["2026-12-01T10:01:00Z"]);
 }
 
