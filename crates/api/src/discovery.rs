@@ -45,7 +45,16 @@ pub fn document(st: &AppState) -> Value {
         .max()
         .unwrap_or(1 << 20);
     let default_retry = tb_core::retry::RetryPolicy::default();
-    json!({
+    let queue_bus = st
+        .engine
+        .queue_bus
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let sources = if queue_bus {
+        json!(["webhook", "schedule", "queue"])
+    } else {
+        json!(["webhook", "schedule"])
+    };
+    let mut doc = json!({
         "protocolVersion": "1.0",
         "supportedEnvelopes": [],
         "schemaVersions": {},
@@ -63,8 +72,9 @@ pub fn document(st: &AppState) -> Value {
             "subscriptionStates": ["active", "paused", "failed", "dead-lettered"],
             "dedup": true,
             "retryPolicy": {"maxAttempts": default_retry.max_attempts, "backoff": default_retry.backoff},
-            // Schedules are built in (every worker replica runs the scheduler, issue #11).
-            "sources": ["webhook", "schedule"],
+            // Schedules are built in (every worker replica runs the scheduler, issue #11); queues
+            // only with a queue bus wired (`serve --nats-url`).
+            "sources": sources,
             "ingestion": {
                 "externalSources": ["webhook"],
                 "maxBodyBytes": max_body,
@@ -88,7 +98,12 @@ pub fn document(st: &AppState) -> Value {
             "hostId": st.host.host_id,
             "ancestryEndpointSupported": true,
         }}},
-    })
+    });
+    if queue_bus {
+        doc["queueBus"] =
+            json!({"supported": true, "backends": ["nats"], "deadLetterSupported": true});
+    }
+    doc
 }
 
 /// `GET /.well-known/openwop`.

@@ -42,6 +42,9 @@ pub struct ServerSection {
     /// `tb_store::postgres::parse_url`); unset = SQLite in `data_dir`. `serve --database-url` /
     /// `TRIGGER_BRIDGE_DATABASE_URL` replaces it. Printed only with the password masked.
     pub database_url: Option<String>,
+    /// NATS server with JetStream for queue subscriptions (`nats://host:4222`); `serve --nats-url`
+    /// overrides it.
+    pub nats_url: Option<String>,
     /// Connections of the PostgreSQL pool, one thread each (default 8, 1 to 256). Every replica opens
     /// this many: keep replicas x pool size under the server's `max_connections`.
     pub database_pool_size: Option<usize>,
@@ -304,6 +307,47 @@ pub struct SubscriptionSection {
     pub azure_devops: Option<AzureDevopsSection>,
     /// With `source = "schedule"`: the cron schedule.
     pub schedule: Option<ScheduleSection>,
+    /// With `source = "queue"`: the NATS JetStream stream and consumer.
+    pub queue: Option<QueueSection>,
+}
+
+/// `[subscriptions.queue]` (issue #11; docs/configuration.md "Queues").
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueSection {
+    /// The JetStream stream.
+    pub stream: String,
+    /// Subjects taken (the consumer's filter; with `create_stream`, the stream's subjects).
+    #[serde(default)]
+    pub subjects: Vec<String>,
+    /// Create the stream when it does not exist (default false).
+    #[serde(default)]
+    pub create_stream: bool,
+    /// Durable consumer name (default `tb-<id>`).
+    pub consumer: Option<String>,
+    /// Unacked messages outstanding (default 1000).
+    pub max_ack_pending: Option<i64>,
+    /// Messages per pull (default 64).
+    pub batch: Option<usize>,
+    /// Redelivery wait for an unacked message, ms (default 30000).
+    pub ack_wait_ms: Option<u64>,
+}
+
+impl QueueSection {
+    fn spec(&self) -> Result<tb_core::queue::QueueSpec, String> {
+        let d = tb_core::queue::QueueSpec::new(&self.stream);
+        let spec = tb_core::queue::QueueSpec {
+            subjects: self.subjects.clone(),
+            create_stream: self.create_stream,
+            consumer: self.consumer.clone(),
+            max_ack_pending: self.max_ack_pending.unwrap_or(d.max_ack_pending),
+            batch: self.batch.unwrap_or(d.batch),
+            ack_wait_ms: self.ack_wait_ms.unwrap_or(d.ack_wait_ms),
+            ..d
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
 }
 
 /// `[subscriptions.schedule]` (issue #11; docs/configuration.md "Schedules").
@@ -621,6 +665,7 @@ fn parse_source(s: &str) -> Option<Source> {
     match s {
         "webhook" => Some(Source::Webhook),
         "schedule" => Some(Source::Schedule),
+        "queue" => Some(Source::Queue),
         _ => None,
     }
 }
@@ -938,7 +983,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         }
         let Some(source) = parse_source(&s.source) else {
             errs.push(format!(
-                "{at}: source {:?} is not supported; use \"webhook\" or \"schedule\"",
+                "{at}: source {:?} is not supported; use \"webhook\", \"schedule\" or \"queue\"",
                 s.source
             ));
             continue;
@@ -975,10 +1020,44 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             subs.push(sub);
             continue;
         }
-        if s.schedule.is_some() {
-            errs.push(format!(
-                "{at}: [subscriptions.schedule] is only used with source = \"schedule\""
-            ));
+        if source == Source::Queue {
+            let Some(section) = &s.queue else {
+                errs.push(format!("{at}: source \"queue\" needs a [subscriptions.queue] table with stream = \"...\" (a NATS JetStream stream)"));
+                continue;
+            };
+            if !s.connector.is_empty()
+                || !s.secret.is_empty()
+                || s.hmac.is_some()
+                || s.azure_devops.is_some()
+                || s.schedule.is_some()
+            {
+                errs.push(format!("{at}: a queue takes no connector, secret, hmac, azure_devops or schedule; remove them"));
+            }
+            let spec = match section.spec() {
+                Ok(spec) => spec,
+                Err(e) => {
+                    errs.push(format!("{at}: [subscriptions.queue] {e}"));
+                    continue;
+                }
+            };
+            let retry = s.retry.policy();
+            if let Err(e) = retry.validate() {
+                errs.push(format!("{at}: retry: {e}"));
+            }
+            let mut sub = SubscriptionConfig::queue(&s.id, spec);
+            sub.retry = retry;
+            sub.failure_threshold = s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD);
+            if let Some(w) = s.dedup_window_s {
+                sub.dedup_window_s = w;
+            }
+            if let Some(m) = s.max_body_bytes {
+                sub.max_body_bytes = m;
+            }
+            subs.push(sub);
+            continue;
+        }
+        if s.schedule.is_some() || s.queue.is_some() {
+            errs.push(format!("{at}: [subscriptions.schedule] / [subscriptions.queue] are only used with source = \"schedule\" / \"queue\""));
         }
         if s.connector.is_empty() || s.secret.is_empty() {
             errs.push(format!("{at}: a webhook subscription needs connector = \"...\" (github, standard-webhooks, hmac, azure-devops) and secret = \"env:NAME\" or \"file:PATH\""));

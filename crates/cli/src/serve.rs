@@ -36,6 +36,10 @@ pub struct ServeArgs {
     /// [default: [server].database_url, else SQLite in the data dir]. Printed with the password masked.
     #[arg(long, env = "TRIGGER_BRIDGE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    /// NATS server with JetStream, nats://host[:port], for queue subscriptions [default:
+    /// [server].nats_url, else none: queue subscriptions report an error, the rest runs].
+    #[arg(long, env = "TRIGGER_BRIDGE_NATS_URL", hide_env_values = true)]
+    pub nats_url: Option<String>,
     /// What this process runs: api (ingest and API), worker (deliveries and timers; HTTP only
     /// /health, /ready, /metrics) or all.
     #[arg(long, value_enum, default_value_t = Role::All)]
@@ -110,6 +114,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         tracing::warn!("no API keys configured: the management API is open to anyone on this machine (set TRIGGER_BRIDGE_API_KEY)");
     }
     let writer_queue_capacity = server.writer_queue_capacity();
+    let nats_url = args.nats_url.clone().or(server.nats_url.clone());
     let data_dir = args
         .data_dir
         .or(server.data_dir.clone())
@@ -212,6 +217,34 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     let timers = role
         .runs_worker()
         .then(|| tokio::spawn(tb_engine::sessions::timers(engine.clone(), stop_rx.clone())));
+    // Queue subscriptions consume with the worker role, one durable consumer per subscription shared
+    // by every replica. The client reconnects on its own; until it is connected the consumers show
+    // degraded in /ready.
+    let queues = if role.runs_worker() {
+        let client = match &nats_url {
+            Some(url) => {
+                let c = async_nats::ConnectOptions::new()
+                    .retry_on_initial_connect()
+                    .name(format!("trigger-bridge {replica}"))
+                    .connect(url.as_str())
+                    .await
+                    .with_context(|| format!("--nats-url {url:?}"))?;
+                engine
+                    .queue_bus
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(url = %url, "NATS JetStream queue bus");
+                Some(c)
+            }
+            None => None,
+        };
+        Some(tokio::spawn(tb_engine::queue::run(
+            engine.clone(),
+            client,
+            stop_rx.clone(),
+        )))
+    } else {
+        None
+    };
     // Cron schedules fire with the worker role; every replica runs the loop, and the ticks' dedup
     // keys and the cursor's compare-and-set make each tick fire once (no leader).
     let scheduler = role
@@ -318,7 +351,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     if let Some(t) = timers {
         let _ = t.await;
     }
-    for t in [dups, sweeper, scheduler].into_iter().flatten() {
+    for t in [dups, sweeper, scheduler, queues].into_iter().flatten() {
         let _ = t.await;
     }
     let _ = sync.await;

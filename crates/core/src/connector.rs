@@ -73,6 +73,9 @@ pub enum ConnectorSpec {
     /// A cron schedule (issue #11): not a webhook connector; the scheduler produces its events
     /// (`schedule.tick`), and its ingest URL answers 404.
     Schedule(crate::schedule::ScheduleSpec),
+    /// A NATS JetStream queue (issue #11): not a webhook connector; the queue consumer produces its
+    /// events (`queue.message`), and its ingest URL answers 404.
+    Nats(crate::queue::QueueSpec),
 }
 
 impl ConnectorSpec {
@@ -85,6 +88,7 @@ impl ConnectorSpec {
             ConnectorSpec::Hmac { .. } => "hmac",
             ConnectorSpec::AzureDevops { .. } => "azure-devops",
             ConnectorSpec::Schedule(_) => "schedule",
+            ConnectorSpec::Nats(_) => "nats",
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod lease;
 pub mod normalized;
 pub mod outbox;
+pub mod queue;
 pub mod receipt;
 pub mod replay;
 pub mod retention;

@@ -213,6 +213,11 @@ pub enum SubscriptionInput {
         streak: FailureStreak,
         policy: FailurePolicy,
     },
+    /// The source itself stopped delivering (issue #11: a queue's server, stream or consumer is
+    /// gone and is being re-created).
+    SourceLost,
+    /// The source delivers again after [`SubscriptionInput::SourceLost`].
+    SourceRestored,
 }
 
 /// A state change to persist and announce.
@@ -256,6 +261,8 @@ pub fn continuous_failure(streak: &FailureStreak, policy: &FailurePolicy) -> boo
 /// * `active -> failed` when [`breaker_trips`]; `failed -> active` on a successful attempt.
 /// * `active|failed -> dead-lettered` when a delivery is exhausted under [`continuous_failure`]
 ///   (`retry-exhausted`); only an operator resume leaves `dead-lettered`.
+/// * `active -> failed` when its source is lost (`source-removed`); `failed -> active` when it is
+///   restored. A paused or dead-lettered subscription stays as it is.
 /// * A paused subscription ignores attempt outcomes. Refused requests (bad signature, stale timestamp,
 ///   malformed) are never inputs: they never change state.
 pub fn transition(state: SubscriptionState, input: SubscriptionInput) -> Option<Transition> {
@@ -277,6 +284,8 @@ pub fn transition(state: SubscriptionState, input: SubscriptionInput) -> Option<
             },
         ) if breaker_trips(&streak, threshold, &policy) => (S::Failed, None),
         (S::Failed, I::AttemptDelivered) => (S::Active, None),
+        (S::Active, I::SourceLost) => (S::Failed, Some(StateChangeReason::SourceRemoved)),
+        (S::Failed, I::SourceRestored) => (S::Active, None),
         (S::Active | S::Failed, I::DeliveryExhausted { streak, policy })
             if continuous_failure(&streak, &policy) =>
         {
@@ -332,6 +341,20 @@ mod tests {
 
     fn to(s: S, i: I) -> Option<S> {
         transition(s, i).map(|t| t.to)
+    }
+
+    #[test]
+    fn a_lost_source_fails_the_subscription_and_its_return_restores_it() {
+        assert_eq!(to(S::Active, I::SourceLost), Some(S::Failed));
+        assert_eq!(
+            transition(S::Active, I::SourceLost).unwrap().reason,
+            Some(StateChangeReason::SourceRemoved)
+        );
+        assert_eq!(to(S::Failed, I::SourceRestored), Some(S::Active));
+        assert_eq!(to(S::Failed, I::SourceLost), None);
+        assert_eq!(to(S::Paused, I::SourceLost), None);
+        assert_eq!(to(S::DeadLettered, I::SourceRestored), None);
+        assert_eq!(to(S::Active, I::SourceRestored), None);
     }
 
     #[test]

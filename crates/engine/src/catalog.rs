@@ -101,6 +101,18 @@ impl SubscriptionConfig {
         }
     }
 
+    /// A `queue` subscription (issue #11) on NATS JetStream: dedup on (`Nats-Msg-Id`, else stream +
+    /// sequence), messages up to [`tb_core::queue::DEFAULT_MAX_MESSAGE_BYTES`], the default retry and
+    /// failure policies.
+    pub fn queue(id: &str, spec: tb_core::queue::QueueSpec) -> SubscriptionConfig {
+        SubscriptionConfig {
+            source: Source::Queue,
+            verification: Verification::None,
+            max_body_bytes: tb_core::queue::DEFAULT_MAX_MESSAGE_BYTES,
+            ..SubscriptionConfig::webhook(id, ConnectorSpec::Nats(spec), &[])
+        }
+    }
+
     /// The secret-free definition persisted in the store.
     pub fn store_def(&self) -> SubscriptionDef {
         SubscriptionDef {

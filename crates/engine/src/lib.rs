@@ -12,6 +12,7 @@ pub mod effects;
 pub mod executor;
 pub mod handoff;
 pub mod ingest;
+pub mod queue;
 pub mod rate_limit;
 pub mod registration;
 pub mod replay;
@@ -79,6 +80,10 @@ pub struct Engine {
     /// Schedules with a due tick not fired within [`scheduler::LATE_AFTER_MS`], as of the scheduler's last pass
     /// ([`scheduler::run`]); `GET /ready` lists them.
     pub schedules_late: Arc<std::sync::Mutex<Vec<scheduler::Late>>>,
+    /// Queue subscriptions not consuming now, with why ([`queue::run`]); `GET /ready` lists them.
+    pub queues_degraded: queue::Degraded,
+    /// Set when a queue bus is wired (`serve --nats-url`): discovery advertises `queueBus`.
+    pub queue_bus: std::sync::atomic::AtomicBool,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -148,6 +153,8 @@ impl Engine {
             unsealable: Default::default(),
             handoff: Default::default(),
             schedules_late: Default::default(),
+            queues_degraded: Default::default(),
+            queue_bus: std::sync::atomic::AtomicBool::new(false),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

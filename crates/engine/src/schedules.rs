@@ -58,12 +58,14 @@ pub async fn create(
     tb_core::ids::validate_subscription_id(&id)
         .map_err(|m| TbError::new(ErrorCode::ValidationError, m))?;
     match engine.store.get_subscription(&id).await {
-        Ok(_) => return Err(TbError::new(
-            ErrorCode::Conflict,
-            format!(
+        Ok(_) => {
+            return Err(TbError::new(
+                ErrorCode::Conflict,
+                format!(
                 "a subscription {id:?} exists (ids are never reused, so history stays readable)"
             ),
-        )),
+            ))
+        }
         Err(tb_store::StoreError::NotFound { .. }) => {}
         Err(e) => return Err(store_err(e)),
     }

@@ -91,8 +91,8 @@ pub fn verify(
         ),
         // The webhook front end answers 404 for a schedule before it reads a body; this is the
         // backstop: a schedule takes no requests.
-        ConnectorSpec::Schedule(_) => Err(IngressError::SignatureInvalid(
-            "a schedule subscription takes no requests",
+        ConnectorSpec::Schedule(_) | ConnectorSpec::Nats(_) => Err(IngressError::SignatureInvalid(
+            "a schedule or queue subscription takes no requests",
         )),
     }
 }
@@ -106,5 +106,6 @@ pub fn normalized_fields(spec: &ConnectorSpec) -> &'static [&'static str] {
         ConnectorSpec::Hmac { .. } => hmac_generic::FIELDS,
         ConnectorSpec::AzureDevops { .. } => azure_devops::FIELDS,
         ConnectorSpec::Schedule(_) => tb_core::schedule::FIELDS,
+        ConnectorSpec::Nats(_) => tb_core::queue::FIELDS,
     }
 }

@@ -176,6 +176,21 @@ struct Filled {
 async fn fill(dir: &Path) -> Filled {
     let s = SqliteStore::open_dir(dir).expect("open sqlite");
     s.upsert_subscription(def("gh"), 1_000).await.unwrap();
+    // A schedule's cursor (issue #11), moved once so its version is 2.
+    let cursor = tb_core::schedule::plan::Cursor {
+        last_nominal_ms: 60_000,
+        missed_total: 3,
+        buffered_ms: Some(120_000),
+        last_receipt: Some("rcpt_tick".into()),
+    };
+    assert!(s
+        .put_schedule_cursor("nightly", cursor.clone(), None, 1_000)
+        .await
+        .unwrap());
+    assert!(s
+        .put_schedule_cursor("nightly", cursor, Some(1), 1_001)
+        .await
+        .unwrap());
     let mut first = None;
     for i in 0..ROUTED + UNMATCHED {
         let r = receipt(i, i < ROUTED);

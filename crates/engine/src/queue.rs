@@ -1,0 +1,412 @@
+//! The NATS JetStream queue source (issue #11): an edge module, not a pipeline. Each `queue`
+//! subscription consumes its stream through one durable pull consumer with explicit ack, shared by every
+//! replica (JetStream spreads the messages), and hands each message to [`accept`] as an [`Inbound`].
+//!
+//! **A message is acked only after its receipt is committed.** JetStream's ack is not our durability:
+//! a message whose commit failed is not acked (`Nak` with a delay: redelivered), and one whose ack was
+//! lost (or whose process died between commit and ack) is redelivered and answered `duplicate` by the
+//! receipt's unique dedup key (`Nats-Msg-Id`, else stream + sequence: `tb_core::queue::dedup_id`). So
+//! a message starts at most one run per binding however often it arrives.
+//!
+//! A message that cannot become an event (not JSON, too large) is recorded as a content-free
+//! `rejected` receipt and then terminated (`AckKind::Term`): visible, never redelivered for ever.
+//! Long handling sends in-progress acks every third of `ack_wait`.
+//!
+//! **Recovery.** A lost server, a deleted stream or consumer, or missed idle heartbeats end the pull;
+//! the consumer backs off (100 ms doubling to 30 s), re-creates what its config allows (the consumer
+//! always, the stream with `create_stream`), and resumes. Meanwhile the subscription is `failed`
+//! (`state.changed`, reason `source-removed`) and `GET /ready` lists it under `warnings.queues`; it goes
+//! back to `active` when the consumer is open again. One log line per change of health, never one per
+//! retry.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, AckKind};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use tb_core::connector::ConnectorSpec;
+use tb_core::dedup::dedup_key;
+use tb_core::normalized::NormalizedEvent;
+use tb_core::queue::{decode, dedup_id, QueueSpec, MESSAGE_ACTION, MESSAGE_EVENT};
+use tb_core::receipt::{ReceiptSource, ReceiptState};
+use tb_core::subscription::{SubscriptionInput, SubscriptionState};
+use tb_core::ErrorCode;
+
+use crate::accept::{accept, Dedup, Inbound, Routing};
+use crate::catalog::SubscriptionConfig;
+use crate::{clock, Engine};
+
+/// Why each queue subscription is not consuming right now (subscription id -> reason), for `GET
+/// /ready` (`warnings.queues`).
+pub type Degraded = Arc<Mutex<BTreeMap<String, String>>>;
+
+/// Longest back-off between attempts to reopen a consumer.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Idle heartbeat asked of the server on every pull; two missed ones end the pull.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+/// How often the supervisor looks for queue subscriptions added to or removed from the catalog.
+const SUPERVISE_EVERY: Duration = Duration::from_secs(1);
+
+fn set_degraded(engine: &Engine, id: &str, why: Option<String>) {
+    let mut m = engine
+        .queues_degraded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    match why {
+        Some(w) => {
+            m.insert(id.to_string(), w);
+        }
+        None => {
+            m.remove(id);
+        }
+    }
+    metrics::gauge!("tb_queues_degraded").set(m.len() as f64);
+}
+
+/// The queue subscriptions of the catalog with their specs.
+fn queue_subscriptions(engine: &Engine) -> Vec<(Arc<SubscriptionConfig>, QueueSpec)> {
+    engine
+        .catalog()
+        .subscriptions()
+        .filter_map(|s| match &s.connector {
+            ConnectorSpec::Nats(q) => Some((s.clone(), q.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The queue task: one consumer per queue subscription in the catalog (started and stopped as the
+/// catalog changes), until `stop` turns true. Without a client (`serve` without `--nats-url`) every
+/// queue subscription is listed as degraded with the fix, logged once, and the rest of the server
+/// runs as usual.
+pub async fn run(
+    engine: Arc<Engine>,
+    client: Option<async_nats::Client>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let js = client.map(jetstream::new);
+    let mut running: HashMap<String, (QueueSpec, tokio::task::JoinHandle<()>)> = HashMap::new();
+    loop {
+        let subs = queue_subscriptions(&engine);
+        let live: std::collections::HashSet<String> =
+            subs.iter().map(|(s, _)| s.id.clone()).collect();
+        running.retain(|id, (_, task)| {
+            let keep = live.contains(id) && !task.is_finished();
+            if !keep {
+                task.abort();
+                set_degraded(&engine, id, None);
+            }
+            keep
+        });
+        for (sub, spec) in subs {
+            let Some(js) = &js else {
+                let mut m = engine
+                    .queues_degraded
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if !m.contains_key(&sub.id) {
+                    tracing::error!(subscription = %sub.id, "queue subscription not consumed: no NATS connection (start serve with --nats-url nats://HOST:4222, or TRIGGER_BRIDGE_NATS_URL)");
+                    m.insert(
+                        sub.id.clone(),
+                        "no NATS connection: serve was started without --nats-url".into(),
+                    );
+                }
+                continue;
+            };
+            if running.get(&sub.id).is_some_and(|(s, _)| *s == spec) {
+                continue;
+            }
+            if let Some((_, old)) = running.remove(&sub.id) {
+                old.abort();
+            }
+            let task = tokio::spawn(consume(
+                engine.clone(),
+                js.clone(),
+                sub.clone(),
+                spec.clone(),
+                stop.clone(),
+            ));
+            running.insert(sub.id.clone(), (spec, task));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(SUPERVISE_EVERY) => {}
+            r = stop.changed() => if r.is_err() || *stop.borrow() { break; },
+        }
+    }
+    for (_, (_, task)) in running {
+        let _ = task.await;
+    }
+}
+
+/// Opens (creating where allowed) the stream and the durable consumer of `spec`.
+async fn open(
+    js: &jetstream::Context,
+    id: &str,
+    spec: &QueueSpec,
+) -> Result<jetstream::consumer::Consumer<pull::Config>, String> {
+    let stream = if spec.create_stream {
+        js.get_or_create_stream(jetstream::stream::Config {
+            name: spec.stream.clone(),
+            subjects: spec.subjects.clone(),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| format!("stream {}: {e}", spec.stream))?
+    } else {
+        js.get_stream(&spec.stream).await.map_err(|e| {
+            format!(
+                "stream {}: {e} (create it, or set create_stream = true)",
+                spec.stream
+            )
+        })?
+    };
+    let name = spec.consumer_name(id);
+    let config = pull::Config {
+        durable_name: Some(name.clone()),
+        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+        ack_wait: Duration::from_millis(spec.ack_wait_ms),
+        max_ack_pending: spec.max_ack_pending,
+        filter_subjects: spec.subjects.clone(),
+        ..Default::default()
+    };
+    stream
+        .get_or_create_consumer(&name, config)
+        .await
+        .map_err(|e| format!("consumer {name}: {e}"))
+}
+
+/// One subscription's consumer loop.
+async fn consume(
+    engine: Arc<Engine>,
+    js: jetstream::Context,
+    sub: Arc<SubscriptionConfig>,
+    spec: QueueSpec,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let id = sub.id.clone();
+    let mut backoff = Duration::from_millis(100);
+    // Whether this loop turned the subscription `failed` (so only it turns it back).
+    let mut lost = false;
+    let mut trouble: Option<String> = None;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        if engine.subscription_state(&id) == Some(SubscriptionState::Paused) {
+            // Paused: pull nothing; the messages wait in the stream.
+            tokio::select! {
+                _ = tokio::time::sleep(SUPERVISE_EVERY) => continue,
+                _ = stop.changed() => return,
+            }
+        }
+        let pulled = match open(&js, &id, &spec).await {
+            Ok(consumer) => consumer
+                .stream()
+                .max_messages_per_batch(spec.batch)
+                .heartbeat(HEARTBEAT)
+                .expires(HEARTBEAT * 6)
+                .messages()
+                .await
+                .map_err(|e| format!("pull: {e}")),
+            Err(e) => Err(e),
+        };
+        let mut messages = match pulled {
+            Ok(m) => m,
+            Err(why) => {
+                degrade(&engine, &id, &why, &mut lost, &mut trouble).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => return,
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        // Open again.
+        backoff = Duration::from_millis(100);
+        if trouble.take().is_some() {
+            tracing::info!(subscription = %id, stream = %spec.stream, "queue consumer open again");
+        }
+        set_degraded(&engine, &id, None);
+        if lost {
+            lost = false;
+            let _ = engine.operate(&id, SubscriptionInput::SourceRestored).await;
+        }
+        loop {
+            let next = tokio::select! {
+                m = messages.next() => m,
+                _ = stop.changed() => return,
+            };
+            match next {
+                Some(Ok(msg)) => {
+                    handle(&engine, &sub, &spec, msg).await;
+                    if engine.subscription_state(&id) == Some(SubscriptionState::Paused) {
+                        break;
+                    }
+                }
+                Some(Err(e)) => {
+                    degrade(
+                        &engine,
+                        &id,
+                        &format!("consuming: {e}"),
+                        &mut lost,
+                        &mut trouble,
+                    )
+                    .await;
+                    break;
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// Records trouble: logged once per change of reason, listed for `GET /ready`, and the subscription
+/// turned `failed` once.
+async fn degrade(
+    engine: &Engine,
+    id: &str,
+    why: &str,
+    lost: &mut bool,
+    trouble: &mut Option<String>,
+) {
+    if trouble.as_deref() != Some(why) {
+        tracing::warn!(subscription = %id, reason = %why, "queue consumer not consuming; retrying with back-off");
+        *trouble = Some(why.to_string());
+    }
+    set_degraded(engine, id, Some(why.to_string()));
+    if !*lost {
+        if let Ok(Some(_)) = engine.operate(id, SubscriptionInput::SourceLost).await {
+            *lost = true;
+        }
+    }
+}
+
+/// The value of header `name`, read case-insensitively.
+fn header<'a>(msg: &'a async_nats::Message, name: &str) -> Option<&'a str> {
+    let headers = msg.headers.as_ref()?;
+    headers
+        .iter()
+        .find(|(k, _)| AsRef::<str>::as_ref(*k).eq_ignore_ascii_case(name))
+        .and_then(|(_, v)| v.first())
+        .map(|v| v.as_str())
+}
+
+/// Handles one message: commit its receipt (or its rejection), then ack (or terminate, or ask for a
+/// later redelivery when the commit failed).
+async fn handle(
+    engine: &Engine,
+    sub: &SubscriptionConfig,
+    spec: &QueueSpec,
+    msg: jetstream::Message,
+) {
+    let (stream, seq) = match msg.info() {
+        Ok(i) => (i.stream.to_string(), i.stream_sequence),
+        Err(_) => (spec.stream.clone(), 0),
+    };
+    let provider_id = dedup_id(header(&msg, "Nats-Msg-Id"), &stream, seq);
+    let subject = msg.subject.to_string();
+    let now = clock::now_ms();
+    let mut event = NormalizedEvent {
+        event: MESSAGE_EVENT.into(),
+        action: Some(MESSAGE_ACTION.into()),
+        fields: Default::default(),
+    };
+    event
+        .fields
+        .insert("queue.subject".into(), subject.clone().into());
+    event
+        .fields
+        .insert("queue.stream".into(), stream.clone().into());
+    event.fields.insert("queue.sequence".into(), seq.into());
+    let decoded = decode(&msg.payload, sub.max_body_bytes);
+    if let Ok(Some(t)) = &decoded {
+        event.fields.insert("type".into(), t.clone().into());
+    }
+    let content_type: Option<String> =
+        header(&msg, "Content-Type").map(|c| c.chars().take(100).collect());
+    let base = |routing, body: Bytes, dedup| Inbound {
+        source: ReceiptSource::Queue,
+        subscription: sub.id.clone(),
+        counter: Some("nats"),
+        provider_event_id: Some(provider_id.clone()),
+        event_type: event.event_type(),
+        normalized: serde_json::to_value(&event).unwrap_or_default(),
+        body,
+        content_type: content_type.clone(),
+        received_at: now,
+        dedup,
+        rate_limit_per_min: None,
+        routing,
+        capability: None,
+        target_run: None,
+    };
+    match decoded {
+        Err(why) => {
+            metrics::counter!("tb_receipts_total", "connector" => "nats", "outcome" => "rejected")
+                .increment(1);
+            let inbound = base(
+                Routing::Refused {
+                    state: ReceiptState::Rejected,
+                    dead_letter: None,
+                },
+                Bytes::new(),
+                None,
+            );
+            match accept(engine, inbound).await {
+                Ok(_) => {
+                    tracing::info!(subscription = %sub.id, stream = %stream, sequence = seq, reason = ?why, "queue message rejected and terminated");
+                    let _ = msg.ack_with(AckKind::Term).await;
+                }
+                // Not recorded: leave it to be redelivered, so it is recorded before it is dropped.
+                Err(_) => {
+                    let _ = msg
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                        .await;
+                }
+            }
+        }
+        Ok(_) => {
+            let inbound = base(
+                Routing::Route(event.clone()),
+                msg.payload.clone(),
+                Some(Dedup {
+                    key: dedup_key(&sub.id, &provider_id),
+                    window_ms: sub.dedup_window_s.saturating_mul(1000) as i64,
+                    same_body: false,
+                }),
+            );
+            // In-progress acks while the commit runs, so JetStream does not redeliver meanwhile.
+            let every = Duration::from_millis(spec.ack_wait_ms / 3);
+            let commit = accept(engine, inbound);
+            tokio::pin!(commit);
+            let result = loop {
+                tokio::select! {
+                    r = &mut commit => break r,
+                    _ = tokio::time::sleep(every) => {
+                        let _ = msg.ack_with(AckKind::Progress).await;
+                    }
+                }
+            };
+            match result {
+                Ok(_) => {
+                    // A lost ack is redelivered and answered duplicate: the receipt is the record.
+                    let _ = msg.ack().await;
+                }
+                Err(e) if e.code == ErrorCode::SubscriptionNotActive => {
+                    let _ = msg
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                        .await;
+                }
+                Err(e) => {
+                    tracing::warn!(subscription = %sub.id, error = %e, "queue message not committed; redelivered later");
+                    let _ = msg
+                        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                        .await;
+                }
+            }
+        }
+    }
+}
