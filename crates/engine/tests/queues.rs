@@ -477,3 +477,86 @@ async fn a_deleted_consumer_is_recreated_while_the_bridge_runs() {
         .is_ok());
     b.stop.send(true).unwrap();
 }
+
+/// Two replicas on one PostgreSQL database share one durable consumer: every message is consumed by
+/// one of them, and a message both see (a redelivery) still starts one run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_replicas_on_postgresql_share_the_consumer_and_start_one_run_per_message() {
+    use tb_store::postgres::testing::TestDatabase;
+    use tb_store::postgres::{PgStore, PoolOptions};
+    let Some(nats) = Nats::start() else { return };
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let mut spec = QueueSpec::new("ORDERS");
+    spec.subjects = vec!["orders.>".into()];
+    spec.create_stream = true;
+    spec.ack_wait_ms = 2_000;
+    spec.batch = 8;
+    let catalog = || {
+        let binding = Binding {
+            id: "on-order".into(),
+            subscription: "orders".into(),
+            event_types: vec!["*".into()],
+            filter: Default::default(),
+            action: BindingAction::start_run("noop"),
+            inputs: Default::default(),
+        };
+        let wf = Workflow {
+            id: "noop".into(),
+            executor: Executor::Noop,
+        };
+        Catalog::new(
+            vec![SubscriptionConfig::queue("orders", spec.clone())],
+            vec![binding],
+            vec![wf],
+        )
+    };
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let mut engines = Vec::new();
+    for _ in 0..2 {
+        let opts = PoolOptions {
+            connections: 2,
+            ..Default::default()
+        };
+        let store: Arc<dyn Store> = Arc::new(PgStore::connect(db.url(), opts).await.unwrap());
+        let engine = Engine::start(store, catalog()).await.unwrap();
+        let client = async_nats::connect(nats.url()).await.unwrap();
+        tokio::spawn(worker::run(
+            engine.clone(),
+            WorkerConfig::default(),
+            rx.clone(),
+        ));
+        tokio::spawn(queue::run(engine.clone(), Some(client), rx.clone()));
+        engines.push(engine);
+    }
+    let js = js(&nats).await;
+    assert!(
+        until(Duration::from_secs(10), || async {
+            js.get_stream("ORDERS").await.is_ok()
+        })
+        .await
+    );
+    for i in 0..300u32 {
+        // Every third message is published twice under the same id, the second spelled so that
+        // JetStream keeps it: the two copies may go to different replicas.
+        let id = format!("m-{i}");
+        publish(&js, "orders.x", Some(("Nats-Msg-Id", &id)), b"{}").await;
+        if i % 3 == 0 {
+            publish(&js, "orders.x", Some(("NATS-MSG-ID", &id)), b"{}").await;
+        }
+    }
+    let store = engines[0].store.clone();
+    assert!(
+        until(Duration::from_secs(60), || async {
+            runs(store.as_ref()).await >= 300
+        })
+        .await,
+        "got {} runs",
+        runs(store.as_ref()).await
+    );
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(runs(store.as_ref()).await, 300);
+    assert_eq!(receipts(store.as_ref()).await.len(), 300);
+    stop.send(true).unwrap();
+}
