@@ -65,6 +65,12 @@ echo "== drain" >&2
 "$B" bench drain --config bench/bench.toml --count "${DRAIN_COUNT:-100000}" --data-dir "$DATA-drain" >"$out/s5_drain.out" 2>"$out/s5_drain.err"
 echo "== $(tail -n1 "$out/s5_drain.out")" >&2
 
+echo "== sources: schedules and a JetStream queue (issue #11)" >&2
+"$B" bench schedules --count "${SCHEDULES:-10000}" --minutes 3 --data-dir "$DATA-sources" >"$out/s6_schedules.out" 2>"$out/s6_schedules.err" || echo "(bench schedules failed: see $out/s6_schedules.err)" >"$out/s6_schedules.out"
+echo "== $(tail -n1 "$out/s6_schedules.out")" >&2
+"$B" bench queue --messages "${QUEUE_MESSAGES:-20000}" --data-dir "$DATA-sources" >"$out/s7_queue.out" 2>"$out/s7_queue.err" || echo "(bench queue failed, is NATS with JetStream on 127.0.0.1:4222? see $out/s7_queue.err)" >"$out/s7_queue.out"
+echo "== $(tail -n1 "$out/s7_queue.out")" >&2
+
 echo "== backends: SQLite, PostgreSQL x1, PostgreSQL x3 (bench/backends.sh)" >&2
 if command -v psql >/dev/null && command -v pgbench >/dev/null; then
   DURATION=$DURATION CONN=$CONN B=$B bench/backends.sh >"$out/backends.md" 2>"$out/backends.err" || echo "(bench/backends.sh failed: see $out/backends.err)" >"$out/backends.md"
@@ -96,6 +102,8 @@ cpu_per() { # µs of server CPU per answered request
   echo "| 4. outbound http executor, receiver always 200 | \`bench outbound --subscription outbound\` | $(tail -n1 "$out/s4_outbound.out") | |"
   echo "| 4. outbound, receiver fails 50 % | \`bench outbound --subscription outbound --fail-rate 0.5\` | $(tail -n1 "$out/s4_outbound_fail50.out") | |"
   echo "| 5. drain ${DRAIN_COUNT:-100000} pending noop deliveries | \`bench drain --count ${DRAIN_COUNT:-100000}\` | $(tail -n1 "$out/s5_drain.out") | |"
+  echo "| 6. ${SCHEDULES:-10000} schedules firing every minute (in process, simulated clock) | \`bench schedules --count ${SCHEDULES:-10000}\` | $(tail -n1 "$out/s6_schedules.out") | |"
+  echo "| 7. JetStream messages to noop runs (in process) | \`bench queue --messages ${QUEUE_MESSAGES:-20000}\` | $(tail -n1 "$out/s7_queue.out") | |"
   echo
   echo "Ratios: pure receipt ingest = $(awk -v a="$peak" -v b="$baseline" 'BEGIN{printf "%.0f", 100*a/b}') % of the storage baseline; duplicates answered at $(awk -v a="$(rate s3_dup100)" -v b="$peak" 'BEGIN{printf "%.1f", a/b}') x the rate of new receipts."
   echo

@@ -234,32 +234,30 @@ async fn consume(
             lost = false;
             let _ = engine.operate(&id, SubscriptionInput::SourceRestored).await;
         }
+        // Messages of a pull are handled concurrently (at most `batch` at once), so their commits
+        // share the store's group commit or batches; each is acked after its own commit.
+        let cap = spec.batch.max(1);
+        let mut inflight = futures_util::stream::FuturesUnordered::new();
         loop {
-            let next = tokio::select! {
-                m = messages.next() => m,
-                _ = stop.changed() => return,
-            };
-            match next {
-                Some(Ok(msg)) => {
-                    handle(&engine, &sub, &spec, msg).await;
-                    if engine.subscription_state(&id) == Some(SubscriptionState::Paused) {
+            tokio::select! {
+                Some(()) = inflight.next(), if !inflight.is_empty() => {}
+                next = messages.next(), if inflight.len() < cap => match next {
+                    Some(Ok(msg)) => inflight.push(handle(&engine, &sub, &spec, msg)),
+                    Some(Err(e)) => {
+                        degrade(&engine, &id, &format!("consuming: {e}"), &mut lost, &mut trouble).await;
                         break;
                     }
-                }
-                Some(Err(e)) => {
-                    degrade(
-                        &engine,
-                        &id,
-                        &format!("consuming: {e}"),
-                        &mut lost,
-                        &mut trouble,
-                    )
-                    .await;
-                    break;
-                }
-                None => break,
+                    None => break,
+                },
+                _ = stop.changed() => return,
+            }
+            if inflight.is_empty()
+                && engine.subscription_state(&id) == Some(SubscriptionState::Paused)
+            {
+                break;
             }
         }
+        while inflight.next().await.is_some() {}
     }
 }
 

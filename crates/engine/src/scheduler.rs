@@ -132,17 +132,29 @@ impl Scheduler {
     /// time over all schedules. Errors: none; a schedule whose store calls fail is counted in
     /// `failed` and retried next pass.
     pub async fn pass(&mut self, engine: &Engine, now_ms: i64) -> (PassReport, Option<i64>) {
+        use futures_util::StreamExt;
         let mut report = PassReport::default();
         let mut late = Vec::new();
-        for (id, schedule, window_s) in self.schedules(engine) {
-            if let Some(Some(next)) = self.next_fire.get(&id) {
-                if *next > now_ms {
-                    continue;
-                }
-            } else if let Some(None) = self.next_fire.get(&id) {
-                continue; // past its end
-            }
-            match one(engine, &id, &schedule, window_s, now_ms, &mut report).await {
+        let due: Vec<_> = self
+            .schedules(engine)
+            .into_iter()
+            .filter(|(id, _, _)| match self.next_fire.get(id) {
+                Some(Some(next)) => *next <= now_ms,
+                Some(None) => false, // past its end
+                None => true,
+            })
+            .collect();
+        // Due schedules are handled concurrently (bounded), so their commits share the store's
+        // group commit (SQLite) or batches (PostgreSQL); each schedule's own ticks stay in order.
+        let mut results = futures_util::stream::iter(due.into_iter().map(|(id, schedule, window_s)| async move {
+            let mut part = PassReport::default();
+            let r = one(engine, &id, &schedule, window_s, now_ms, &mut part).await;
+            (id, schedule, part, r)
+        }))
+        .buffer_unordered(PASS_CONCURRENCY);
+        while let Some((id, schedule, part, r)) = results.next().await {
+            report.merge(part);
+            match r {
                 Ok((next, cursor)) => {
                     self.next_fire.insert(id.clone(), next);
                     let lag = lag_ms(&schedule, &id, &cursor, now_ms);
@@ -169,6 +181,7 @@ impl Scheduler {
                 }
             }
         }
+        late.sort_by(|a, b| a.subscription.cmp(&b.subscription));
         metrics::gauge!("tb_schedules_late").set(late.len() as f64);
         metrics::gauge!("tb_schedule_lag_seconds")
             .set(late.iter().map(|l| l.lag_ms).max().unwrap_or(0) as f64 / 1000.0);
@@ -186,6 +199,22 @@ impl Scheduler {
         }
         let next = self.next_fire.values().flatten().min().copied();
         (report, next)
+    }
+}
+
+/// Due schedules handled at once in a pass.
+pub const PASS_CONCURRENCY: usize = 64;
+
+impl PassReport {
+    fn merge(&mut self, o: PassReport) {
+        self.fired += o.fired;
+        self.duplicates += o.duplicates;
+        self.missed += o.missed;
+        self.paused += o.paused;
+        self.overlap_skipped += o.overlap_skipped;
+        self.lost_races += o.lost_races;
+        self.failed += o.failed;
+        self.receipts.extend(o.receipts);
     }
 }
 

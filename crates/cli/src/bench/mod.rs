@@ -7,6 +7,7 @@ mod drain;
 mod load;
 mod outbound;
 mod report;
+mod sources;
 mod storage;
 
 use std::path::PathBuf;
@@ -139,6 +140,32 @@ pub enum BenchCmd {
         #[arg(long, env = "STANDARD_WEBHOOK_SECRET", hide_env_values = true)]
         secret: String,
     },
+    /// Schedules: N schedules firing every minute, one scheduler pass per simulated minute (in
+    /// process, scratch SQLite store): ticks/s, how late the last tick fires, CPU per tick
+    Schedules {
+        /// Schedules
+        #[arg(long, default_value_t = 10_000)]
+        count: usize,
+        /// Simulated minutes
+        #[arg(long, default_value_t = 3)]
+        minutes: usize,
+        /// Directory for the scratch store; removed afterwards
+        #[arg(long, default_value = "./data")]
+        data_dir: PathBuf,
+    },
+    /// Queue: M messages published to a fresh JetStream stream, then consumed (in process, scratch
+    /// SQLite store): messages/s to receipts and to runs, CPU per message
+    Queue {
+        /// Messages
+        #[arg(long, default_value_t = 10_000)]
+        messages: usize,
+        /// NATS server with JetStream
+        #[arg(long, default_value = "nats://127.0.0.1:4222", env = "TRIGGER_BRIDGE_NATS_URL")]
+        nats_url: String,
+        /// Directory for the scratch store; removed afterwards
+        #[arg(long, default_value = "./data")]
+        data_dir: PathBuf,
+    },
 }
 
 /// Runs a bench command.
@@ -175,6 +202,16 @@ pub async fn run(cmd: BenchCmd) -> Result<()> {
             receiver_port,
             fail_rate,
         } => outbound::run(&load, receiver_port, fail_rate).await,
+        BenchCmd::Schedules {
+            count,
+            minutes,
+            data_dir,
+        } => sources::schedules(count, minutes.max(1), &data_dir).await,
+        BenchCmd::Queue {
+            messages,
+            nats_url,
+            data_dir,
+        } => sources::queue(messages.max(1), &nats_url, &data_dir).await,
         BenchCmd::Drain {
             config,
             count,
