@@ -80,7 +80,10 @@ async fn discovery_is_valid_cached_and_honest() {
         d["triggerBridge"]["sources"],
         json!(["webhook", "schedule"])
     );
-    assert!(d.get("queueBus").is_none(), "no queue bus is wired yet");
+    assert!(
+        d.get("queueBus").is_none(),
+        "no queue bus is wired (serve without --nats-url)"
+    );
     // The openwop-trigger-bridge profile is derived from the live document with the suite's predicate.
     assert!(
         is_trigger_bridge(&d),
@@ -1409,5 +1412,31 @@ async fn best_effort_webhooks_attempt_once_and_the_breaker_opens_after_four_fail
             .filter(|d| d.last_error.as_deref() == Some("breaker_open"))
             .count(),
         1
+    );
+}
+
+/// With a queue bus wired (`serve --nats-url`), discovery advertises it and the `queue` source.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wired_queue_bus_is_advertised() {
+    let s = start(None, fast_retry(2), 0).await;
+    s.engine
+        .queue_bus
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let d: Value = s
+        .http
+        .get(format!("{}/.well-known/openwop", s.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        d["queueBus"],
+        json!({"supported": true, "backends": ["nats"], "deadLetterSupported": true})
+    );
+    assert_eq!(
+        d["triggerBridge"]["sources"],
+        json!(["webhook", "schedule", "queue"])
     );
 }

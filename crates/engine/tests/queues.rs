@@ -560,3 +560,64 @@ async fn two_replicas_on_postgresql_share_the_consumer_and_start_one_run_per_mes
     assert_eq!(receipts(store.as_ref()).await.len(), 300);
     stop.send(true).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_stream_is_recreated_when_the_config_allows_it() {
+    let Some(nats) = Nats::start() else { return };
+    let b = bridge(&nats, |_| {}).await;
+    let js = js(&nats).await;
+    assert!(until(Duration::from_secs(10), || async { js.get_stream("ORDERS").await.is_ok() }).await);
+    publish(&js, "orders.y", Some(("Nats-Msg-Id", "y-1")), b"{}").await;
+    let store = b.engine.store.clone();
+    assert!(until(Duration::from_secs(20), || async { runs(store.as_ref()).await == 1 }).await);
+    js.delete_stream("ORDERS").await.unwrap();
+    // The consumer notices (its pull ends), re-creates the stream and its consumer.
+    assert!(
+        until(Duration::from_secs(30), || async {
+            match js.get_stream("ORDERS").await {
+                Ok(s) => s.get_consumer::<jetstream::consumer::pull::Config>("tb-orders").await.is_ok(),
+                Err(_) => false,
+            }
+        })
+        .await,
+        "the stream and consumer were not re-created"
+    );
+    for i in 2..=5 {
+        publish(&js, "orders.y", Some(("Nats-Msg-Id", &format!("y-{i}"))), b"{}").await;
+    }
+    assert!(
+        until(Duration::from_secs(30), || async { runs(store.as_ref()).await == 5 }).await,
+        "got {} runs",
+        runs(store.as_ref()).await
+    );
+    b.stop.send(true).unwrap();
+}
+
+/// Without NATS (`serve` without `--nats-url`) a queue subscription says what to do, and nothing else
+/// is affected.
+#[tokio::test]
+async fn without_nats_a_queue_subscription_reports_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let sub = SubscriptionConfig::queue("orders", QueueSpec::new("ORDERS"));
+    let engine = Engine::start(store, Catalog::new(vec![sub], vec![], vec![]))
+        .await
+        .unwrap();
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(queue::run(engine.clone(), None, rx));
+    assert!(
+        until(Duration::from_secs(5), || async {
+            engine.queues_degraded.lock().unwrap().contains_key("orders")
+        })
+        .await
+    );
+    let why = engine.queues_degraded.lock().unwrap()["orders"].clone();
+    assert!(why.contains("--nats-url"), "{why}");
+    assert_eq!(
+        engine.subscription_state("orders"),
+        Some(SubscriptionState::Active),
+        "no source was ever lost: the state is untouched"
+    );
+    stop.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
+}
