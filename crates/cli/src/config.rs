@@ -997,8 +997,9 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 || !s.secret.is_empty()
                 || s.hmac.is_some()
                 || s.azure_devops.is_some()
+                || s.queue.is_some()
             {
-                errs.push(format!("{at}: a schedule takes no connector, secret, hmac or azure_devops; remove them"));
+                errs.push(format!("{at}: a schedule takes no connector, secret, hmac, azure_devops or queue; remove them"));
             }
             let spec = match section.spec() {
                 Ok(spec) => spec,
@@ -1048,6 +1049,9 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             sub.retry = retry;
             sub.failure_threshold = s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD);
             if let Some(w) = s.dedup_window_s {
+                if w == 0 {
+                    errs.push(format!("{at}: dedup_window_s must be at least 1 for a queue: redeliveries are recognized by it"));
+                }
                 sub.dedup_window_s = w;
             }
             if let Some(m) = s.max_body_bytes {

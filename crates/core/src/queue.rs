@@ -140,9 +140,15 @@ impl QueueSpec {
 }
 
 /// The provider event id a message's dedup key is derived from: `msg-id:<Nats-Msg-Id>` when the
-/// header is present and non-empty (at most 256 bytes are used), else `seq:<stream>:<sequence>`.
-pub fn dedup_id(msg_id: Option<&str>, stream: &str, sequence: u64) -> String {
-    match msg_id.map(str::trim).filter(|m| !m.is_empty()) {
+/// header is present and non-empty (control characters dropped, at most 256 bytes used), else
+/// `seq:<stream>@<stream created, Unix ms>:<sequence>`: a stream deleted and created again restarts
+/// its sequences at 1, and its new messages must not be taken for the old ones.
+pub fn dedup_id(msg_id: Option<&str>, stream: &str, created_ms: i64, sequence: u64) -> String {
+    let clean: Option<String> = msg_id
+        .map(|m| m.chars().filter(|c| !c.is_control()).collect::<String>())
+        .map(|m| m.trim().to_string())
+        .filter(|m| !m.is_empty());
+    match clean {
         Some(m) => {
             let cut = m
                 .char_indices()
@@ -151,9 +157,19 @@ pub fn dedup_id(msg_id: Option<&str>, stream: &str, sequence: u64) -> String {
                 .map_or(0, |(i, c)| i + c.len_utf8());
             format!("msg-id:{}", &m[..cut])
         }
-        None => format!("seq:{stream}:{sequence}"),
+        None => format!("seq:{stream}@{created_ms}:{sequence}"),
     }
 }
+
+/// A header value fit to store and show: control characters dropped (PostgreSQL text refuses NUL),
+/// at most `max` characters.
+pub fn clean_header(v: &str, max: usize) -> String {
+    v.chars().filter(|c| !c.is_control()).take(max).collect()
+}
+
+/// Deliveries of one message after which a commit that keeps failing for a reason other than an
+/// unavailable store is given up: the message is kept as a `rejected` receipt and terminated.
+pub const MAX_COMMIT_TRIES: i64 = 10;
 
 /// Why a message cannot become an event; it is recorded as a `rejected` receipt and terminated
 /// (`AckKind::Term`), never redelivered.
@@ -184,11 +200,21 @@ mod tests {
 
     #[test]
     fn dedup_prefers_the_publishers_id_and_falls_back_to_the_sequence() {
-        assert_eq!(dedup_id(Some("order-7"), "ORDERS", 9), "msg-id:order-7");
-        assert_eq!(dedup_id(Some("  "), "ORDERS", 9), "seq:ORDERS:9");
-        assert_eq!(dedup_id(None, "ORDERS", 9), "seq:ORDERS:9");
+        assert_eq!(dedup_id(Some("order-7"), "ORDERS", 5, 9), "msg-id:order-7");
+        assert_eq!(
+            dedup_id(Some("or\0der-7"), "ORDERS", 5, 9),
+            "msg-id:order-7"
+        );
+        assert_eq!(dedup_id(Some("  "), "ORDERS", 5, 9), "seq:ORDERS@5:9");
+        assert_eq!(dedup_id(None, "ORDERS", 5, 9), "seq:ORDERS@5:9");
+        assert_ne!(
+            dedup_id(None, "ORDERS", 5, 9),
+            dedup_id(None, "ORDERS", 6, 9),
+            "a re-created stream's sequence 9 is another message"
+        );
+        assert_eq!(clean_header("text/\0plain\r\n", 100), "text/plain");
         let long = "é".repeat(300);
-        let id = dedup_id(Some(&long), "S", 1);
+        let id = dedup_id(Some(&long), "S", 1, 1);
         assert!(id.len() <= "msg-id:".len() + 258, "{}", id.len());
     }
 

@@ -29,7 +29,9 @@ use futures_util::StreamExt;
 use tb_core::connector::ConnectorSpec;
 use tb_core::dedup::dedup_key;
 use tb_core::normalized::NormalizedEvent;
-use tb_core::queue::{decode, dedup_id, QueueSpec, MESSAGE_ACTION, MESSAGE_EVENT};
+use tb_core::queue::{
+    clean_header, decode, dedup_id, QueueSpec, MAX_COMMIT_TRIES, MESSAGE_ACTION, MESSAGE_EVENT,
+};
 use tb_core::receipt::{ReceiptSource, ReceiptState};
 use tb_core::subscription::{SubscriptionInput, SubscriptionState};
 use tb_core::ErrorCode;
@@ -140,16 +142,28 @@ pub async fn run(
     }
 }
 
-/// Opens (creating where allowed) the stream and the durable consumer of `spec`.
+/// An open consumer: the consumer and its stream's creation time (Unix ms, part of the fallback
+/// dedup id).
+struct Opened {
+    consumer: jetstream::consumer::Consumer<pull::Config>,
+    stream_created_ms: i64,
+}
+
+/// Opens (creating where allowed) the stream and the durable consumer of `spec`. A stream this
+/// creates has work-queue retention (a message is removed once acked), so a consumer re-created
+/// later does not replay what was consumed. A consumer this creates after `resume_from` is set
+/// starts there (a deleted consumer on a stream that keeps acked messages does not replay them).
 async fn open(
     js: &jetstream::Context,
     id: &str,
     spec: &QueueSpec,
-) -> Result<jetstream::consumer::Consumer<pull::Config>, String> {
-    let stream = if spec.create_stream {
+    resume_from: Option<(i64, u64)>,
+) -> Result<Opened, String> {
+    let mut stream = if spec.create_stream {
         js.get_or_create_stream(jetstream::stream::Config {
             name: spec.stream.clone(),
             subjects: spec.subjects.clone(),
+            retention: jetstream::stream::RetentionPolicy::WorkQueue,
             ..Default::default()
         })
         .await
@@ -162,8 +176,18 @@ async fn open(
             )
         })?
     };
+    let (stream_created_ms, keeps_acked) = stream
+        .info()
+        .await
+        .map(|i| {
+            (
+                (i.created.unix_timestamp_nanos() / 1_000_000) as i64,
+                i.config.retention != jetstream::stream::RetentionPolicy::WorkQueue,
+            )
+        })
+        .unwrap_or((0, true));
     let name = spec.consumer_name(id);
-    let config = pull::Config {
+    let mut config = pull::Config {
         durable_name: Some(name.clone()),
         ack_policy: jetstream::consumer::AckPolicy::Explicit,
         ack_wait: Duration::from_millis(spec.ack_wait_ms),
@@ -171,10 +195,30 @@ async fn open(
         filter_subjects: spec.subjects.clone(),
         ..Default::default()
     };
-    stream
+    // `resume_from` holds for the stream it was counted on only (a re-created stream starts at 1).
+    if let Some((created, start_sequence)) = resume_from {
+        if keeps_acked && created == stream_created_ms {
+            config.deliver_policy =
+                jetstream::consumer::DeliverPolicy::ByStartSequence { start_sequence };
+        }
+    }
+    let mut consumer = stream
         .get_or_create_consumer(&name, config)
         .await
-        .map_err(|e| format!("consumer {name}: {e}"))
+        .map_err(|e| format!("consumer {name}: {e}"))?;
+    // An existing durable consumer keeps its own settings: say so when they differ from ours.
+    if let Ok(info) = consumer.info().await {
+        let c = &info.config;
+        if c.ack_wait != Duration::from_millis(spec.ack_wait_ms)
+            || c.max_ack_pending != spec.max_ack_pending
+        {
+            tracing::warn!(subscription = %id, consumer = %name, "the existing durable consumer has another ack_wait or max_ack_pending than the config; it keeps its own (delete it to apply the config)");
+        }
+    }
+    Ok(Opened {
+        consumer,
+        stream_created_ms,
+    })
 }
 
 /// One subscription's consumer loop.
@@ -190,6 +234,11 @@ async fn consume(
     // Whether this loop turned the subscription `failed` (so only it turns it back).
     let mut lost = false;
     let mut trouble: Option<String> = None;
+    // Stream sequences handled by this loop: a consumer it has to re-create starts after what was
+    // committed (and at the first message whose commit failed).
+    let (mut max_committed, mut min_failed, mut resume_from) =
+        (0u64, None::<u64>, None::<(i64, u64)>);
+    let mut counted_on: i64 = 0;
     loop {
         if *stop.borrow() {
             return;
@@ -201,18 +250,20 @@ async fn consume(
                 _ = stop.changed() => return,
             }
         }
-        let pulled = match open(&js, &id, &spec).await {
-            Ok(consumer) => consumer
+        let pulled = match open(&js, &id, &spec, resume_from).await {
+            Ok(o) => o
+                .consumer
                 .stream()
                 .max_messages_per_batch(spec.batch)
                 .heartbeat(HEARTBEAT)
                 .expires(HEARTBEAT * 6)
                 .messages()
                 .await
+                .map(|m| (m, o.stream_created_ms))
                 .map_err(|e| format!("pull: {e}")),
             Err(e) => Err(e),
         };
-        let mut messages = match pulled {
+        let (mut messages, created_ms) = match pulled {
             Ok(m) => m,
             Err(why) => {
                 degrade(&engine, &id, &why, &mut lost, &mut trouble).await;
@@ -224,27 +275,46 @@ async fn consume(
                 continue;
             }
         };
-        // Open again.
-        backoff = Duration::from_millis(100);
-        if trouble.take().is_some() {
-            tracing::info!(subscription = %id, stream = %spec.stream, "queue consumer open again");
+        if created_ms != counted_on {
+            // Another stream (created anew): its sequences start over.
+            (max_committed, min_failed, resume_from, counted_on) = (0, None, None, created_ms);
         }
-        set_degraded(&engine, &id, None);
-        if lost {
-            lost = false;
-            let _ = engine.operate(&id, SubscriptionInput::SourceRestored).await;
-        }
+        // Healthy once a message arrived or the pull ran a heartbeat interval without error; only
+        // then is the back-off reset and the subscription restored (an open that fails at once must
+        // not flap the state).
+        let mut healthy = false;
+        let settle = tokio::time::sleep(HEARTBEAT);
+        tokio::pin!(settle);
         // Messages of a pull are handled concurrently (at most `batch` at once), so their commits
         // share the store's group commit or batches; each is acked after its own commit.
         let cap = spec.batch.max(1);
         let mut inflight = futures_util::stream::FuturesUnordered::new();
+        let mut failed = false;
         loop {
             tokio::select! {
-                Some(()) = inflight.next(), if !inflight.is_empty() => {}
+                Some(done) = inflight.next(), if !inflight.is_empty() => {
+                    let Handled { seq, committed } = done;
+                    if committed {
+                        max_committed = max_committed.max(seq);
+                    } else {
+                        min_failed = Some(min_failed.map_or(seq, |m: u64| m.min(seq)));
+                    }
+                }
+                _ = &mut settle, if !healthy => {
+                    healthy = true;
+                    recovered(&engine, &id, &spec, &mut lost, &mut trouble, &mut backoff).await;
+                }
                 next = messages.next(), if inflight.len() < cap => match next {
-                    Some(Ok(msg)) => inflight.push(handle(&engine, &sub, &spec, msg)),
+                    Some(Ok(msg)) => {
+                        if !healthy {
+                            healthy = true;
+                            recovered(&engine, &id, &spec, &mut lost, &mut trouble, &mut backoff).await;
+                        }
+                        inflight.push(handle(&engine, &sub, &spec, created_ms, msg));
+                    }
                     Some(Err(e)) => {
                         degrade(&engine, &id, &format!("consuming: {e}"), &mut lost, &mut trouble).await;
+                        failed = true;
                         break;
                     }
                     None => break,
@@ -257,7 +327,47 @@ async fn consume(
                 break;
             }
         }
-        while inflight.next().await.is_some() {}
+        while let Some(Handled { seq, committed }) = inflight.next().await {
+            if committed {
+                max_committed = max_committed.max(seq);
+            } else {
+                min_failed = Some(min_failed.map_or(seq, |m: u64| m.min(seq)));
+            }
+        }
+        if max_committed > 0 {
+            let from = min_failed
+                .unwrap_or(max_committed + 1)
+                .min(max_committed + 1);
+            resume_from = Some((counted_on, from));
+        }
+        if failed {
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.changed() => return,
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+}
+
+/// The consumer is open and healthy again: one log line, the back-off reset, `GET /ready` cleared,
+/// and the subscription back to `active` if this loop had turned it `failed`.
+async fn recovered(
+    engine: &Engine,
+    id: &str,
+    spec: &QueueSpec,
+    lost: &mut bool,
+    trouble: &mut Option<String>,
+    backoff: &mut Duration,
+) {
+    *backoff = Duration::from_millis(100);
+    if trouble.take().is_some() {
+        tracing::info!(subscription = %id, stream = %spec.stream, "queue consumer open again");
+    }
+    set_degraded(engine, id, None);
+    if *lost {
+        *lost = false;
+        let _ = engine.operate(id, SubscriptionInput::SourceRestored).await;
     }
 }
 
@@ -292,40 +402,53 @@ fn header<'a>(msg: &'a async_nats::Message, name: &str) -> Option<&'a str> {
         .map(|v| v.as_str())
 }
 
+/// What became of one message: its stream sequence and whether its receipt is committed.
+struct Handled {
+    seq: u64,
+    committed: bool,
+}
+
 /// Handles one message: commit its receipt (or its rejection), then ack (or terminate, or ask for a
-/// later redelivery when the commit failed).
+/// later redelivery when the commit failed). A commit that failed [`MAX_COMMIT_TRIES`] deliveries in
+/// a row for a reason other than an unavailable store is given up: kept as a `rejected` receipt,
+/// terminated.
 async fn handle(
     engine: &Engine,
     sub: &SubscriptionConfig,
     spec: &QueueSpec,
+    stream_created_ms: i64,
     msg: jetstream::Message,
-) {
-    let (stream, seq) = match msg.info() {
-        Ok(i) => (i.stream.to_string(), i.stream_sequence),
-        Err(_) => (spec.stream.clone(), 0),
+) -> Handled {
+    let (stream, seq, delivered) = match msg.info() {
+        Ok(i) => (i.stream.to_string(), i.stream_sequence, i.delivered),
+        Err(_) => (spec.stream.clone(), 0, 1),
     };
-    let provider_id = dedup_id(header(&msg, "Nats-Msg-Id"), &stream, seq);
-    let subject = msg.subject.to_string();
+    let provider_id = dedup_id(header(&msg, "Nats-Msg-Id"), &stream, stream_created_ms, seq);
+    let subject = clean_header(msg.subject.as_str(), 256);
     let now = clock::now_ms();
     let mut event = NormalizedEvent {
         event: MESSAGE_EVENT.into(),
         action: Some(MESSAGE_ACTION.into()),
         fields: Default::default(),
     };
-    event
-        .fields
-        .insert("queue.subject".into(), subject.clone().into());
+    event.fields.insert("queue.subject".into(), subject.into());
     event
         .fields
         .insert("queue.stream".into(), stream.clone().into());
     event.fields.insert("queue.sequence".into(), seq.into());
     let decoded = decode(&msg.payload, sub.max_body_bytes);
     if let Ok(Some(t)) = &decoded {
-        event.fields.insert("type".into(), t.clone().into());
+        event
+            .fields
+            .insert("type".into(), clean_header(t, 128).into());
     }
-    let content_type: Option<String> =
-        header(&msg, "Content-Type").map(|c| c.chars().take(100).collect());
-    let base = |routing, body: Bytes, dedup| Inbound {
+    let content_type: Option<String> = header(&msg, "Content-Type").map(|c| clean_header(c, 100));
+    let dedup = Dedup {
+        key: dedup_key(&sub.id, &provider_id),
+        window_ms: sub.dedup_window_s.min(i64::MAX as u64 / 1000) as i64 * 1000,
+        same_body: false,
+    };
+    let base = |routing, body: Bytes| Inbound {
         source: ReceiptSource::Queue,
         subscription: sub.id.clone(),
         counter: Some("nats"),
@@ -335,75 +458,94 @@ async fn handle(
         body,
         content_type: content_type.clone(),
         received_at: now,
-        dedup,
+        dedup: Some(dedup.clone()),
         rate_limit_per_min: None,
         routing,
         capability: None,
         target_run: None,
     };
-    match decoded {
-        Err(why) => {
+    // Records the message as a content-free `rejected` receipt (its dedup key makes a redelivered
+    // copy one receipt), then terminates it; not recorded: redelivered later, so nothing is dropped
+    // unseen.
+    let msg = &msg;
+    let stream = &stream;
+    let reject = |why: String| {
+        let inbound = base(
+            Routing::Refused {
+                state: ReceiptState::Rejected,
+                dead_letter: None,
+            },
+            Bytes::new(),
+        );
+        async move {
             metrics::counter!("tb_receipts_total", "connector" => "nats", "outcome" => "rejected")
                 .increment(1);
-            let inbound = base(
-                Routing::Refused {
-                    state: ReceiptState::Rejected,
-                    dead_letter: None,
-                },
-                Bytes::new(),
-                None,
-            );
             match accept(engine, inbound).await {
                 Ok(_) => {
-                    tracing::info!(subscription = %sub.id, stream = %stream, sequence = seq, reason = ?why, "queue message rejected and terminated");
+                    tracing::info!(subscription = %sub.id, stream = %stream, sequence = seq, reason = %why, "queue message rejected and terminated");
                     let _ = msg.ack_with(AckKind::Term).await;
+                    true
                 }
-                // Not recorded: leave it to be redelivered, so it is recorded before it is dropped.
                 Err(_) => {
                     let _ = msg
                         .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
                         .await;
+                    false
                 }
             }
         }
+    };
+    if let Err(why) = decoded {
+        let committed = reject(format!("{why:?}")).await;
+        return Handled { seq, committed };
+    }
+    let inbound = base(Routing::Route(event.clone()), msg.payload.clone());
+    // In-progress acks while the commit runs, so JetStream does not redeliver meanwhile.
+    let every = Duration::from_millis(spec.ack_wait_ms / 3);
+    let commit = accept(engine, inbound);
+    tokio::pin!(commit);
+    let result = loop {
+        tokio::select! {
+            r = &mut commit => break r,
+            _ = tokio::time::sleep(every) => {
+                let _ = msg.ack_with(AckKind::Progress).await;
+            }
+        }
+    };
+    match result {
         Ok(_) => {
-            let inbound = base(
-                Routing::Route(event.clone()),
-                msg.payload.clone(),
-                Some(Dedup {
-                    key: dedup_key(&sub.id, &provider_id),
-                    window_ms: sub.dedup_window_s.saturating_mul(1000) as i64,
-                    same_body: false,
-                }),
-            );
-            // In-progress acks while the commit runs, so JetStream does not redeliver meanwhile.
-            let every = Duration::from_millis(spec.ack_wait_ms / 3);
-            let commit = accept(engine, inbound);
-            tokio::pin!(commit);
-            let result = loop {
-                tokio::select! {
-                    r = &mut commit => break r,
-                    _ = tokio::time::sleep(every) => {
-                        let _ = msg.ack_with(AckKind::Progress).await;
-                    }
-                }
-            };
-            match result {
-                Ok(_) => {
-                    // A lost ack is redelivered and answered duplicate: the receipt is the record.
-                    let _ = msg.ack().await;
-                }
-                Err(e) if e.code == ErrorCode::SubscriptionNotActive => {
-                    let _ = msg
-                        .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
-                        .await;
-                }
-                Err(e) => {
-                    tracing::warn!(subscription = %sub.id, error = %e, "queue message not committed; redelivered later");
-                    let _ = msg
-                        .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
-                        .await;
-                }
+            // A lost ack is redelivered and answered duplicate: the receipt is the record.
+            let _ = msg.ack().await;
+            Handled {
+                seq,
+                committed: true,
+            }
+        }
+        Err(e) if e.code == ErrorCode::SubscriptionNotActive => {
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(5))))
+                .await;
+            Handled {
+                seq,
+                committed: false,
+            }
+        }
+        Err(e) if delivered >= MAX_COMMIT_TRIES && e.code != ErrorCode::Unavailable => {
+            let committed = reject(format!(
+                "not committed after {delivered} deliveries: {}",
+                e.message
+            ))
+            .await;
+            Handled { seq, committed }
+        }
+        Err(e) => {
+            tracing::warn!(subscription = %sub.id, error = %e, "queue message not committed; redelivered later");
+            let _ = msg
+                .ack_with(AckKind::Nak(Some(Duration::from_secs(1))))
+                .await;
+            Handled {
+                seq,
+                committed: false,
             }
         }
     }

@@ -75,6 +75,8 @@ pub struct Scheduler {
     next_fire: HashMap<String, Option<i64>>,
     /// Schedules late past their grace, for `GET /ready` (shared with the engine).
     late: Arc<Mutex<Vec<Late>>>,
+    /// Schedules whose last pass failed (logged once per failure streak).
+    failing: std::collections::HashSet<String>,
 }
 
 impl Scheduler {
@@ -146,16 +148,21 @@ impl Scheduler {
             .collect();
         // Due schedules are handled concurrently (bounded), so their commits share the store's
         // group commit (SQLite) or batches (PostgreSQL); each schedule's own ticks stay in order.
-        let mut results = futures_util::stream::iter(due.into_iter().map(|(id, schedule, window_s)| async move {
-            let mut part = PassReport::default();
-            let r = one(engine, &id, &schedule, window_s, now_ms, &mut part).await;
-            (id, schedule, part, r)
-        }))
+        let mut results = futures_util::stream::iter(due.into_iter().map(
+            |(id, schedule, window_s)| async move {
+                let mut part = PassReport::default();
+                let r = one(engine, &id, &schedule, window_s, now_ms, &mut part).await;
+                (id, schedule, part, r)
+            },
+        ))
         .buffer_unordered(PASS_CONCURRENCY);
         while let Some((id, schedule, part, r)) = results.next().await {
             report.merge(part);
             match r {
                 Ok((next, cursor)) => {
+                    if self.failing.remove(&id) {
+                        tracing::info!(subscription = %id, "schedule passes again");
+                    }
                     self.next_fire.insert(id.clone(), next);
                     let lag = lag_ms(&schedule, &id, &cursor, now_ms);
                     if lag > LATE_AFTER_MS {
@@ -167,7 +174,12 @@ impl Scheduler {
                 }
                 Err(e) => {
                     report.failed += 1;
-                    tracing::warn!(subscription = %id, error = %e, "schedule pass failed; its due ticks stay due");
+                    if self.failing.insert(id.clone()) {
+                        tracing::warn!(subscription = %id, error = %e, "schedule pass failed; its due ticks stay due and are retried every second");
+                    }
+                    // Retry in a second, not at once: a store outage must not spin the loop.
+                    self.next_fire
+                        .insert(id.clone(), Some(now_ms + RETRY_FAILED_MS));
                     // Lateness from the last known cursor: the tick has not fired.
                     if let Ok(Some(rec)) = engine.store.schedule_cursor(&id).await {
                         let lag = lag_ms(&schedule, &id, &rec.cursor, now_ms);
@@ -201,6 +213,17 @@ impl Scheduler {
         (report, next)
     }
 }
+
+/// A schedule whose pass failed is tried again this many ms later.
+pub const RETRY_FAILED_MS: i64 = 1_000;
+
+/// A schedule holding a buffered tick (`overlap = buffer_one`) is looked at this often (ms) until
+/// the previous run has ended.
+pub const BUFFER_POLL_MS: i64 = 1_000;
+
+/// At most this many ticks after the cursor are probed for an on-time commit whose cursor write was
+/// lost, before a `run_once` catch-up is committed.
+const CATCH_UP_PROBE: usize = 64;
 
 /// Due schedules handled at once in a pass.
 pub const PASS_CONCURRENCY: usize = 64;
@@ -274,8 +297,28 @@ async fn one(
             },
         );
         let Some(mut next) = p.cursor.clone() else {
-            return Ok((next_fire(schedule, id, p.next_nominal_ms), cursor));
+            return Ok((
+                hint(schedule, id, &cursor, p.next_nominal_ms, now_ms),
+                cursor,
+            ));
         };
+        if p.fire.iter().any(|f| f.catch_up_from.is_some()) {
+            // A catch-up stands for ticks that may have been committed on time by a pass whose
+            // cursor write was lost: find them, move the cursor past them, and plan again, so a
+            // tick never fires once on time and once more as the catch-up.
+            if let Some(repaired) = committed_ahead(engine, id, schedule, &cursor, now_ms).await? {
+                if engine
+                    .store
+                    .put_schedule_cursor(id, repaired, Some(version), now_ms)
+                    .await
+                    .map_err(store_err)?
+                {
+                    continue;
+                }
+                report.lost_races += 1;
+                continue;
+            }
+        }
         for fire in &p.fire {
             match fire_one(engine, id, schedule, window_s, fire, now_ms).await? {
                 (receipt, true) => {
@@ -299,7 +342,7 @@ async fn one(
             report.missed += p.missed;
             report.paused += p.paused;
             report.overlap_skipped += p.overlap_skipped;
-            return Ok((next_fire(schedule, id, p.next_nominal_ms), next));
+            return Ok((hint(schedule, id, &next, p.next_nominal_ms, now_ms), next));
         }
         report.lost_races += 1;
     }
@@ -307,8 +350,55 @@ async fn one(
     Ok((Some(now_ms), seen))
 }
 
-fn next_fire(schedule: &Schedule, id: &str, nominal: Option<i64>) -> Option<i64> {
-    nominal.map(|n| schedule.fire_at(id, n))
+/// When to look at the schedule again: the next tick's fire time, or within [`BUFFER_POLL_MS`]
+/// while a buffered tick waits for the previous run to end.
+fn hint(
+    schedule: &Schedule,
+    id: &str,
+    cursor: &Cursor,
+    nominal: Option<i64>,
+    now_ms: i64,
+) -> Option<i64> {
+    let next = nominal.map(|n| schedule.fire_at(id, n));
+    match (cursor.buffered_ms, next) {
+        (Some(_), Some(n)) => Some(n.min(now_ms + BUFFER_POLL_MS)),
+        (Some(_), None) => Some(now_ms + BUFFER_POLL_MS),
+        (None, n) => n,
+    }
+}
+
+/// The cursor moved past the ticks right after `cursor` that already have a receipt (an on-time
+/// commit whose cursor write was lost), or `None` when the first of them has none.
+async fn committed_ahead(
+    engine: &Engine,
+    id: &str,
+    schedule: &Schedule,
+    cursor: &Cursor,
+    now_ms: i64,
+) -> Result<Option<Cursor>, TbError> {
+    let mut last = None;
+    for n in schedule.upcoming(cursor.last_nominal_ms, CATCH_UP_PROBE) {
+        if n > now_ms {
+            break;
+        }
+        let key = dedup_key(id, &Fire::on_time(n).dedup_id());
+        match engine
+            .store
+            .find_duplicate(id, &key, now_ms)
+            .await
+            .map_err(store_err)?
+        {
+            Some(tb_store::IngestOutcome::Duplicate { receipt_id, .. }) => {
+                last = Some((n, receipt_id))
+            }
+            _ => break,
+        }
+    }
+    Ok(last.map(|(n, receipt)| Cursor {
+        last_nominal_ms: n,
+        last_receipt: Some(receipt),
+        ..cursor.clone()
+    }))
 }
 
 /// Whether the work of `receipt` is still going on: a delivery not yet terminal, or a run it started

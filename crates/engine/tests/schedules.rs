@@ -319,3 +319,100 @@ fn rusqlite_open(path: &std::path::Path) -> rusqlite::Connection {
     c.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
     c
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffer_one_fires_the_held_tick_once_the_previous_run_has_ended() {
+    use tb_core::schedule::Overlap;
+    let (engine, _dir) = sqlite(catalog(&[(
+        "buffered",
+        ScheduleSpec {
+            overlap: Overlap::BufferOne,
+            ..spec("* * * * *", "UTC", MissedTicks::Skip)
+        },
+    )]))
+    .await;
+    let mut s = Scheduler::default();
+    s.pass(&engine, ms("2026-12-01T10:00:30Z")).await;
+    // 10:01 fires; no worker runs, so its delivery stays pending: the previous tick's work goes on.
+    let (r, _) = s.pass(&engine, ms("2026-12-01T10:01:00Z")).await;
+    assert_eq!(r.fired, 1);
+    let (r, next) = s.pass(&engine, ms("2026-12-01T10:02:00Z")).await;
+    assert_eq!(r.fired, 0, "10:02 is held: {r:?}");
+    let c = engine
+        .store
+        .schedule_cursor("buffered")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.cursor.buffered_ms, Some(ms("2026-12-01T10:02:00Z")));
+    assert_eq!(
+        next,
+        Some(ms("2026-12-01T10:02:01Z")),
+        "a held tick is looked at again within a second, not at the next tick"
+    );
+    // The previous run ends: a worker delivers it.
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(trigger_bridge_engine::worker::run(
+        engine.clone(),
+        Default::default(),
+        rx,
+    ));
+    let first = c.cursor.last_receipt.clone().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !engine.store.deliveries_of_receipt(&first).await.unwrap()[0]
+        .state
+        .is_terminal()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first run did not end"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (r, _) = s.pass(&engine, ms("2026-12-01T10:02:01Z")).await;
+    assert_eq!(r.fired, 1, "the held tick fires: {r:?}");
+    assert_eq!(
+        fired(engine.store.as_ref(), "buffered").await,
+        ["2026-12-01T10:01:00Z", "2026-12-01T10:02:00Z"]
+    );
+    stop.send(true).unwrap();
+}
+
+/// A pass committed a tick on time but its cursor write was lost; a later pass past the grace must
+/// not fire that tick again as the `run_once` catch-up.
+#[tokio::test]
+async fn a_tick_committed_on_time_is_not_fired_again_as_the_catch_up() {
+    let (engine, _dir) = sqlite(catalog(&[(
+        "once",
+        spec("* * * * *", "UTC", MissedTicks::RunOnce),
+    )]))
+    .await;
+    let mut s = Scheduler::default();
+    s.pass(&engine, ms("2026-12-01T09:59:30Z")).await;
+    let anchor = engine.store.schedule_cursor("once").await.unwrap().unwrap();
+    let (r, _) = s.pass(&engine, ms("2026-12-01T10:00:00Z")).await;
+    assert_eq!(r.fired, 1);
+    // Lose the cursor write: put the anchor back.
+    let now = engine.store.schedule_cursor("once").await.unwrap().unwrap();
+    assert!(engine
+        .store
+        .put_schedule_cursor("once", anchor.cursor.clone(), Some(now.version), 1)
+        .await
+        .unwrap());
+    // Back at 10:01:30: 10:00 is past its grace (the latest "missed" tick, committed already), 10:01
+    // is on time. Without the repair 10:00 would run again as the catch-up stamped 10:00.
+    let mut s = Scheduler::default();
+    let (r, _) = s.pass(&engine, ms("2026-12-01T10:01:30Z")).await;
+    assert_eq!((r.fired, r.missed), (1, 0), "{r:?}");
+    assert_eq!(
+        fired(engine.store.as_ref(), "once").await,
+        ["2026-12-01T10:00:00Z", "2026-12-01T10:01:00Z"],
+        "10:00 once, never again as the catch-up"
+    );
+    // Later ticks go on as usual.
+    let (r, _) = s.pass(&engine, ms("2026-12-01T10:05:00Z")).await;
+    assert_eq!(
+        r.fired, 3,
+        "catch-up for 10:02-10:03, then 10:04 and 10:05: {r:?}"
+    );
+}

@@ -160,7 +160,11 @@ pub enum BenchCmd {
         #[arg(long, default_value_t = 10_000)]
         messages: usize,
         /// NATS server with JetStream
-        #[arg(long, default_value = "nats://127.0.0.1:4222", env = "TRIGGER_BRIDGE_NATS_URL")]
+        #[arg(
+            long,
+            default_value = "nats://127.0.0.1:4222",
+            env = "TRIGGER_BRIDGE_NATS_URL"
+        )]
         nats_url: String,
         /// Directory for the scratch store; removed afterwards
         #[arg(long, default_value = "./data")]

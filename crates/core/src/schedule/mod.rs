@@ -103,6 +103,8 @@ pub const DEFAULT_CATCH_UP_MAX: u32 = 10;
 pub const MAX_CATCH_UP: u32 = 1_000;
 /// Largest [`ScheduleSpec::jitter_ms`]: 3 600 000 ms (1 h).
 pub const MAX_JITTER_MS: u64 = 3_600_000;
+/// Largest [`ScheduleSpec::grace_ms`]: 604 800 000 ms (7 days).
+pub const MAX_GRACE_MS: u64 = 7 * 86_400_000;
 /// Largest accepted cron expression, in bytes.
 pub const MAX_CRON_LEN: usize = 256;
 
@@ -222,12 +224,33 @@ impl Schedule {
         if !(1..=MAX_CATCH_UP).contains(&spec.catch_up_max) {
             return Err(format!("catchUpMax: 1 ..= {MAX_CATCH_UP}"));
         }
+        if spec.grace_ms > MAX_GRACE_MS {
+            return Err(format!("graceMs: at most {MAX_GRACE_MS} (7 days)"));
+        }
         let s = Schedule { spec, cron, tz };
         // An expression such as `0 0 30 2 *` (30 February) never fires: refuse it now, not silently.
-        let probe_from = s.spec.start_ms.unwrap_or(0).max(0);
-        let probe = s.search(probe_from);
-        if probe.is_none() && s.spec.end_ms.is_none_or(|e| e >= probe_from) {
+        let probe_from = s.spec.start_ms.map_or(0, |t| t - 1).max(0);
+        let Some(first) = s.search(probe_from) else {
             return Err(format!("cron {text:?}: never fires"));
+        };
+        if s.spec.end_ms.is_some_and(|e| first > e) {
+            return Err(format!(
+                "cron {text:?}: no tick between start and end (the first is {})",
+                utc_rfc3339(first)
+            ));
+        }
+        // Jitter must stay below the shortest gap between ticks, or a late-jittered tick would hold
+        // back the ones after it past their grace.
+        if s.spec.jitter_ms > 0 {
+            let ticks = s.upcoming(probe_from, 200);
+            if let Some(gap) = ticks.windows(2).map(|w| w[1] - w[0]).min() {
+                if s.spec.jitter_ms as i64 >= gap {
+                    return Err(format!(
+                        "jitterMs ({}) must be less than the shortest interval between ticks ({gap} ms)",
+                        s.spec.jitter_ms
+                    ));
+                }
+            }
         }
         Ok(s)
     }
@@ -254,6 +277,16 @@ impl Schedule {
             Some(end) if next > end => None,
             _ => Some(next),
         }
+    }
+
+    /// The last nominal instant at or before `at_ms` (ignoring the start/end window), if any.
+    pub fn at_or_before(&self, at_ms: i64) -> Option<i64> {
+        let from: DateTime<chrono_tz::Tz> = Utc
+            .timestamp_opt(at_ms.div_euclid(1000), 0)
+            .single()?
+            .with_timezone(&self.tz);
+        let prev = self.cron.find_previous_occurrence(&from, true).ok()?;
+        Some(prev.timestamp() * 1000)
     }
 
     /// Unbounded search: the first match strictly after `after_ms`.

@@ -31,8 +31,9 @@ pub struct Cursor {
 pub struct PassInput {
     /// Now, Unix ms.
     pub now_ms: i64,
-    /// Whether the subscription is `active`: any other state skips every due tick (no catch-up on
-    /// resume).
+    /// Whether ticks fire: false while the subscription is `paused` (every due tick is skipped, no
+    /// catch-up on resume). `failed` and `dead-lettered` fire as for webhooks: a dead-lettered
+    /// subscription's receipts go straight to its dead letters, visible, until an operator resumes it.
     pub active: bool,
     /// Whether a run started by the last fired tick is still running (only looked up when the
     /// overlap policy is not `allow`).
@@ -52,6 +53,15 @@ pub struct Fire {
 }
 
 impl Fire {
+    /// The on-time (or `all` catch-up) fire of the tick at `nominal_ms`.
+    pub fn on_time(nominal_ms: i64) -> Fire {
+        Fire {
+            nominal_ms,
+            catch_up_from: None,
+            missed: 0,
+        }
+    }
+
     /// The provider event id its dedup key is derived from (`tick:<nominal ms>`, or
     /// `catch-up:<cursor ms>` for the `run_once` catch-up).
     pub fn dedup_id(&self) -> String {
@@ -79,8 +89,9 @@ pub struct Plan {
     pub next_nominal_ms: Option<i64>,
 }
 
-/// At most this many due ticks are walked in one pass; the walk resumes from the new cursor next
-/// pass. Bounds the work of a pass after a long outage of a seconds schedule.
+/// At most this many due ticks are walked one by one in a pass; past it the cursor jumps to the last
+/// tick that is missed for sure (see [`plan`]). Bounds the work of a pass after a long outage of a
+/// seconds schedule.
 pub const MAX_WALK: usize = 10_000;
 
 /// Plans one pass of `schedule` (`id` seeds its jitter) from `cursor`.
@@ -124,6 +135,56 @@ pub fn plan(schedule: &Schedule, id: &str, cursor: &Cursor, input: PassInput) ->
                 if kept > spec.catch_up_max as usize {
                     let first = due.iter().position(|(_, t)| !t).expect("one is kept");
                     due.remove(first);
+                }
+            }
+        }
+    }
+    // A longer outage than one walk: every tick up to (now - grace - jitter) is missed for sure, so
+    // jump the cursor to the last of them (counting the jump as one more missed tick: the counts
+    // are exact up to MAX_WALK a pass, a lower bound past it) and walk the rest, which are few.
+    if walked == MAX_WALK {
+        let horizon = input.now_ms - spec.grace_ms as i64 - spec.jitter_ms as i64 - 1;
+        if let Some(j) = schedule.at_or_before(horizon).filter(|j| *j > last) {
+            last = j;
+            missed_count += 1;
+            latest_missed = Some(j);
+            walked += 1;
+            if spec.missed == MissedTicks::All {
+                // The latest `catch_up_max` missed ticks, found backwards from the jump.
+                due.retain(|(_, t)| *t);
+                let mut back = vec![j];
+                while back.len() < spec.catch_up_max as usize {
+                    match schedule.at_or_before(back[back.len() - 1] - 1) {
+                        Some(p) if p > cursor.last_nominal_ms => back.push(p),
+                        _ => break,
+                    }
+                }
+                back.reverse();
+                due.extend(back.into_iter().map(|n| (n, false)));
+            }
+            while walked < 2 * MAX_WALK {
+                let Some(n) = schedule.next_after(last) else {
+                    break;
+                };
+                let fire_at = schedule.fire_at(id, n);
+                if fire_at > input.now_ms {
+                    break;
+                }
+                walked += 1;
+                last = n;
+                if input.now_ms - fire_at <= spec.grace_ms as i64 {
+                    due.push((n, true));
+                } else {
+                    missed_count += 1;
+                    latest_missed = Some(n);
+                    if spec.missed == MissedTicks::All {
+                        due.push((n, false));
+                        let kept = due.iter().filter(|(_, t)| !t).count();
+                        if kept > spec.catch_up_max as usize {
+                            let first = due.iter().position(|(_, t)| !t).expect("one is kept");
+                            due.remove(first);
+                        }
+                    }
                 }
             }
         }

@@ -392,14 +392,80 @@ fn lag_counts_from_the_fire_time_of_the_next_unhandled_tick() {
 }
 
 #[test]
-fn a_long_outage_of_a_seconds_schedule_is_walked_in_bounded_steps() {
-    let s = Schedule::new(ScheduleSpec::new("* * * * * *")).unwrap();
+fn a_long_outage_of_a_seconds_schedule_jumps_and_catches_up_once() {
+    let once = Schedule::new(ScheduleSpec {
+        missed: MissedTicks::RunOnce,
+        ..ScheduleSpec::new("* * * * * *")
+    })
+    .unwrap();
     let c = cursor("2026-12-01T00:00:00Z");
-    let p = plan(&s, "s", &c, at("2026-12-02T00:00:00Z"));
-    assert!(p.fire.is_empty());
-    assert_eq!(p.missed, super::plan::MAX_WALK as u64);
+    let now = at("2026-12-02T00:00:00Z");
+    let p = plan(&once, "s", &c, now);
+    // One catch-up stamped with the last missed second (60 s grace), then the on-time seconds.
+    let catch_up: Vec<_> = p
+        .fire
+        .iter()
+        .filter(|f| f.catch_up_from.is_some())
+        .collect();
+    assert_eq!(catch_up.len(), 1, "{:?}", p.fire.len());
+    assert_eq!(utc_rfc3339(catch_up[0].nominal_ms), "2026-12-01T23:58:59Z");
+    assert_eq!(
+        p.fire.len(),
+        1 + 61,
+        "the catch-up and the seconds within the grace"
+    );
     assert_eq!(
         p.cursor.unwrap().last_nominal_ms,
-        c.last_nominal_ms + super::plan::MAX_WALK as i64 * 1000
+        ms("2026-12-02T00:00:00Z")
     );
+    // all: the latest catch_up_max missed ticks, not the oldest.
+    let all = Schedule::new(ScheduleSpec {
+        missed: MissedTicks::All,
+        catch_up_max: 3,
+        ..ScheduleSpec::new("* * * * * *")
+    })
+    .unwrap();
+    let p = plan(&all, "s", &c, now);
+    let missed: Vec<String> = p
+        .fire
+        .iter()
+        .take(3)
+        .map(|f| utc_rfc3339(f.nominal_ms))
+        .collect();
+    assert_eq!(
+        missed,
+        [
+            "2026-12-01T23:58:57Z",
+            "2026-12-01T23:58:58Z",
+            "2026-12-01T23:58:59Z"
+        ]
+    );
+}
+
+#[test]
+fn jitter_must_stay_below_the_shortest_interval_and_windows_must_hold_a_tick() {
+    let e = Schedule::new(ScheduleSpec {
+        jitter_ms: 300_000,
+        ..ScheduleSpec::new("*/5 * * * *")
+    })
+    .unwrap_err();
+    assert!(e.contains("shortest interval"), "{e}");
+    assert!(Schedule::new(ScheduleSpec {
+        jitter_ms: 299_000,
+        ..ScheduleSpec::new("*/5 * * * *")
+    })
+    .is_ok());
+    let e = Schedule::new(ScheduleSpec {
+        start_ms: Some(ms("2026-12-01T10:00:01Z")),
+        end_ms: Some(ms("2026-12-01T10:00:59Z")),
+        ..ScheduleSpec::new("* * * * *")
+    })
+    .unwrap_err();
+    assert!(e.contains("no tick between start and end"), "{e}");
+    let e = Schedule::new(ScheduleSpec {
+        grace_ms: u64::MAX,
+        ..ScheduleSpec::new("* * * * *")
+    })
+    .unwrap_err();
+    assert!(e.starts_with("graceMs"), "{e}");
 }
