@@ -940,6 +940,73 @@ pub fn check_event_type(t: &str, connector: Option<&ConnectorSpec>) -> Result<()
     Ok(())
 }
 
+/// A subscription whose events the bridge produces itself (`schedule`, `queue`): its section checked,
+/// the webhook-only keys refused, the shared keys (retry, breaker, dedup window, body limit) applied.
+/// Errors: one message per problem, each starting with `at`.
+fn produced_source(
+    s: &SubscriptionSection,
+    source: Source,
+    at: &str,
+) -> Result<SubscriptionConfig, Vec<String>> {
+    let mut errs = Vec::new();
+    let (name, table, stray, built) = match source {
+        Source::Schedule => (
+            "schedule",
+            "[subscriptions.schedule] table with cron = \"...\" (e.g. cron = \"*/5 * * * *\")",
+            s.queue.is_some(),
+            s.schedule.as_ref().map(|t| {
+                t.spec()
+                    .map(|spec| SubscriptionConfig::schedule(&s.id, spec))
+            }),
+        ),
+        _ => (
+            "queue",
+            "[subscriptions.queue] table with stream = \"...\" (a NATS JetStream stream)",
+            s.schedule.is_some(),
+            s.queue
+                .as_ref()
+                .map(|t| t.spec().map(|spec| SubscriptionConfig::queue(&s.id, spec))),
+        ),
+    };
+    let Some(built) = built else {
+        return Err(vec![format!("{at}: source \"{name}\" needs a {table}")]);
+    };
+    if !s.connector.is_empty()
+        || !s.secret.is_empty()
+        || s.hmac.is_some()
+        || s.azure_devops.is_some()
+        || stray
+    {
+        errs.push(format!("{at}: a {name} takes no connector, secret, hmac, azure_devops or other source table; remove them"));
+    }
+    let mut sub = match built {
+        Ok(sub) => sub,
+        Err(e) => {
+            errs.push(format!("{at}: [subscriptions.{name}] {e}"));
+            return Err(errs);
+        }
+    };
+    sub.retry = s.retry.policy();
+    if let Err(e) = sub.retry.validate() {
+        errs.push(format!("{at}: retry: {e}"));
+    }
+    sub.failure_threshold = s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD);
+    if let Some(w) = s.dedup_window_s {
+        if w == 0 && source == Source::Queue {
+            errs.push(format!("{at}: dedup_window_s must be at least 1 for a queue: redeliveries are recognized by it"));
+        }
+        sub.dedup_window_s = w;
+    }
+    if let Some(m) = s.max_body_bytes.filter(|_| source == Source::Queue) {
+        sub.max_body_bytes = m;
+    }
+    if errs.is_empty() {
+        Ok(sub)
+    } else {
+        Err(errs)
+    }
+}
+
 /// Validates a parsed config (see [`load`]).
 pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
     let mut errs = Vec::new();
@@ -988,76 +1055,11 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             ));
             continue;
         };
-        if source == Source::Schedule {
-            let Some(section) = &s.schedule else {
-                errs.push(format!("{at}: source \"schedule\" needs a [subscriptions.schedule] table with cron = \"...\" (e.g. cron = \"*/5 * * * *\")"));
-                continue;
-            };
-            if !s.connector.is_empty()
-                || !s.secret.is_empty()
-                || s.hmac.is_some()
-                || s.azure_devops.is_some()
-                || s.queue.is_some()
-            {
-                errs.push(format!("{at}: a schedule takes no connector, secret, hmac, azure_devops or queue; remove them"));
+        if source != Source::Webhook {
+            match produced_source(s, source, &at) {
+                Ok(sub) => subs.push(sub),
+                Err(mut e) => errs.append(&mut e),
             }
-            let spec = match section.spec() {
-                Ok(spec) => spec,
-                Err(e) => {
-                    errs.push(format!("{at}: [subscriptions.schedule] {e}"));
-                    continue;
-                }
-            };
-            let retry = s.retry.policy();
-            if let Err(e) = retry.validate() {
-                errs.push(format!("{at}: retry: {e}"));
-            }
-            let mut sub = SubscriptionConfig::schedule(&s.id, spec);
-            sub.retry = retry;
-            sub.failure_threshold = s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD);
-            if let Some(w) = s.dedup_window_s {
-                sub.dedup_window_s = w;
-            }
-            subs.push(sub);
-            continue;
-        }
-        if source == Source::Queue {
-            let Some(section) = &s.queue else {
-                errs.push(format!("{at}: source \"queue\" needs a [subscriptions.queue] table with stream = \"...\" (a NATS JetStream stream)"));
-                continue;
-            };
-            if !s.connector.is_empty()
-                || !s.secret.is_empty()
-                || s.hmac.is_some()
-                || s.azure_devops.is_some()
-                || s.schedule.is_some()
-            {
-                errs.push(format!("{at}: a queue takes no connector, secret, hmac, azure_devops or schedule; remove them"));
-            }
-            let spec = match section.spec() {
-                Ok(spec) => spec,
-                Err(e) => {
-                    errs.push(format!("{at}: [subscriptions.queue] {e}"));
-                    continue;
-                }
-            };
-            let retry = s.retry.policy();
-            if let Err(e) = retry.validate() {
-                errs.push(format!("{at}: retry: {e}"));
-            }
-            let mut sub = SubscriptionConfig::queue(&s.id, spec);
-            sub.retry = retry;
-            sub.failure_threshold = s.failure_threshold.unwrap_or(DEFAULT_FAILURE_THRESHOLD);
-            if let Some(w) = s.dedup_window_s {
-                if w == 0 {
-                    errs.push(format!("{at}: dedup_window_s must be at least 1 for a queue: redeliveries are recognized by it"));
-                }
-                sub.dedup_window_s = w;
-            }
-            if let Some(m) = s.max_body_bytes {
-                sub.max_body_bytes = m;
-            }
-            subs.push(sub);
             continue;
         }
         if s.schedule.is_some() || s.queue.is_some() {

@@ -663,3 +663,48 @@ fn schedule_subscriptions_are_checked() {
         "the allowed fields are listed: {out}"
     );
 }
+
+/// Issue #11: a queue subscription is checked like the others.
+#[test]
+fn queue_subscriptions_are_checked() {
+    let cfg = |section: &str| {
+        format!(
+            "[[subscriptions]]\nid = \"orders\"\nsource = \"queue\"\n{section}\n\n[[workflows]]\nid = \"noop\"\nexecutor = \"noop\"\n\n[[bindings]]\nid = \"b\"\nsubscription = \"orders\"\nevent_types = [\"queue.message\"]\naction = \"start_run\"\nworkflow = \"noop\"\nfilter = {{ type = [\"order.created\"] }}\n"
+        )
+    };
+    let (code, out) = check(
+        &cfg("[subscriptions.queue]\nstream = \"ORDERS\"\nsubjects = [\"orders.>\"]\ncreate_stream = true"),
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
+    for (section, says) in [
+        (
+            "",
+            "source \"queue\" needs a [subscriptions.queue] table with stream",
+        ),
+        (
+            "[subscriptions.queue]\nstream = \"OR DERS\"",
+            "stream \"OR DERS\": use 1 to 64",
+        ),
+        (
+            "[subscriptions.queue]\nstream = \"S\"\ncreate_stream = true",
+            "create_stream needs subjects",
+        ),
+        (
+            "[subscriptions.queue]\nstream = \"S\"\nbatch = 10\nmax_ack_pending = 5",
+            "max_ack_pending (5) must be at least batch (10)",
+        ),
+        (
+            "dedup_window_s = 0\n[subscriptions.queue]\nstream = \"S\"",
+            "dedup_window_s must be at least 1 for a queue",
+        ),
+        (
+            "secret = \"env:X\"\n[subscriptions.queue]\nstream = \"S\"",
+            "a queue takes no connector, secret",
+        ),
+    ] {
+        let (code, out) = check(&cfg(section), &[]);
+        assert_eq!(code, 1, "{section}: {out}");
+        assert!(out.contains(says), "{section}: wanted {says:?} in {out}");
+    }
+}

@@ -89,6 +89,50 @@ pub struct Plan {
     pub next_nominal_ms: Option<i64>,
 }
 
+/// The due ticks of a pass, as walked so far.
+#[derive(Default)]
+struct Walk {
+    /// (nominal instant, on time), in order; of the missed ones only the latest `catch_up_max`
+    /// are kept (and only with `missed = all`).
+    due: Vec<(i64, bool)>,
+    last: i64,
+    missed_count: u64,
+    latest_missed: Option<i64>,
+    walked: usize,
+}
+
+impl Walk {
+    /// Walks due ticks after `self.last` until one is not due yet or `limit` ticks are walked.
+    fn walk(&mut self, schedule: &Schedule, id: &str, now_ms: i64, limit: usize) {
+        let spec = schedule.spec();
+        while self.walked < limit {
+            let Some(n) = schedule.next_after(self.last) else {
+                break;
+            };
+            let fire_at = schedule.fire_at(id, n);
+            if fire_at > now_ms {
+                break;
+            }
+            self.walked += 1;
+            self.last = n;
+            if now_ms - fire_at <= spec.grace_ms as i64 {
+                self.due.push((n, true));
+                continue;
+            }
+            self.missed_count += 1;
+            self.latest_missed = Some(n);
+            if spec.missed == MissedTicks::All {
+                self.due.push((n, false));
+                let kept = self.due.iter().filter(|(_, t)| !t).count();
+                if kept > spec.catch_up_max as usize {
+                    let first = self.due.iter().position(|(_, t)| !t).expect("one is kept");
+                    self.due.remove(first);
+                }
+            }
+        }
+    }
+}
+
 /// At most this many due ticks are walked one by one in a pass; past it the cursor jumps to the last
 /// tick that is missed for sure (see [`plan`]). Bounds the work of a pass after a long outage of a
 /// seconds schedule.
@@ -107,51 +151,24 @@ pub const MAX_WALK: usize = 10_000;
 ///   keeps it in the cursor; a buffered tick fires in the first pass that finds the previous run ended.
 pub fn plan(schedule: &Schedule, id: &str, cursor: &Cursor, input: PassInput) -> Plan {
     let spec = schedule.spec();
-    let mut due: Vec<(i64, bool)> = Vec::new(); // (nominal, on time)
-    let mut last = cursor.last_nominal_ms;
-    let mut missed_count = 0u64;
-    let mut latest_missed = None;
-    let mut walked = 0usize;
-    while walked < MAX_WALK {
-        let Some(n) = schedule.next_after(last) else {
-            break;
-        };
-        let fire_at = schedule.fire_at(id, n);
-        if fire_at > input.now_ms {
-            break;
-        }
-        walked += 1;
-        last = n;
-        let on_time = input.now_ms - fire_at <= spec.grace_ms as i64;
-        if on_time {
-            due.push((n, true));
-        } else {
-            missed_count += 1;
-            latest_missed = Some(n);
-            if spec.missed == MissedTicks::All {
-                due.push((n, false));
-                // Keep only the latest `catch_up_max` missed ones in memory.
-                let kept = due.iter().filter(|(_, t)| !t).count();
-                if kept > spec.catch_up_max as usize {
-                    let first = due.iter().position(|(_, t)| !t).expect("one is kept");
-                    due.remove(first);
-                }
-            }
-        }
-    }
+    let mut w = Walk {
+        last: cursor.last_nominal_ms,
+        ..Walk::default()
+    };
+    w.walk(schedule, id, input.now_ms, MAX_WALK);
     // A longer outage than one walk: every tick up to (now - grace - jitter) is missed for sure, so
     // jump the cursor to the last of them (counting the jump as one more missed tick: the counts
     // are exact up to MAX_WALK a pass, a lower bound past it) and walk the rest, which are few.
-    if walked == MAX_WALK {
+    if w.walked == MAX_WALK {
         let horizon = input.now_ms - spec.grace_ms as i64 - spec.jitter_ms as i64 - 1;
-        if let Some(j) = schedule.at_or_before(horizon).filter(|j| *j > last) {
-            last = j;
-            missed_count += 1;
-            latest_missed = Some(j);
-            walked += 1;
+        if let Some(j) = schedule.at_or_before(horizon).filter(|j| *j > w.last) {
+            w.last = j;
+            w.missed_count += 1;
+            w.latest_missed = Some(j);
+            w.walked += 1;
             if spec.missed == MissedTicks::All {
                 // The latest `catch_up_max` missed ticks, found backwards from the jump.
-                due.retain(|(_, t)| *t);
+                w.due.retain(|(_, t)| *t);
                 let mut back = vec![j];
                 while back.len() < spec.catch_up_max as usize {
                     match schedule.at_or_before(back[back.len() - 1] - 1) {
@@ -160,35 +177,18 @@ pub fn plan(schedule: &Schedule, id: &str, cursor: &Cursor, input: PassInput) ->
                     }
                 }
                 back.reverse();
-                due.extend(back.into_iter().map(|n| (n, false)));
+                w.due.extend(back.into_iter().map(|n| (n, false)));
             }
-            while walked < 2 * MAX_WALK {
-                let Some(n) = schedule.next_after(last) else {
-                    break;
-                };
-                let fire_at = schedule.fire_at(id, n);
-                if fire_at > input.now_ms {
-                    break;
-                }
-                walked += 1;
-                last = n;
-                if input.now_ms - fire_at <= spec.grace_ms as i64 {
-                    due.push((n, true));
-                } else {
-                    missed_count += 1;
-                    latest_missed = Some(n);
-                    if spec.missed == MissedTicks::All {
-                        due.push((n, false));
-                        let kept = due.iter().filter(|(_, t)| !t).count();
-                        if kept > spec.catch_up_max as usize {
-                            let first = due.iter().position(|(_, t)| !t).expect("one is kept");
-                            due.remove(first);
-                        }
-                    }
-                }
-            }
+            w.walk(schedule, id, input.now_ms, 2 * MAX_WALK);
         }
     }
+    let Walk {
+        due,
+        last,
+        missed_count,
+        latest_missed,
+        walked,
+    } = w;
     let mut out = Plan::default();
     let mut next = Cursor {
         last_nominal_ms: last,
