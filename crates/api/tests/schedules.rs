@@ -140,3 +140,30 @@ async fn bad_schedules_are_refused_with_the_field_named_and_nothing_written() {
     let (st, _) = call(&s, M::GET, "/v1/schedules/github", None).await;
     assert_eq!(st, 404, "a webhook subscription is not a schedule");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_creates_of_one_id_give_one_schedule() {
+    let s = std::sync::Arc::new(start(None, fast_retry(2), 0).await);
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let (st, _) = call(
+                &s,
+                reqwest::Method::POST,
+                "/v1/schedules",
+                Some(json!({"id": "raced", "cron": format!("{i} * * * *"), "workflowId": "wf"})),
+            )
+            .await;
+            st
+        }));
+    }
+    let mut codes = Vec::new();
+    for t in tasks {
+        codes.push(t.await.unwrap());
+    }
+    codes.sort();
+    assert_eq!(codes, [201, 409, 409, 409, 409, 409, 409, 409], "{codes:?}");
+    let (_, b) = call(&s, reqwest::Method::GET, "/v1/schedules", None).await;
+    assert_eq!(b["schedules"].as_array().unwrap().len(), 1);
+}

@@ -57,24 +57,20 @@ pub async fn create(
     let id = id.unwrap_or_else(|| format!("sch_{}", &new_id(IdKind::Event)[4..]));
     tb_core::ids::validate_subscription_id(&id)
         .map_err(|m| TbError::new(ErrorCode::ValidationError, m))?;
-    match engine.store.get_subscription(&id).await {
-        Ok(_) => {
-            return Err(TbError::new(
-                ErrorCode::Conflict,
-                format!(
+    let (sub, binding) = config_of(&id, spec, workflow_id);
+    let Some(rec) = engine
+        .store
+        .register_new_subscription(sub.store_def(), clock::now_ms())
+        .await
+        .map_err(store_err)?
+    else {
+        return Err(TbError::new(
+            ErrorCode::Conflict,
+            format!(
                 "a subscription {id:?} exists (ids are never reused, so history stays readable)"
             ),
-            ))
-        }
-        Err(tb_store::StoreError::NotFound { .. }) => {}
-        Err(e) => return Err(store_err(e)),
-    }
-    let (sub, binding) = config_of(&id, spec, workflow_id);
-    let rec = engine
-        .store
-        .register_subscription(sub.store_def(), None, clock::now_ms())
-        .await
-        .map_err(store_err)?;
+        ));
+    };
     engine.add_to_catalog(sub, binding, rec.state);
     tracing::info!(subscription = %id, workflow = %workflow_id, "schedule created");
     Ok(rec)

@@ -503,6 +503,14 @@ pub trait Store: Send + Sync + 'static {
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 
+    /// Creates a subscription registered through the API with a caller-chosen id (issue #11
+    /// schedules), with its `registration` change row; `None` when the id is taken (ids are never
+    /// reused). Racing creates on one id give one winner.
+    async fn register_new_subscription(
+        &self,
+        def: SubscriptionDef,
+        now: i64,
+    ) -> StoreResult<Option<SubscriptionRecord>>;
     /// Every schedule cursor (issue #11), ordered by subscription id.
     async fn schedule_cursors(&self) -> StoreResult<Vec<ScheduleCursorRecord>>;
     /// One schedule's cursor, `None` before its first pass.

@@ -95,6 +95,19 @@ pub(crate) fn register_subscription(
     Ok(rec)
 }
 
+/// [`write::insert_subscription`] plus its `registration` change row when it inserted.
+pub(crate) fn register_new_subscription(
+    c: &dyn Db,
+    def: &SubscriptionDef,
+    now: i64,
+) -> StoreResult<Option<SubscriptionRecord>> {
+    let rec = write::insert_subscription(c, def, now)?;
+    if rec.is_some() {
+        append(c, ChangeKind::Registration, &def.id, now)?;
+    }
+    Ok(rec)
+}
+
 /// Operator pause / resume ([`write::apply_subscription_input`]) plus its change row when the state
 /// changed.
 pub(crate) fn apply_subscription_input(

@@ -654,6 +654,15 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn close(&self) {
         self.backend.close().await;
     }
+    async fn register_new_subscription(
+        &self,
+        def: SubscriptionDef,
+        now: i64,
+    ) -> StoreResult<Option<SubscriptionRecord>> {
+        self.backend
+            .write(move |c| config::register_new_subscription(c, &def, now))
+            .await
+    }
     async fn schedule_cursors(&self) -> StoreResult<Vec<crate::ScheduleCursorRecord>> {
         self.backend.read(super::schedule::all).await
     }

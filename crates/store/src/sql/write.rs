@@ -36,6 +36,24 @@ pub(crate) fn upsert_subscription(
     read::get_subscription(c, &d.id)
 }
 
+/// Inserts a new subscription; `None` when its id is taken (by a live or a retired one). The unique
+/// key decides, so two creates racing on one id give one winner.
+pub(crate) fn insert_subscription(
+    c: &dyn Db,
+    d: &SubscriptionDef,
+    now: i64,
+) -> StoreResult<Option<SubscriptionRecord>> {
+    let n = c.exec(
+        "INSERT INTO subscriptions (id, source, connector, config, state, failure_threshold, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, 'active', ?5, ?6, ?6) ON CONFLICT(id) DO NOTHING",
+        p![d.id, read::source_str(d.source), d.connector, d.config.to_string(), d.failure_threshold, now],
+    )?;
+    if n == 0 {
+        return Ok(None);
+    }
+    read::get_subscription(c, &d.id).map(Some)
+}
+
 /// `normalized` and `inputs` (one per delivery) are the JSON texts, serialized by the caller so the
 /// writer thread does no serialization. The receipt's insert decides (a taken dedup key is a
 /// duplicate); its body and deliveries depend on nothing the database answers, so they are built
