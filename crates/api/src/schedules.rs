@@ -207,7 +207,9 @@ async fn operate(
     id: String,
     input: SubscriptionInput,
 ) -> Result<Json<Value>, ApiError> {
-    schedule(&st, &id).await?;
+    let rec = schedule(&st, &id).await?;
+    // Made through another replica moments ago: load it here first.
+    tb_engine::schedules::ensure_loaded(&st.engine, &rec);
     st.engine.operate(&id, input).await?;
     let rec = schedule(&st, &id).await?;
     Ok(Json(json!({ "schedule": view(&st, &rec).await? })))

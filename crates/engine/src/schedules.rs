@@ -88,7 +88,8 @@ pub async fn retire(engine: &Engine, id: &str) -> Result<(), TbError> {
             "no schedule made through the API has this id (a schedule from the config file is removed there)",
         ));
     }
-    let _ = engine.operate(id, SubscriptionInput::OperatorPause).await;
+    ensure_loaded(engine, &rec);
+    engine.operate(id, SubscriptionInput::OperatorPause).await?;
     let mut def = tb_store::SubscriptionDef {
         id: rec.id.clone(),
         source: rec.source,
@@ -105,6 +106,15 @@ pub async fn retire(engine: &Engine, id: &str) -> Result<(), TbError> {
     engine.remove_from_catalog(id);
     tracing::info!(subscription = %id, "schedule retired");
     Ok(())
+}
+
+/// Loads an API-made schedule this replica has not picked up yet (made through another replica
+/// within the last sync interval), so an operator's pause or resume through this replica works at
+/// once.
+pub fn ensure_loaded(engine: &Engine, rec: &SubscriptionRecord) {
+    if engine.subscription_state(&rec.id).is_none() {
+        load(engine, rec);
+    }
 }
 
 /// Loads an API-made schedule record into the catalog (start, or a `registration` change); a
