@@ -220,6 +220,11 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     // Queue subscriptions consume with the worker role, one durable consumer per subscription shared
     // by every replica. The client reconnects on its own; until it is connected the consumers show
     // degraded in /ready.
+    // The deployment has a queue bus when one is configured, whichever role this process runs (an
+    // api replica answers discovery for the worker replicas that consume).
+    engine
+        .queue_bus
+        .store(nats_url.is_some(), std::sync::atomic::Ordering::Relaxed);
     let queues = if role.runs_worker() {
         let client = match &nats_url {
             Some(url) => {
@@ -229,9 +234,6 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
                     .connect(url.as_str())
                     .await
                     .with_context(|| format!("--nats-url {url:?}"))?;
-                engine
-                    .queue_bus
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(url = %url, "NATS JetStream queue bus");
                 Some(c)
             }
