@@ -83,13 +83,20 @@ async fn view(st: &AppState, rec: &SubscriptionRecord) -> Result<Value, ApiError
     if let Some(w) = rec.config["registration"]["workflowId"].as_str() {
         v["workflowId"] = w.into();
     }
+    let compiled = Schedule::new(spec.clone()).ok();
     if let Some(c) = &cursor {
-        v["lastNominalTime"] = utc_rfc3339(c.cursor.last_nominal_ms).into();
+        // The cursor's first value is an anchor (when the schedule was first seen), not a tick.
+        if compiled
+            .as_ref()
+            .is_some_and(|s| s.is_tick(c.cursor.last_nominal_ms))
+        {
+            v["lastNominalTime"] = utc_rfc3339(c.cursor.last_nominal_ms).into();
+        }
         if let Some(b) = c.cursor.buffered_ms {
             v["bufferedTime"] = utc_rfc3339(b).into();
         }
     }
-    if let Ok(s) = Schedule::new(spec) {
+    if let Some(s) = compiled {
         let after = cursor
             .map(|c| c.cursor.last_nominal_ms)
             .unwrap_or_else(tb_engine::clock::now_ms);
@@ -136,6 +143,11 @@ pub async fn create(
         catch_up_max: b.catch_up_max.unwrap_or(d.catch_up_max),
         overlap: b.overlap.unwrap_or_default(),
     };
+    if let Ok(s) = Schedule::new(spec.clone()) {
+        if s.next_after(tb_engine::clock::now_ms()).is_none() {
+            return Err(bad("no tick after now (is end in the past?)"));
+        }
+    }
     let rec = tb_engine::schedules::create(&st.engine, b.id, spec, &b.workflow_id).await?;
     let v = view(&st, &rec).await?;
     Ok((StatusCode::CREATED, Json(json!({ "schedule": v }))).into_response())

@@ -400,7 +400,24 @@ impl ScheduleSection {
             overlap: self.overlap.unwrap_or_default(),
             cron: self.cron.trim().to_string(),
         };
-        Schedule::new(spec.clone())?;
+        let compiled = Schedule::new(spec.clone()).map_err(|e| {
+            // The core names the API's fields; say the config's keys.
+            e.replace("jitterMs", "jitter_ms")
+                .replace("catchUpMax", "catch_up_max")
+                .replace("graceMs", "grace_ms")
+                .replace("startMs is after endMs", "start is after end")
+        })?;
+        if compiled
+            .next_after(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis() as i64)
+                    .unwrap_or(0),
+            )
+            .is_none()
+        {
+            return Err("no tick after now (is end in the past?)".into());
+        }
         Ok(spec)
     }
 }
@@ -888,6 +905,22 @@ pub fn check_event_type(t: &str, connector: Option<&ConnectorSpec>) -> Result<()
     if t == "*" {
         return Ok(());
     }
+    // A source the bridge produces has one event type.
+    let produced = match connector {
+        Some(ConnectorSpec::Schedule(_)) => Some("schedule.tick"),
+        Some(ConnectorSpec::Nats(_)) => Some("queue.message"),
+        _ => None,
+    };
+    if let Some(only) = produced {
+        let event = only.split('.').next().unwrap_or(only);
+        return if t == only || t == event {
+            Ok(())
+        } else {
+            Err(format!(
+                "{t:?}: this subscription's only event type is \"{only}\" (or \"*\")"
+            ))
+        };
+    }
     if matches!(connector, Some(ConnectorSpec::AzureDevops { .. })) {
         let ok = t.len() <= 128
             && t.split('.').all(|p| {
@@ -1007,12 +1040,34 @@ fn produced_source(
     }
 }
 
+/// Checks a NATS server URL: `nats://` or `tls://` (several comma-separated), with a host.
+/// Errors: what is wrong and an example.
+pub fn check_nats_url(u: &str) -> Result<(), String> {
+    for one in u.split(',').map(str::trim) {
+        let rest = one
+            .strip_prefix("nats://")
+            .or_else(|| one.strip_prefix("tls://"))
+            .ok_or_else(|| {
+                format!("{one:?} is not a NATS URL; use nats://HOST:4222 (or tls://)")
+            })?;
+        if rest.is_empty() || rest.starts_with(':') {
+            return Err(format!("{one:?} has no host; use nats://HOST:4222"));
+        }
+    }
+    Ok(())
+}
+
 /// Validates a parsed config (see [`load`]).
 pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
     let mut errs = Vec::new();
     if let Some(l) = &cfg.server.listen {
         if let Err(e) = crate::listen::check(l) {
             errs.push(format!("[server].listen: {e}"));
+        }
+    }
+    if let Some(u) = &cfg.server.nats_url {
+        if let Err(e) = check_nats_url(u) {
+            errs.push(format!("[server].nats_url: {e}"));
         }
     }
     if let Some(n) = cfg.server.writer_queue_capacity {

@@ -36,10 +36,16 @@ pub enum SchedulesCmd {
         #[arg(long, default_value = "UTC")]
         timezone: String,
         /// Ticks missed while no replica ran: skip, run_once or all
-        #[arg(long, default_value = "skip")]
+        #[arg(long, default_value = "skip", value_parser = ["skip", "run_once", "all"])]
         missed: String,
+        /// With --missed all: at most this many missed ticks fire (the latest)
+        #[arg(long)]
+        catch_up_max: Option<u32>,
+        /// A tick is on time until this many ms past its fire time (default 60000)
+        #[arg(long)]
+        grace_ms: Option<u64>,
         /// While the previous tick's run still runs: allow, skip or buffer_one
-        #[arg(long, default_value = "allow")]
+        #[arg(long, default_value = "allow", value_parser = ["allow", "skip", "buffer_one"])]
         overlap: String,
         /// Fire each tick up to this many ms late (stable per tick)
         #[arg(long)]
@@ -97,6 +103,8 @@ pub async fn schedules(o: &ClientOpts, c: SchedulesCmd) -> Result<()> {
             id,
             timezone,
             missed,
+            catch_up_max,
+            grace_ms,
             overlap,
             jitter_ms,
             start,
@@ -109,6 +117,8 @@ pub async fn schedules(o: &ClientOpts, c: SchedulesCmd) -> Result<()> {
                 ("jitterMs", jitter_ms.map(Value::from)),
                 ("start", start.map(Value::from)),
                 ("end", end.map(Value::from)),
+                ("catchUpMax", catch_up_max.map(Value::from)),
+                ("graceMs", grace_ms.map(Value::from)),
             ] {
                 if let Some(v) = v {
                     body[k] = v;

@@ -228,12 +228,14 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     let queues = if role.runs_worker() {
         let client = match &nats_url {
             Some(url) => {
+                crate::config::check_nats_url(url)
+                    .map_err(|e| anyhow::anyhow!("--nats-url / [server].nats_url: {e}"))?;
                 let c = async_nats::ConnectOptions::new()
                     .retry_on_initial_connect()
                     .name(format!("trigger-bridge {replica}"))
                     .connect(url.as_str())
                     .await
-                    .with_context(|| format!("--nats-url {url:?}"))?;
+                    .map_err(|e| anyhow::anyhow!("cannot use the NATS server {url:?}: {e}"))?;
                 tracing::info!(url = %url, "NATS JetStream queue bus");
                 Some(c)
             }
@@ -400,6 +402,13 @@ fn print_banner(engine: &Engine, addr: SocketAddr, store: &str, role: Role, repl
             tb_core::connector::ConnectorSpec::Schedule(spec) => println!(
                 "  {:<w$}  {:<18} cron \"{}\" in {} (no ingest URL; trigger-bridge schedules next {})",
                 s.id, "schedule", spec.cron, spec.timezone, s.id
+            ),
+            tb_core::connector::ConnectorSpec::Nats(q) => println!(
+                "  {:<w$}  {:<18} JetStream stream {} (no ingest URL; consumer {})",
+                s.id,
+                "nats",
+                q.stream,
+                q.consumer_name(&s.id)
             ),
             _ => println!(
                 "  {:<w$}  {:<18} http://{addr}/v1/trigger-subscriptions/{}/ingest",

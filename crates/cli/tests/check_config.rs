@@ -654,6 +654,25 @@ fn schedule_subscriptions_are_checked() {
         assert_eq!(code, 1, "{section}: {out}");
         assert!(out.contains(says), "{section}: wanted {says:?} in {out}");
     }
+    // A binding on a schedule takes its one event type only; a window in the past never fires.
+    let wrong_type = ok.replace(
+        "event_types = [\"schedule.tick\"]",
+        "event_types = [\"pull_request.opened\"]",
+    );
+    let (code, out) = check(&wrong_type, &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("only event type is \"schedule.tick\""),
+        "{out}"
+    );
+    let (code, out) = check(
+        &schedule_config(
+            "[subscriptions.schedule]\ncron = \"* * * * *\"\nend = \"2020-01-01T00:00:00Z\"",
+        ),
+        &[],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no tick after now"), "{out}");
     // A binding on a schedule may only read the tick's fields.
     let bad_field = ok.replace("schedule.nominal_time", "repository.full_name");
     let (code, out) = check(&bad_field, &[]);
@@ -677,6 +696,18 @@ fn queue_subscriptions_are_checked() {
         &[],
     );
     assert_eq!(code, 0, "{out}");
+    let (code, out) = check(
+        &format!(
+            "[server]\nnats_url = \"http://127.0.0.1:4222\"\n{}",
+            cfg("[subscriptions.queue]\nstream = \"ORDERS\"")
+        ),
+        &[],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[server].nats_url: \"http://127.0.0.1:4222\" is not a NATS URL"),
+        "{out}"
+    );
     for (section, says) in [
         (
             "",

@@ -119,12 +119,23 @@ impl QueueSpec {
                     "subject {s:?}: non-empty, no spaces, at most 256 bytes"
                 ));
             }
+            let tokens: Vec<&str> = s.split('.').collect();
+            let bad_wildcard = tokens.iter().enumerate().any(|(i, t)| {
+                t.is_empty()
+                    || (t.contains('>') && (*t != ">" || i + 1 != tokens.len()))
+                    || (t.contains('*') && *t != "*")
+            });
+            if bad_wildcard {
+                return Err(format!(
+                    "subject {s:?}: dot-separated tokens; `*` is a whole token, `>` only the last (e.g. orders.*.created, orders.>)"
+                ));
+            }
         }
         if self.create_stream && self.subjects.is_empty() {
             return Err("create_stream needs subjects (the new stream's subjects)".into());
         }
         if !(1..=1000).contains(&self.batch) {
-            return Err("batch: 1 ..= 1000".into());
+            return Err("batch: 1 to 1000".into());
         }
         if self.max_ack_pending < self.batch as i64 {
             return Err(format!(
@@ -133,7 +144,7 @@ impl QueueSpec {
             ));
         }
         if !(1_000..=3_600_000).contains(&self.ack_wait_ms) {
-            return Err("ack_wait_ms: 1000 ..= 3600000".into());
+            return Err("ack_wait_ms: 1000 to 3600000 (1 s to 1 h)".into());
         }
         Ok(())
     }
@@ -247,5 +258,10 @@ mod tests {
         s.max_ack_pending = 5;
         assert!(s.validate().unwrap_err().starts_with("max_ack_pending"));
         assert_eq!(QueueSpec::new("S").consumer_name("orders"), "tb-orders");
+        let mut w = QueueSpec::new("S");
+        w.subjects = vec!["a.>.b".into()];
+        assert!(w.validate().unwrap_err().contains("`>` only the last"));
+        w.subjects = vec!["a.*.b".into(), "a.>".into()];
+        assert!(w.validate().is_ok());
     }
 }

@@ -51,7 +51,7 @@ pub async fn create(
     if engine.catalog().workflow(workflow_id).is_none() {
         return Err(TbError::new(
             ErrorCode::ValidationError,
-            "workflowId does not name a workflow this host can start",
+            format!("workflowId {workflow_id:?} does not name a workflow this host can start (GET /v1/workflows/ID, or the config's [[workflows]])"),
         ));
     }
     let id = id.unwrap_or_else(|| format!("sch_{}", &new_id(IdKind::Event)[4..]));

@@ -204,9 +204,11 @@ impl Schedule {
                 "cron {text:?}: {fields} fields; use 5 (minute hour day-of-month month day-of-week) or 6 (seconds first)"
             ));
         }
-        let cron = parser()
-            .parse(&text)
-            .map_err(|e| format!("cron {text:?}: {e}"))?;
+        let cron = parser().parse(&text).map_err(|e| {
+            format!(
+                "cron {text:?}: {e} (fields: [second 0-59] minute 0-59, hour 0-23, day-of-month 1-31, month 1-12 or JAN-DEC, day-of-week 0-7 or SUN-SAT)"
+            )
+        })?;
         let tz = chrono_tz::Tz::from_str(&spec.timezone).map_err(|_| {
             format!(
                 "timezone {:?}: not an IANA time zone (e.g. UTC, Europe/Berlin, America/New_York)",
@@ -222,7 +224,7 @@ impl Schedule {
             }
         }
         if !(1..=MAX_CATCH_UP).contains(&spec.catch_up_max) {
-            return Err(format!("catchUpMax: 1 ..= {MAX_CATCH_UP}"));
+            return Err(format!("catchUpMax: 1 to {MAX_CATCH_UP}"));
         }
         if spec.grace_ms > MAX_GRACE_MS {
             return Err(format!("graceMs: at most {MAX_GRACE_MS} (7 days)"));
@@ -263,6 +265,11 @@ impl Schedule {
     /// The zone the expression is read in.
     pub fn zone(&self) -> chrono_tz::Tz {
         self.tz
+    }
+
+    /// Whether `ms` is one of the schedule's nominal instants (a tick), not just some instant.
+    pub fn is_tick(&self, ms: i64) -> bool {
+        ms.rem_euclid(1000) == 0 && self.at_or_before(ms) == Some(ms)
     }
 
     /// The first nominal instant strictly after `after_ms` (Unix ms) within the start/end window, or

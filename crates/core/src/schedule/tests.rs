@@ -143,6 +143,7 @@ fn bad_specs_are_refused_with_the_field_named() {
         ..ScheduleSpec::new("* * * * *")
     })
     .starts_with("catchUpMax"));
+    assert!(e(ScheduleSpec::new("61 * * * *")).contains("minute 0-59"));
 }
 
 #[test]
