@@ -54,7 +54,7 @@ fn degraded_queues(st: &AppState) -> serde_json::Value {
 ///
 /// 200 `{"status":"ready","checks":{"writer":"ok","reads":"ok","shutdown":"no"},"store":{"backend":
 /// "postgresql","reachable":true,"connections":8},"warnings":{"subscriptions":{"dead-lettered":[ids],
-/// "failed":[ids]},"schedules":{"late":[{"subscription","lagMs"}]},"queues":{"degraded":{id: reason}}}}` when the store's writer committed a no-op job within
+/// "failed":[ids]},"schedules":{"late":[{"subscription","lagMs"}]},"queues":{"degraded":{id: reason}},"secrets":{"unsealable":{id: reason}}}}` when the store's writer committed a no-op job within
 /// [`READY_WRITER_TIMEOUT_MS`] and the subscriptions could be read within [`READY_READ_TIMEOUT_MS`].
 /// Otherwise 503 with `Retry-After: 1` and `"status":"unavailable"`; each failed check holds its reason
 /// (writer queue full, writer stopped or dead, timeout, shutting down). Subscriptions that wait for an
@@ -117,7 +117,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
             "shutdown": if closing { "shutting down" } else { "no" },
         },
         "store": store_facts,
-        "warnings": {"subscriptions": waiting, "schedules": late_schedules(&st), "queues": degraded_queues(&st)},
+        "warnings": {"subscriptions": waiting, "schedules": late_schedules(&st), "queues": degraded_queues(&st), "secrets": {"unsealable": st.engine.unsealable()}},
     });
     if ok {
         (StatusCode::OK, Json(body)).into_response()

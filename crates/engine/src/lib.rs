@@ -352,6 +352,17 @@ impl Engine {
     }
 
     /// Records (or, with `None`, clears) why registered subscription `id` could not be loaded.
+    /// Registered subscriptions this replica cannot serve because their secret does not unseal here
+    /// (id -> why), ordered by id; `GET /ready` lists them as warnings.
+    pub fn unsealable(&self) -> std::collections::BTreeMap<String, String> {
+        self.unsealable
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     pub(crate) fn set_unsealable(&self, id: &str, why: Option<String>) {
         let mut m = self.unsealable.lock().unwrap_or_else(|p| p.into_inner());
         match why {

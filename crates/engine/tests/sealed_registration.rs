@@ -106,6 +106,9 @@ async fn a_sealed_registration_reloads_with_its_key_and_not_with_another() {
     let wrong = SecretStore::with_key(&secrets_dir, Some(SecretKey::generate())).unwrap();
     assert_eq!(load_registered(&other, &wrong).await.unwrap(), 0);
     assert!(other.catalog().subscription(&reg.subscription_id).is_none());
+    // GET /ready lists it with the reason (Engine::unsealable), so an operator sees it before a sender does.
+    let listed = other.unsealable();
+    assert_eq!(listed.keys().collect::<Vec<_>>(), [&reg.subscription_id]);
     // Its webhooks get 503 naming the key (a sender retries; a 404 would read as "gone"), others 404.
     let refused = ingest(
         &other,
