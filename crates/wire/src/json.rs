@@ -26,35 +26,35 @@ use serde_json::Value;
 /// `x != 0` and `|x| < 1e-6` or `|x| >= 1e21`, else shortest round-trip fixed notation without a
 /// trailing `.0`. NaN and infinities have no JSON form: Go refuses them; here they encode as `null`.
 pub fn go_float(x: f64) -> String {
-    if !x.is_finite() {
-        return "null".into();
-    }
-    let a = x.abs();
-    if x != 0.0 && !(1e-6..1e21).contains(&a) {
-        let e = format!("{x:e}");
-        match e.split_once('e') {
-            Some((m, exp)) if !exp.starts_with('-') => format!("{m}e+{exp}"),
-            _ => e,
-        }
-    } else {
-        format!("{x}")
-    }
+    go_text(
+        x.is_finite(),
+        x != 0.0 && !(1e-6..1e21).contains(&x.abs()),
+        || (format!("{x}"), format!("{x:e}")),
+    )
 }
 
 /// Go's float32 text: the same rule over 32-bit shortest digits (`float32(0.1)` is `0.1`).
 pub fn go_float32(x: f32) -> String {
-    if !x.is_finite() {
+    go_text(
+        x.is_finite(),
+        x != 0.0 && !(1e-6..1e21).contains(&x.abs()),
+        || (format!("{x}"), format!("{x:e}")),
+    )
+}
+
+/// The rule shared by both widths: `texts` gives (fixed, Rust exponent) forms; the exponent form
+/// gets Go's explicit `+` sign.
+fn go_text(finite: bool, exponent: bool, texts: impl FnOnce() -> (String, String)) -> String {
+    if !finite {
         return "null".into();
     }
-    let a = x.abs();
-    if x != 0.0 && !(1e-6..1e21).contains(&a) {
-        let e = format!("{x:e}");
-        match e.split_once('e') {
-            Some((m, exp)) if !exp.starts_with('-') => format!("{m}e+{exp}"),
-            _ => e,
-        }
-    } else {
-        format!("{x}")
+    let (fixed, exp) = texts();
+    if !exponent {
+        return fixed;
+    }
+    match exp.split_once('e') {
+        Some((m, e)) if !e.starts_with('-') => format!("{m}e+{e}"),
+        _ => exp,
     }
 }
 
