@@ -8,11 +8,13 @@
 //! * [`time`]: RFC 3339 with nanoseconds, Go-trimmed by default;
 //! * [`json`]: Go `encoding/json`-compatible bytes (floats, U+2028/9, HTML escaping, raw messages);
 //! * [`shapes`]: Envelope, Heartbeat, CompletionEvent, DLQ entry, register reply;
-//! * [`manifest`]: the manifest and its `manifest_hash`.
+//! * [`manifest`]: the manifest and its `manifest_hash`;
+//! * [`schema`]: JSON Schema normalization to the Go reflector's shape.
 
 pub mod headers;
 pub mod json;
 pub mod manifest;
+pub mod schema;
 pub mod shapes;
 pub mod subjects;
 pub mod time;
