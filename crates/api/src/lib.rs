@@ -18,6 +18,7 @@ pub mod replay;
 pub mod routes;
 pub mod runs;
 pub mod schedules;
+pub mod services;
 pub mod sessions;
 pub mod sse;
 pub mod timeline;
@@ -182,6 +183,7 @@ pub fn routes(state: AppState) -> routes::Routes {
             MANAGE,
             sessions::revoke,
         )
+        .scoped(GET, "/v1/services", MANAGE, services::list)
         .scoped(GET, "/v1/schedules", MANAGE, schedules::list)
         .scoped(POST, "/v1/schedules", MANAGE, schedules::create)
         .scoped(GET, "/v1/schedules/{id}", MANAGE, schedules::get)

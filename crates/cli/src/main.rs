@@ -18,6 +18,7 @@ mod role;
 mod schedules_client;
 mod send;
 mod serve;
+mod services_client;
 mod sessions_client;
 mod store_open;
 mod test_worker;
@@ -84,6 +85,11 @@ enum Cmd {
     Schedules {
         #[command(subcommand)]
         cmd: schedules_client::SchedulesCmd,
+    },
+    /// List the triggers.v2 services registered over NATS and their liveness.
+    Services {
+        #[command(subcommand)]
+        cmd: services_client::ServicesCmd,
     },
     /// Raise and inspect signals on runs (sessions).
     Signals {
@@ -229,6 +235,7 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
         Cmd::Runs { cmd } => client::runs(&opts, cmd).await.map(|_| 0),
         Cmd::Subscriptions { cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
         Cmd::Schedules { cmd } => schedules_client::schedules(&opts, cmd).await.map(|_| 0),
+        Cmd::Services { cmd } => services_client::services(&opts, cmd).await.map(|_| 0),
         Cmd::Signals { cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
         Cmd::Bindings { cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
         Cmd::Capabilities { cmd } => sessions_client::capabilities(&opts, cmd).await.map(|_| 0),

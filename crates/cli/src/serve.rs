@@ -225,30 +225,37 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     engine
         .queue_bus
         .store(nats_url.is_some(), std::sync::atomic::Ordering::Relaxed);
-    let queues = if role.runs_worker() {
-        let client = match &nats_url {
-            Some(url) => {
-                crate::config::check_nats_url(url)
-                    .map_err(|e| anyhow::anyhow!("--nats-url / [server].nats_url: {e}"))?;
-                let c = async_nats::ConnectOptions::new()
-                    .retry_on_initial_connect()
-                    .name(format!("trigger-bridge {replica}"))
-                    .connect(url.as_str())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot use the NATS server {url:?}: {e}"))?;
-                tracing::info!(url = %url, "NATS JetStream queue bus");
-                Some(c)
-            }
-            None => None,
-        };
-        Some(tokio::spawn(tb_engine::queue::run(
-            engine.clone(),
-            client,
-            stop_rx.clone(),
-        )))
-    } else {
-        None
+    let client = match &nats_url {
+        Some(url) => {
+            crate::config::check_nats_url(url)
+                .map_err(|e| anyhow::anyhow!("--nats-url / [server].nats_url: {e}"))?;
+            let c = async_nats::ConnectOptions::new()
+                .retry_on_initial_connect()
+                .name(format!("trigger-bridge {replica}"))
+                .connect(url.as_str())
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot use the NATS server {url:?}: {e}"))?;
+            tracing::info!(url = %url, "NATS: JetStream queues and the triggers.v2 orchestrator");
+            Some(c)
+        }
+        None => None,
     };
+    let queues = role.runs_worker().then(|| {
+        tokio::spawn(tb_engine::queue::run(
+            engine.clone(),
+            client.clone(),
+            stop_rx.clone(),
+        ))
+    });
+    // The triggers.v2 orchestrator (manifest register/fetch, heartbeats) answers from the store on
+    // every replica, one per request (a queue group).
+    let orchestrator = client.clone().map(|c| {
+        tokio::spawn(tb_engine::orchestrator::run(
+            engine.clone(),
+            c,
+            stop_rx.clone(),
+        ))
+    });
     // Cron schedules fire with the worker role; every replica runs the loop, and the ticks' dedup
     // keys and the cursor's compare-and-set make each tick fire once (no leader).
     let scheduler = role
@@ -355,7 +362,10 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     if let Some(t) = timers {
         let _ = t.await;
     }
-    for t in [dups, sweeper, scheduler, queues].into_iter().flatten() {
+    for t in [dups, sweeper, scheduler, queues, orchestrator]
+        .into_iter()
+        .flatten()
+    {
         let _ = t.await;
     }
     let _ = sync.await;

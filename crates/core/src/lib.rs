@@ -23,6 +23,7 @@ pub mod retention;
 pub mod retry;
 pub mod run;
 pub mod schedule;
+pub mod service;
 pub mod session;
 pub mod signal;
 pub mod subscription;

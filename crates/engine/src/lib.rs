@@ -12,6 +12,7 @@ pub mod effects;
 pub mod executor;
 pub mod handoff;
 pub mod ingest;
+pub mod orchestrator;
 pub mod queue;
 pub mod rate_limit;
 pub mod registration;

@@ -511,6 +511,29 @@ pub trait Store: Send + Sync + 'static {
         def: SubscriptionDef,
         now: i64,
     ) -> StoreResult<Option<SubscriptionRecord>>;
+    /// Stores (or replaces) a `triggers.v2` service's manifest (issue #12), keeping its heartbeat
+    /// state.
+    async fn register_service(
+        &self,
+        name: &str,
+        version: &str,
+        manifest: serde_json::Value,
+        hash: &str,
+        now: i64,
+    ) -> StoreResult<ServiceRecord>;
+    /// One registered service.
+    async fn get_service(&self, name: &str) -> StoreResult<Option<ServiceRecord>>;
+    /// Every registered service, by name.
+    async fn list_services(&self) -> StoreResult<Vec<ServiceRecord>>;
+    /// Records a heartbeat; false when the service is not registered.
+    async fn service_heartbeat(
+        &self,
+        name: &str,
+        started_at: &str,
+        hash: &str,
+        shutting_down: bool,
+        now: i64,
+    ) -> StoreResult<bool>;
     /// Every schedule cursor (issue #11), ordered by subscription id.
     async fn schedule_cursors(&self) -> StoreResult<Vec<ScheduleCursorRecord>>;
     /// One schedule's cursor, `None` before its first pass.

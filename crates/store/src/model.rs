@@ -477,3 +477,23 @@ pub struct ScheduleCursorRecord {
     /// When it was last written (Unix ms).
     pub updated_at: i64,
 }
+
+/// A registered `triggers.v2` service (`services`, issue #12).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServiceRecord {
+    pub name: String,
+    pub service_version: String,
+    /// The manifest as registered (JSON).
+    pub manifest: Value,
+    /// `sha256:...` of the manifest's hash input.
+    pub manifest_hash: String,
+    /// When it (last) registered, Unix ms.
+    pub registered_at: i64,
+    /// When its last heartbeat arrived, Unix ms.
+    pub last_heartbeat_at: Option<i64>,
+    /// The `started_at` of the replica that sent the last heartbeat (RFC 3339).
+    pub started_at: Option<String>,
+    /// The `manifest_hash` that heartbeat carried (differs from `manifest_hash`: another build).
+    pub heartbeat_hash: Option<String>,
+    pub shutting_down: bool,
+}

@@ -191,6 +191,14 @@ async fn fill(dir: &Path) -> Filled {
         .put_schedule_cursor("nightly", cursor, Some(1), 1_001)
         .await
         .unwrap());
+    // A triggers.v2 service with a heartbeat (issue #12).
+    s.register_service("svc", "1.0", json!({"service": "svc"}), "sha256:00", 1_000)
+        .await
+        .unwrap();
+    assert!(s
+        .service_heartbeat("svc", "2026-12-01T00:00:00Z", "sha256:00", false, 1_001)
+        .await
+        .unwrap());
     let mut first = None;
     for i in 0..ROUTED + UNMATCHED {
         let r = receipt(i, i < ROUTED);

@@ -38,6 +38,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         8,
         include_str!("../../migrations/postgres/0008_schedule_cursors.sql"),
     ),
+    (
+        9,
+        include_str!("../../migrations/postgres/0009_services.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

@@ -12,6 +12,7 @@ pub(crate) mod lease;
 pub(crate) mod log;
 pub(crate) mod read;
 pub(crate) mod schedule;
+pub(crate) mod services;
 pub(crate) mod session;
 mod store;
 pub(crate) mod write;

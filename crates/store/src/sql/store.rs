@@ -663,6 +663,46 @@ impl<B: Backend> Store for SqlStore<B> {
             .write(move |c| config::register_new_subscription(c, &def, now))
             .await
     }
+    async fn register_service(
+        &self,
+        name: &str,
+        version: &str,
+        manifest: serde_json::Value,
+        hash: &str,
+        now: i64,
+    ) -> StoreResult<crate::ServiceRecord> {
+        let (n, v, m, h) = (
+            name.to_string(),
+            version.to_string(),
+            manifest.to_string(),
+            hash.to_string(),
+        );
+        self.backend
+            .write(move |c| super::services::register(c, &n, &v, &m, &h, now))
+            .await
+    }
+    async fn get_service(&self, name: &str) -> StoreResult<Option<crate::ServiceRecord>> {
+        let n = name.to_string();
+        self.backend
+            .read(move |c| super::services::get(c, &n))
+            .await
+    }
+    async fn list_services(&self) -> StoreResult<Vec<crate::ServiceRecord>> {
+        self.backend.read(super::services::all).await
+    }
+    async fn service_heartbeat(
+        &self,
+        name: &str,
+        started_at: &str,
+        hash: &str,
+        shutting_down: bool,
+        now: i64,
+    ) -> StoreResult<bool> {
+        let (n, s, h) = (name.to_string(), started_at.to_string(), hash.to_string());
+        self.backend
+            .write(move |c| super::services::heartbeat(c, &n, &s, &h, shutting_down, now))
+            .await
+    }
     async fn schedule_cursors(&self) -> StoreResult<Vec<crate::ScheduleCursorRecord>> {
         self.backend.read(super::schedule::all).await
     }

@@ -69,10 +69,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         14,
         include_str!("../../migrations/sqlite/0014_schedule_cursors.sql"),
     ),
+    (
+        15,
+        include_str!("../../migrations/sqlite/0015_services.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 14;
+pub const SCHEMA_VERSION: i64 = 15;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).

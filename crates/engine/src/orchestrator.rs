@@ -1,0 +1,142 @@
+//! The orchestrator side of `triggers.v2` (issue #12, first part): answers
+//! `triggers.v2.manifest.register` and `.fetch`, and records heartbeats, all against the store, so
+//! every replica answers from the same record (each subscribes in one queue group: one replica
+//! handles each request). Rules are `tb_wire::manifest::validate` and `tb_core::service::liveness`.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use tb_wire::manifest::{validate, Manifest};
+use tb_wire::{json, subjects, Heartbeat, RegisterReply};
+
+use crate::{clock, store_err, Engine};
+
+/// The queue group every replica's orchestrator subscriptions share.
+pub const QUEUE_GROUP: &str = "trigger-bridge-orchestrator";
+
+/// The answer to a register request body: validated, stored, replied (`flows` is `null`: no flows
+/// are assigned yet). Errors are replies with `error` set, never silence.
+pub async fn register(engine: &Engine, body: &[u8]) -> RegisterReply {
+    let refuse = |e: String| RegisterReply {
+        error: e,
+        flows: None,
+    };
+    let manifest: Manifest = match serde_json::from_slice(body) {
+        Ok(m) => m,
+        Err(e) => {
+            return refuse(format!(
+                "manifest is not valid JSON of the manifest shape: {e}"
+            ))
+        }
+    };
+    if let Err(e) = validate(&manifest) {
+        return refuse(e);
+    }
+    let stored = serde_json::from_slice::<serde_json::Value>(body).unwrap_or_default();
+    match engine
+        .store
+        .register_service(
+            &manifest.service,
+            &manifest.service_version,
+            stored,
+            &manifest.manifest_hash,
+            clock::now_ms(),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(service = %manifest.service, hash = %manifest.manifest_hash, "triggers.v2 service registered");
+            RegisterReply::default()
+        }
+        Err(e) => refuse(format!("unavailable: {}", store_err(e).message)),
+    }
+}
+
+/// The answer to a fetch (`{"service": NAME}`): the stored manifest, or `{"error": ...}`.
+pub async fn fetch(engine: &Engine, body: &[u8]) -> serde_json::Value {
+    let name = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["service"].as_str().map(str::to_string));
+    let Some(name) = name else {
+        return serde_json::json!({"error": "fetch takes {\"service\": NAME}"});
+    };
+    match engine.store.get_service(&name).await {
+        Ok(Some(s)) => s.manifest,
+        Ok(None) => serde_json::json!({"error": format!("service {name:?} is not registered")}),
+        Err(e) => serde_json::json!({"error": format!("unavailable: {}", store_err(e).message)}),
+    }
+}
+
+/// Records one heartbeat; a heartbeat of an unregistered service, or a malformed one, is logged and
+/// dropped (a heartbeat has no reply).
+pub async fn heartbeat(engine: &Engine, body: &[u8]) {
+    let Ok(hb) = serde_json::from_slice::<Heartbeat>(body) else {
+        tracing::debug!("malformed heartbeat dropped");
+        return;
+    };
+    match engine
+        .store
+        .service_heartbeat(
+            &hb.service,
+            &hb.started_at.format(),
+            &hb.manifest_hash,
+            hb.shutting_down,
+            clock::now_ms(),
+        )
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => tracing::debug!(service = %hb.service, "heartbeat of an unregistered service"),
+        Err(e) => tracing::warn!(service = %hb.service, error = %e, "heartbeat not recorded"),
+    }
+}
+
+/// The orchestrator task: serves register, fetch and heartbeats until `stop`. Errors: a subscribe
+/// that failed (logged; the task ends).
+pub async fn run(
+    engine: Arc<Engine>,
+    client: async_nats::Client,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let subs = async {
+        Ok::<_, async_nats::SubscribeError>((
+            client
+                .queue_subscribe(subjects::MANIFEST_REGISTER, QUEUE_GROUP.into())
+                .await?,
+            client
+                .queue_subscribe(subjects::MANIFEST_FETCH, QUEUE_GROUP.into())
+                .await?,
+            client
+                .queue_subscribe(subjects::HEARTBEAT, QUEUE_GROUP.into())
+                .await?,
+        ))
+    };
+    let (mut reg, mut fet, mut hb) = match subs.await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "triggers.v2 orchestrator not started: subscribe failed");
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            Some(m) = reg.next() => {
+                let reply = register(&engine, &m.payload).await;
+                if let Some(to) = m.reply {
+                    let bytes = json::to_vec(&reply, false).unwrap_or_default();
+                    let _ = client.publish(to, bytes.into()).await;
+                }
+            }
+            Some(m) = fet.next() => {
+                let answer = fetch(&engine, &m.payload).await;
+                if let Some(to) = m.reply {
+                    let bytes = json::to_vec(&answer, false).unwrap_or_default();
+                    let _ = client.publish(to, bytes.into()).await;
+                }
+            }
+            Some(m) = hb.next() => heartbeat(&engine, &m.payload).await,
+            r = stop.changed() => if r.is_err() || *stop.borrow() { return; },
+            else => return,
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The triggers.v2 orchestrator side (issue #12, first part) against a private nats-server:
+//! register (accepted, refused on a bad hash or a reserved name), fetch, heartbeats and liveness.
+//! Skips with a printed reason without `/usr/sbin/nats-server`, unless `CI` is set.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tb_core::service::{liveness, Liveness};
+use tb_store::sqlite::SqliteStore;
+use tb_store::Store;
+use tb_wire::manifest::{hash, Manifest};
+use tb_wire::time::WireTime;
+use tb_wire::{json, subjects, Heartbeat, RegisterReply};
+use trigger_bridge_engine::{orchestrator, Catalog, Engine};
+
+const NATS_SERVER: &str = "/usr/sbin/nats-server";
+
+struct Nats(Child, u16, #[allow(dead_code)] tempfile::TempDir);
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn nats() -> Option<Nats> {
+    if !std::path::Path::new(NATS_SERVER).exists() {
+        let why = format!("{NATS_SERVER} not found (Debian package nats-server)");
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        eprintln!("skipping orchestrator test: {why}");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let child = Command::new(NATS_SERVER)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "nats-server did not listen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Some(Nats(child, port, dir))
+}
+
+fn manifest(service: &str) -> Manifest {
+    let mut m: Manifest = serde_json::from_value(serde_json::json!({
+        "protocol_version": "1.0.0", "service": service, "service_version": "dev",
+        "actions": [{"name": "send_inapp", "input_schema": {"type": "object"}, "result_schema": null,
+                     "timeout_ms": 30000, "dlq": format!("triggers.v2.dlq.{service}.send_inapp")}],
+        "service_sources": [{"name": "nats", "transport": "nats", "default": "triggers.v2.svc.inbound"}],
+        "supports_nodes": ["mapping"]
+    }))
+    .unwrap();
+    m.manifest_hash = hash(&m);
+    m
+}
+
+async fn request(client: &async_nats::Client, subject: &str, body: Vec<u8>) -> serde_json::Value {
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.request(subject.to_string(), body.into()),
+    )
+    .await
+    .expect("a reply within 10 s")
+    .expect("a reply");
+    serde_json::from_slice(&r.payload).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn register_fetch_and_heartbeats_go_through_the_store() {
+    let Some(n) = nats() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let engine = Engine::start(store.clone(), Catalog::new(vec![], vec![], vec![]))
+        .await
+        .unwrap();
+    let url = format!("nats://127.0.0.1:{}", n.1);
+    let (stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(orchestrator::run(
+        engine.clone(),
+        async_nats::connect(&url).await.unwrap(),
+        rx,
+    ));
+    let svc = async_nats::connect(&url).await.unwrap();
+    // Wait until the orchestrator listens (no responders until then).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let m = manifest("svc");
+    let body = json::to_vec(&m, false).unwrap();
+    let reply = loop {
+        match svc
+            .request(subjects::MANIFEST_REGISTER, body.clone().into())
+            .await
+        {
+            Ok(r) => break r,
+            Err(_) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            Err(e) => panic!("no orchestrator: {e}"),
+        }
+    };
+    // Accepted: the reply's bytes are Go's `{"flows":null}`.
+    assert_eq!(
+        std::str::from_utf8(&reply.payload).unwrap(),
+        r#"{"flows":null}"#
+    );
+    let stored = store.get_service("svc").await.unwrap().unwrap();
+    assert_eq!(stored.manifest_hash, m.manifest_hash);
+    assert_eq!(
+        liveness(stored.last_heartbeat_at, stored.shutting_down, 0),
+        Liveness::Registered
+    );
+
+    // Refusals are replies with `error`, never silence.
+    let mut bad = manifest("svc");
+    bad.manifest_hash = "sha256:00".into();
+    let r: RegisterReply = serde_json::from_value(
+        request(
+            &svc,
+            subjects::MANIFEST_REGISTER,
+            json::to_vec(&bad, false).unwrap(),
+        )
+        .await,
+    )
+    .unwrap();
+    assert_eq!(r.error, "manifest_hash mismatch");
+    let reserved = manifest("source");
+    let r = request(
+        &svc,
+        subjects::MANIFEST_REGISTER,
+        json::to_vec(&reserved, false).unwrap(),
+    )
+    .await;
+    assert!(r["error"].as_str().unwrap().contains("reserved"), "{r}");
+    let r = request(&svc, subjects::MANIFEST_REGISTER, b"not json".to_vec()).await;
+    assert!(
+        r["error"].as_str().unwrap().contains("not valid JSON"),
+        "{r}"
+    );
+
+    // Fetch returns what was stored.
+    let f = request(
+        &svc,
+        subjects::MANIFEST_FETCH,
+        br#"{"service":"svc"}"#.to_vec(),
+    )
+    .await;
+    assert_eq!(f["manifest_hash"], m.manifest_hash.as_str());
+    let f = request(
+        &svc,
+        subjects::MANIFEST_FETCH,
+        br#"{"service":"nope"}"#.to_vec(),
+    )
+    .await;
+    assert!(f["error"].as_str().unwrap().contains("not registered"));
+
+    // A heartbeat is recorded; liveness follows it (down after 3 missed beats, 15 s).
+    let hb = Heartbeat {
+        service: "svc".into(),
+        service_version: "dev".into(),
+        manifest_hash: m.manifest_hash.clone(),
+        started_at: WireTime::now(),
+        now: WireTime::now(),
+        shutting_down: false,
+    };
+    svc.publish(
+        subjects::HEARTBEAT,
+        json::to_vec(&hb, false).unwrap().into(),
+    )
+    .await
+    .unwrap();
+    svc.flush().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let at = loop {
+        let s = store.get_service("svc").await.unwrap().unwrap();
+        if let Some(t) = s.last_heartbeat_at {
+            assert_eq!(s.heartbeat_hash.as_deref(), Some(m.manifest_hash.as_str()));
+            break t;
+        }
+        assert!(Instant::now() < deadline, "the heartbeat was not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(liveness(Some(at), false, at + 14_999), Liveness::Up);
+    assert_eq!(liveness(Some(at), false, at + 15_000), Liveness::Down);
+    stop.send(true).unwrap();
+}
