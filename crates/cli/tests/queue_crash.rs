@@ -6,47 +6,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{free_port, Server};
 
-const NATS_SERVER: &str = "/usr/sbin/nats-server";
 const MESSAGES: u32 = 1500;
 const KILLS: usize = 3;
-
-struct Nats(Child, u16, #[allow(dead_code)] tempfile::TempDir);
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nats() -> Option<Nats> {
-    if !std::path::Path::new(NATS_SERVER).exists() {
-        let why = format!("{NATS_SERVER} not found (Debian package nats-server)");
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipping queue crash test: {why}");
-        return None;
-    }
-    let port = free_port();
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(NATS_SERVER)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(Nats(child, port, dir))
-}
 
 fn count(db: &std::path::Path, sql: &str) -> i64 {
     let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
@@ -57,7 +22,9 @@ fn count(db: &std::path::Path, sql: &str) -> i64 {
 
 #[test]
 fn sigkill_between_commit_and_ack_is_deduplicated_on_redelivery() {
-    let Some(nats) = nats() else { return };
+    let Some(nats) = tb_engine::testing::NatsServer::start() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("tb.toml");
     std::fs::write(
@@ -67,7 +34,7 @@ fn sigkill_between_commit_and_ack_is_deduplicated_on_redelivery() {
 [server]
 # Leases of the killed process lapse in 2 s (the default is 60 s).
 lease_ms = 2000
-nats_url = "nats://127.0.0.1:{}"
+nats_url = "{}"
 
 [[subscriptions]]
 id = "orders"
@@ -90,7 +57,7 @@ event_types = ["queue.message"]
 action = "start_run"
 workflow = "noop"
 "#,
-            nats.1
+            nats.url()
         ),
     )
     .unwrap();
@@ -102,11 +69,7 @@ workflow = "noop"
         .build()
         .unwrap();
     let js = rt.block_on(async {
-        let js = async_nats::jetstream::new(
-            async_nats::connect(format!("nats://127.0.0.1:{}", nats.1))
-                .await
-                .unwrap(),
-        );
+        let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.unwrap());
         let deadline = Instant::now() + Duration::from_secs(10);
         while js.get_stream("ORDERS").await.is_err() {
             assert!(

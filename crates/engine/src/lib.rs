@@ -26,6 +26,7 @@ pub mod sessions;
 pub mod ssrf;
 pub mod sweeper;
 pub mod sync;
+pub mod testing;
 pub mod wake;
 pub mod webhooks;
 pub mod wire_event;

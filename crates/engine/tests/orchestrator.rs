@@ -2,7 +2,6 @@
 //! register (accepted, refused on a bad hash or a reserved name), fetch, heartbeats and liveness.
 //! Skips with a printed reason without `/usr/sbin/nats-server`, unless `CI` is set.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,45 +12,6 @@ use tb_wire::manifest::{hash, Manifest};
 use tb_wire::time::WireTime;
 use tb_wire::{json, subjects, Heartbeat, RegisterReply};
 use trigger_bridge_engine::{orchestrator, Catalog, Engine};
-
-const NATS_SERVER: &str = "/usr/sbin/nats-server";
-
-struct Nats(Child, u16, #[allow(dead_code)] tempfile::TempDir);
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nats() -> Option<Nats> {
-    if !std::path::Path::new(NATS_SERVER).exists() {
-        let why = format!("{NATS_SERVER} not found (Debian package nats-server)");
-        assert!(std::env::var_os("CI").is_none(), "{why}");
-        eprintln!("skipping orchestrator test: {why}");
-        return None;
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(NATS_SERVER)
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not listen");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Some(Nats(child, port, dir))
-}
 
 fn manifest(service: &str) -> Manifest {
     let mut m: Manifest = serde_json::from_value(serde_json::json!({
@@ -79,13 +39,15 @@ async fn request(client: &async_nats::Client, subject: &str, body: Vec<u8>) -> s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_fetch_and_heartbeats_go_through_the_store() {
-    let Some(n) = nats() else { return };
+    let Some(n) = trigger_bridge_engine::testing::NatsServer::start() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
     let engine = Engine::start(store.clone(), Catalog::new(vec![], vec![], vec![]))
         .await
         .unwrap();
-    let url = format!("nats://127.0.0.1:{}", n.1);
+    let url = n.url();
     let (stop, rx) = tokio::sync::watch::channel(false);
     tokio::spawn(orchestrator::run(
         engine.clone(),

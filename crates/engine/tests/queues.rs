@@ -3,8 +3,6 @@
 //! and restart it; without the binary a test skips with a printed reason, unless `CI` is set (then it
 //! fails). Every wait is bounded.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,82 +17,7 @@ use tb_store::{ListQuery, Store};
 use trigger_bridge_engine::worker::{self, WorkerConfig};
 use trigger_bridge_engine::{queue, Catalog, Engine, SubscriptionConfig};
 
-const NATS_SERVER: &str = "/usr/sbin/nats-server";
-
-/// A private nats-server with JetStream, killed on drop.
-struct Nats {
-    child: Option<Child>,
-    port: u16,
-    dir: tempfile::TempDir,
-}
-
-impl Nats {
-    fn start() -> Option<Nats> {
-        if !std::path::Path::new(NATS_SERVER).exists() {
-            let why = format!("{NATS_SERVER} not found (Debian package nats-server)");
-            if std::env::var_os("CI").is_some() {
-                panic!("{why}");
-            }
-            eprintln!("skipping NATS test: {why}");
-            return None;
-        }
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut n = Nats {
-            child: None,
-            port,
-            dir: tempfile::tempdir().unwrap(),
-        };
-        n.spawn();
-        Some(n)
-    }
-
-    fn spawn(&mut self) {
-        let child = Command::new(NATS_SERVER)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &self.port.to_string(),
-                "-js",
-                "-sd",
-            ])
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server did not listen within 10 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Nats {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+type Nats = trigger_bridge_engine::testing::NatsServer;
 
 struct Bridge {
     engine: Arc<Engine>,
@@ -102,14 +25,8 @@ struct Bridge {
     _dir: tempfile::TempDir,
 }
 
-/// An engine on SQLite with queue subscription `orders` (stream `ORDERS`, subjects `orders.>`,
-/// created if missing), a binding starting `noop` for every message, its worker and its consumer.
-async fn bridge(nats: &Nats, tune: impl FnOnce(&mut QueueSpec)) -> Bridge {
-    let mut spec = QueueSpec::new("ORDERS");
-    spec.subjects = vec!["orders.>".into()];
-    spec.create_stream = true;
-    spec.ack_wait_ms = 2_000;
-    tune(&mut spec);
+/// Queue subscription `orders` on `spec` and a binding starting `noop` for every message.
+fn catalog(spec: QueueSpec) -> Catalog {
     let sub = SubscriptionConfig::queue("orders", spec);
     let binding = Binding {
         id: "on-order".into(),
@@ -123,11 +40,20 @@ async fn bridge(nats: &Nats, tune: impl FnOnce(&mut QueueSpec)) -> Bridge {
         id: "noop".into(),
         executor: Executor::Noop,
     };
+    Catalog::new(vec![sub], vec![binding], vec![wf])
+}
+
+/// An engine on SQLite with queue subscription `orders` (stream `ORDERS`, subjects `orders.>`,
+/// created if missing), a binding starting `noop` for every message, its worker and its consumer.
+async fn bridge(nats: &Nats, tune: impl FnOnce(&mut QueueSpec)) -> Bridge {
+    let mut spec = QueueSpec::new("ORDERS");
+    spec.subjects = vec!["orders.>".into()];
+    spec.create_stream = true;
+    spec.ack_wait_ms = 2_000;
+    tune(&mut spec);
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
-    let engine = Engine::start(store, Catalog::new(vec![sub], vec![binding], vec![wf]))
-        .await
-        .unwrap();
+    let engine = Engine::start(store, catalog(spec)).await.unwrap();
     let (stop, rx) = tokio::sync::watch::channel(false);
     let client = async_nats::ConnectOptions::new()
         .retry_on_initial_connect()
@@ -390,7 +316,7 @@ async fn a_restarted_nats_server_loses_nothing_and_the_subscription_recovers_on_
             .contains_key("orders"),
         "/ready lists the queue as degraded"
     );
-    nats.spawn();
+    nats.restart();
     let js2 = js(&nats).await;
     for i in 0..200 {
         publish(
@@ -493,25 +419,6 @@ async fn two_replicas_on_postgresql_share_the_consumer_and_start_one_run_per_mes
     spec.create_stream = true;
     spec.ack_wait_ms = 2_000;
     spec.batch = 8;
-    let catalog = || {
-        let binding = Binding {
-            id: "on-order".into(),
-            subscription: "orders".into(),
-            event_types: vec!["*".into()],
-            filter: Default::default(),
-            action: BindingAction::start_run("noop"),
-            inputs: Default::default(),
-        };
-        let wf = Workflow {
-            id: "noop".into(),
-            executor: Executor::Noop,
-        };
-        Catalog::new(
-            vec![SubscriptionConfig::queue("orders", spec.clone())],
-            vec![binding],
-            vec![wf],
-        )
-    };
     let (stop, rx) = tokio::sync::watch::channel(false);
     let mut engines = Vec::new();
     for _ in 0..2 {
@@ -520,7 +427,7 @@ async fn two_replicas_on_postgresql_share_the_consumer_and_start_one_run_per_mes
             ..Default::default()
         };
         let store: Arc<dyn Store> = Arc::new(PgStore::connect(db.url(), opts).await.unwrap());
-        let engine = Engine::start(store, catalog()).await.unwrap();
+        let engine = Engine::start(store, catalog(spec.clone())).await.unwrap();
         let client = async_nats::connect(nats.url()).await.unwrap();
         tokio::spawn(worker::run(
             engine.clone(),
