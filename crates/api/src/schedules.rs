@@ -143,11 +143,6 @@ pub async fn create(
         catch_up_max: b.catch_up_max.unwrap_or(d.catch_up_max),
         overlap: b.overlap.unwrap_or_default(),
     };
-    if let Ok(s) = Schedule::new(spec.clone()) {
-        if s.next_after(tb_engine::clock::now_ms()).is_none() {
-            return Err(bad("no tick after now (is end in the past?)"));
-        }
-    }
     let rec = tb_engine::schedules::create(&st.engine, b.id, spec, &b.workflow_id).await?;
     let v = view(&st, &rec).await?;
     Ok((StatusCode::CREATED, Json(json!({ "schedule": v }))).into_response())

@@ -407,17 +407,10 @@ impl ScheduleSection {
                 .replace("graceMs", "grace_ms")
                 .replace("startMs is after endMs", "start is after end")
         })?;
-        if compiled
-            .next_after(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_millis() as i64)
-                    .unwrap_or(0),
-            )
-            .is_none()
-        {
-            return Err("no tick after now (is end in the past?)".into());
-        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        compiled.check_fires_after(now)?;
         Ok(spec)
     }
 }

@@ -47,7 +47,9 @@ pub async fn create(
     spec: ScheduleSpec,
     workflow_id: &str,
 ) -> Result<SubscriptionRecord, TbError> {
-    Schedule::new(spec.clone()).map_err(|e| TbError::new(ErrorCode::ValidationError, e))?;
+    Schedule::new(spec.clone())
+        .and_then(|s| s.check_fires_after(clock::now_ms()))
+        .map_err(|e| TbError::new(ErrorCode::ValidationError, e))?;
     if engine.catalog().workflow(workflow_id).is_none() {
         return Err(TbError::new(
             ErrorCode::ValidationError,

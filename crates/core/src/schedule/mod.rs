@@ -267,6 +267,15 @@ impl Schedule {
         self.tz
     }
 
+    /// Checks that the schedule still has a tick after `now_ms` (a new schedule whose window has
+    /// passed would never fire). Errors: the reason, for the caller to show.
+    pub fn check_fires_after(&self, now_ms: i64) -> Result<(), String> {
+        match self.next_after(now_ms) {
+            Some(_) => Ok(()),
+            None => Err("no tick after now (is end in the past?)".into()),
+        }
+    }
+
     /// Whether `ms` is one of the schedule's nominal instants (a tick), not just some instant.
     pub fn is_tick(&self, ms: i64) -> bool {
         ms.rem_euclid(1000) == 0 && self.at_or_before(ms) == Some(ms)
