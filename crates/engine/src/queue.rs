@@ -478,10 +478,11 @@ async fn handle(
             Bytes::new(),
         );
         async move {
-            metrics::counter!("tb_receipts_total", "connector" => "nats", "outcome" => "rejected")
-                .increment(1);
             match accept(engine, inbound).await {
                 Ok(_) => {
+                    // Counted once recorded: a redelivery of an unrecorded one is not counted twice.
+                    metrics::counter!("tb_receipts_total", "connector" => "nats", "outcome" => "rejected")
+                        .increment(1);
                     tracing::info!(subscription = %sub.id, stream = %stream, sequence = seq, reason = %why, "queue message rejected and terminated");
                     let _ = msg.ack_with(AckKind::Term).await;
                     true
