@@ -9,11 +9,17 @@
 //! * [`json`]: Go `encoding/json`-compatible bytes (floats, U+2028/9, HTML escaping, raw messages);
 //! * [`shapes`]: Envelope, Heartbeat, CompletionEvent, DLQ entry, register reply;
 //! * [`manifest`]: the manifest and its `manifest_hash`;
-//! * [`schema`]: JSON Schema normalization to the Go reflector's shape.
+//! * [`schema`]: JSON Schema normalization to the Go reflector's shape;
+//! * [`result_event`]: the `result_event` catalog entry of a flat typed output;
+//! * [`flow`]: the flow body handed to services and how a message finds its action;
+//! * [`durable_timer`]: the Durable Timer private context and its release gate.
 
+pub mod durable_timer;
+pub mod flow;
 pub mod headers;
 pub mod json;
 pub mod manifest;
+pub mod result_event;
 pub mod schema;
 pub mod shapes;
 pub mod subjects;

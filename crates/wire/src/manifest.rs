@@ -35,6 +35,32 @@ pub struct Retry {
     pub max_backoff_ms: i64,
 }
 
+impl Retry {
+    /// Total attempts allowed by `retry` (OPEN-8 [choice]: no policy = 1 attempt; at least 1).
+    pub fn attempts(retry: Option<&Retry>) -> i64 {
+        retry.map_or(1, |r| r.max_attempts.max(1))
+    }
+
+    /// The delay in ms after failed attempt `k` (1-based): `min(initial_backoff_ms *
+    /// backoff_factor^(k-1), max_backoff_ms)`, with `max_backoff_ms = 0` uncapped (OPEN-8) and a
+    /// factor below 1 read as 1. Seed example 100 ms x 2.0: 100, 200, 400, ...
+    pub fn delay_ms(&self, k: i64) -> u64 {
+        let factor = if self.backoff_factor.is_finite() {
+            self.backoff_factor.max(1.0)
+        } else {
+            1.0
+        };
+        let raw =
+            self.initial_backoff_ms.max(0) as f64 * factor.powi((k.max(1) - 1).min(64) as i32);
+        let capped = if self.max_backoff_ms > 0 {
+            raw.min(self.max_backoff_ms as f64)
+        } else {
+            raw
+        };
+        capped.min(u64::MAX as f64 / 2.0) as u64
+    }
+}
+
 /// One action a service offers. Catalog fields are kept as sent (and never hashed).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -251,4 +277,34 @@ pub fn validate(m: &Manifest) -> Result<(), String> {
         return Err("manifest_hash mismatch".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_delays_follow_the_policy() {
+        let r = Retry {
+            max_attempts: 3,
+            initial_backoff_ms: 100,
+            backoff_factor: 2.0,
+            max_backoff_ms: 5000,
+        };
+        assert_eq!(
+            [1, 2, 3, 7, 8].map(|k| r.delay_ms(k)),
+            [100, 200, 400, 5000, 5000]
+        );
+        let uncapped = Retry {
+            max_backoff_ms: 0,
+            ..r.clone()
+        };
+        assert_eq!(uncapped.delay_ms(8), 12_800);
+        assert_eq!((Retry::attempts(Some(&r)), Retry::attempts(None)), (3, 1));
+        let zero = Retry {
+            max_attempts: 0,
+            ..r
+        };
+        assert_eq!(Retry::attempts(Some(&zero)), 1);
+    }
 }
