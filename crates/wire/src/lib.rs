@@ -12,6 +12,7 @@
 //! * [`schema`]: JSON Schema normalization to the Go reflector's shape;
 //! * [`result_event`]: the `result_event` catalog entry of a flat typed output;
 //! * [`flow`]: the flow body handed to services and how a message finds its action;
+//! * [`outcome`]: ack, retry, dead letter or reject after a handler ran;
 //! * [`durable_timer`]: the Durable Timer private context and its release gate.
 
 pub mod durable_timer;
@@ -19,6 +20,7 @@ pub mod flow;
 pub mod headers;
 pub mod json;
 pub mod manifest;
+pub mod outcome;
 pub mod result_event;
 pub mod schema;
 pub mod shapes;

@@ -70,7 +70,8 @@ pub struct CompletionEvent {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DlqEntry {
-    /// The action name, or a category (`decode`, `unknown_action`, `envelope`; OPEN-7).
+    /// `action` for a handler that failed for good, else a category: `decode`, `unknown_action`,
+    /// `envelope` (OPEN-7; the category is also the fallback subject's last token).
     pub kind: String,
     pub envelope: Envelope,
     /// The action input as received (compacted; a JSON string when it was not JSON).
