@@ -297,6 +297,7 @@ pub async fn get_workflow(
         tb_core::workflow::Executor::Noop => "noop",
         tb_core::workflow::Executor::Http { .. } => "http",
         tb_core::workflow::Executor::Session { .. } => "session",
+        tb_core::workflow::Executor::Nats { .. } => "nats",
     };
     Ok(Json(json!({"workflowId": w.id, "executor": executor})))
 }

@@ -424,7 +424,7 @@ fn default_source() -> String {
 #[serde(deny_unknown_fields)]
 pub struct WorkflowSection {
     pub id: String,
-    /// `noop` or `http`.
+    /// `noop`, `http`, `session` or `nats`.
     pub executor: String,
     /// Worker URL (http executor).
     pub url: Option<String>,
@@ -440,6 +440,13 @@ pub struct WorkflowSection {
     pub mailbox_bound: Option<u32>,
     /// Session executor: `reject` (429 / retry; default) or `drop_oldest` (recorded as an event).
     pub mailbox_overflow: Option<tb_core::signal::Overflow>,
+    /// Nats executor: the `triggers.v2` service that runs the action (`^[A-Za-z0-9_-]+$`).
+    pub service: Option<String>,
+    /// Nats executor: the service's action.
+    pub action: Option<String>,
+    /// Nats executor: the flow is a Durable Timer lineage (released only to a service declaring
+    /// `durable_timer.v1` with a nats source; default false).
+    pub durable_timer: Option<bool>,
 }
 
 /// `[[bindings]]`.
@@ -1303,9 +1310,30 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                     timeout_ms,
                 }
             }
+            "nats" => {
+                let (Some(service), Some(action)) = (&w.service, &w.action) else {
+                    errs.push(format!("{at}: the nats executor needs service = \"NAME\" and action = \"NAME\" (a triggers.v2 service and one of its actions)"));
+                    continue;
+                };
+                if let Err(e) = tb_wire::subjects::validate_service_name(service) {
+                    errs.push(format!("{at}: service: {e}"));
+                    continue;
+                }
+                if action.is_empty() || action.contains(char::is_whitespace) {
+                    errs.push(format!(
+                        "{at}: action {action:?} must be a non-empty name without spaces"
+                    ));
+                    continue;
+                }
+                Executor::Nats {
+                    service: service.clone(),
+                    action: action.clone(),
+                    durable_timer: w.durable_timer.unwrap_or(false),
+                }
+            }
             other => {
                 errs.push(format!(
-                    "{at}: unknown executor {other:?}; use noop, http or session"
+                    "{at}: unknown executor {other:?}; use noop, http, session or nats"
                 ));
                 continue;
             }

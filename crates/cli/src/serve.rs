@@ -235,7 +235,8 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
                 .connect(url.as_str())
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot use the NATS server {url:?}: {e}"))?;
-            tracing::info!(url = %url, "NATS: JetStream queues and the triggers.v2 orchestrator");
+            tracing::info!(url = %url, "NATS: JetStream queues, the triggers.v2 orchestrator and the nats executor");
+            engine.set_nats(c.clone());
             Some(c)
         }
         None => None,

@@ -27,6 +27,20 @@ pub enum Executor {
         #[serde(default)]
         mailbox: crate::signal::MailboxPolicy,
     },
+    /// An action of a `triggers.v2` service over NATS (issue #12): the delivery publishes the run's
+    /// inputs to the service's inbound subject through JetStream (`Nats-Msg-Id` = the delivery id);
+    /// the PubAck marks the delivery delivered and the run `running`; the service's CompletionEvent
+    /// completes or fails the run. A service that is not up fails the attempt (retried per policy).
+    Nats {
+        /// The registered service's name.
+        service: String,
+        /// The action of that service.
+        action: String,
+        /// The flow is a Durable Timer lineage: released to the service only when its manifest
+        /// passes the gate (`tb_wire::durable_timer::check_release`).
+        #[serde(default)]
+        durable_timer: bool,
+    },
 }
 
 /// An approved workflow template.

@@ -234,6 +234,11 @@ impl Catalog {
         self.workflows.get(id)
     }
 
+    /// Every workflow (no order).
+    pub fn workflows(&self) -> impl Iterator<Item = &Workflow> {
+        self.workflows.values()
+    }
+
     /// A copy with each subscription's secret fingerprint set by `f` (shown instead of the secret).
     pub fn with_fingerprints(&self, f: impl Fn(&[u8]) -> String) -> Catalog {
         let mut c = self.clone();

@@ -19,6 +19,8 @@ pub struct StartRequest<'a> {
     pub subscription_id: &'a str,
     pub event_type: &'a str,
     pub receipt_id: &'a str,
+    /// This attempt's number, 1-based.
+    pub attempt: u32,
 }
 
 /// A failed start: the attempt's result and its short, sanitized message (issue #9 defect 6): `HTTP
@@ -72,6 +74,15 @@ pub async fn start_run(
                 permanent: true,
             },
             message: "session workflows start inside the store, not through an executor".into(),
+        }),
+        // Nats runs need the engine (store, NATS client): crate::nats_executor, called by the worker.
+        Executor::Nats { .. } => Err(StartFailure {
+            result: ActionResult::Failed {
+                error_class: "nats_not_local".into(),
+                retry_after_ms: None,
+                permanent: true,
+            },
+            message: "nats workflows start through the nats executor".into(),
         }),
         Executor::Http {
             url,

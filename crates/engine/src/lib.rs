@@ -7,11 +7,14 @@ pub mod accept;
 pub mod capability;
 pub mod catalog;
 pub mod clock;
+pub mod completions;
 pub mod duplicates;
 pub mod effects;
 pub mod executor;
+pub mod flows;
 pub mod handoff;
 pub mod ingest;
+pub mod nats_executor;
 pub mod orchestrator;
 pub mod queue;
 pub mod rate_limit;
@@ -86,6 +89,8 @@ pub struct Engine {
     pub queues_degraded: queue::Degraded,
     /// Set when a queue bus is wired (`serve --nats-url`): discovery advertises `queueBus`.
     pub queue_bus: std::sync::atomic::AtomicBool,
+    /// The NATS connection (`serve --nats-url`), once set: the nats executor publishes through it.
+    nats: std::sync::OnceLock<async_nats::Client>,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -157,6 +162,7 @@ impl Engine {
             schedules_late: Default::default(),
             queues_degraded: Default::default(),
             queue_bus: std::sync::atomic::AtomicBool::new(false),
+            nats: std::sync::OnceLock::new(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
@@ -188,6 +194,17 @@ impl Engine {
             let n = states.values().filter(|s| **s == st).count();
             metrics::gauge!("tb_subscriptions", "state" => st.as_str()).set(n as f64);
         }
+    }
+
+    /// Wires the NATS connection the nats executor publishes through (once; later calls are
+    /// ignored).
+    pub fn set_nats(&self, client: async_nats::Client) {
+        let _ = self.nats.set(client);
+    }
+
+    /// The NATS connection, once [`Engine::set_nats`] was called.
+    pub fn nats(&self) -> Option<async_nats::Client> {
+        self.nats.get().cloned()
     }
 
     /// The current catalog (a cheap snapshot; registrations replace it).

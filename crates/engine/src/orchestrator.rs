@@ -1,7 +1,10 @@
-//! The orchestrator side of `triggers.v2` (issue #12, first part): answers
-//! `triggers.v2.manifest.register` and `.fetch`, and records heartbeats, all against the store, so
-//! every replica answers from the same record (each subscribes in one queue group: one replica
-//! handles each request). Rules are `tb_wire::manifest::validate` and `tb_core::service::liveness`.
+//! The orchestrator side of `triggers.v2` (issue #12): answers `triggers.v2.manifest.register` and
+//! `.fetch`, and records heartbeats, all against the store, so every replica answers from the same
+//! record (each subscribes in one queue group: one replica handles each request). A register reply
+//! carries the service's flows ([`crate::flows`]); at start every replica broadcasts the flows of the
+//! registered services it runs workflows for, and consumes CompletionEvents
+//! ([`crate::completions`]). Rules are `tb_wire::manifest::validate`,
+//! `tb_wire::durable_timer::check_release` and `tb_core::service::liveness`.
 
 use std::sync::Arc;
 
@@ -14,8 +17,9 @@ use crate::{clock, store_err, Engine};
 /// The queue group every replica's orchestrator subscriptions share.
 pub const QUEUE_GROUP: &str = "trigger-bridge-orchestrator";
 
-/// The answer to a register request body: validated, stored, replied (`flows` is `null`: no flows
-/// are assigned yet). Errors are replies with `error` set, never silence.
+/// The answer to a register request body: validated, stored, replied with the service's flows
+/// (`null` when none; Durable Timer flows its manifest does not pass are held back and logged).
+/// Errors are replies with `error` set, never silence.
 pub async fn register(engine: &Engine, body: &[u8]) -> RegisterReply {
     let refuse = |e: String| RegisterReply {
         error: e,
@@ -45,8 +49,16 @@ pub async fn register(engine: &Engine, body: &[u8]) -> RegisterReply {
         .await
     {
         Ok(_) => {
-            tracing::info!(service = %manifest.service, hash = %manifest.manifest_hash, "triggers.v2 service registered");
-            RegisterReply::default()
+            let catalog = engine.catalog();
+            let (flows, refused) = crate::flows::for_service(catalog.workflows(), &manifest);
+            for (w, why) in &refused {
+                tracing::warn!(service = %manifest.service, workflow = %w, why = %why, "flow not released to the service");
+            }
+            tracing::info!(service = %manifest.service, hash = %manifest.manifest_hash, flows = flows.len(), "triggers.v2 service registered");
+            RegisterReply {
+                error: String::new(),
+                flows: (!flows.is_empty()).then_some(flows),
+            }
         }
         Err(e) => refuse(format!("unavailable: {}", store_err(e).message)),
     }
@@ -91,8 +103,44 @@ pub async fn heartbeat(engine: &Engine, body: &[u8]) {
     }
 }
 
-/// The orchestrator task: serves register, fetch and heartbeats until `stop`. Errors: a subscribe
-/// that failed (logged; the task ends).
+/// Publishes the flows of every registered service that this catalog's nats workflows name, on
+/// `triggers.v2.flow.broadcast.<service>` (one FlowEnvelope per message; receivers apply by id and
+/// version, so a repeat from another replica changes nothing). Returns how many were sent.
+pub async fn broadcast(engine: &Engine, client: &async_nats::Client) -> usize {
+    let catalog = engine.catalog();
+    let mut services: Vec<&str> = catalog
+        .workflows()
+        .filter_map(|w| match &w.executor {
+            tb_core::workflow::Executor::Nats { service, .. } => Some(service.as_str()),
+            _ => None,
+        })
+        .collect();
+    services.sort();
+    services.dedup();
+    let mut sent = 0;
+    for name in services {
+        let Ok(Some(svc)) = engine.store.get_service(name).await else {
+            continue;
+        };
+        let manifest: Manifest = serde_json::from_value(svc.manifest).unwrap_or_default();
+        let (flows, _) = crate::flows::for_service(catalog.workflows(), &manifest);
+        for f in flows {
+            let bytes = json::to_vec(&f, false).unwrap_or_default();
+            if client
+                .publish(subjects::broadcast(name), bytes.into())
+                .await
+                .is_ok()
+            {
+                sent += 1;
+            }
+        }
+    }
+    let _ = client.flush().await;
+    sent
+}
+
+/// The orchestrator task: serves register, fetch and heartbeats, broadcasts flows once at start and
+/// consumes CompletionEvents, until `stop`. Errors: a subscribe that failed (logged; the task ends).
 pub async fn run(
     engine: Arc<Engine>,
     client: async_nats::Client,
@@ -118,6 +166,15 @@ pub async fn run(
             return;
         }
     };
+    let completions = tokio::spawn(crate::completions::run(
+        engine.clone(),
+        client.clone(),
+        stop.clone(),
+    ));
+    let sent = broadcast(&engine, &client).await;
+    if sent > 0 {
+        tracing::info!(flows = sent, "flows broadcast to registered services");
+    }
     loop {
         tokio::select! {
             Some(m) = reg.next() => {
@@ -135,8 +192,9 @@ pub async fn run(
                 }
             }
             Some(m) = hb.next() => heartbeat(&engine, &m.payload).await,
-            r = stop.changed() => if r.is_err() || *stop.borrow() { return; },
-            else => return,
+            r = stop.changed() => if r.is_err() || *stop.borrow() { break; },
+            else => break,
         }
     }
+    let _ = completions.await;
 }

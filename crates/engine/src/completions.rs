@@ -1,0 +1,224 @@
+//! CompletionEvents drive nats runs (issue #12): every replica pulls from one durable consumer on
+//! the stream `triggers-flow-events` (capturing `triggers.v2.flow.events.>`, work-queue retention),
+//! so each event is applied once and an event a replica took but did not acknowledge before it died
+//! is redelivered to another after [`ACK_WAIT`]. An event is acknowledged only after the run's end is
+//! committed; a repeated one finds the run ended and is acknowledged without change.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer::pull, stream, AckKind};
+use futures_util::StreamExt;
+use tb_core::run::RunStatus;
+use tb_core::workflow::Executor;
+use tb_store::StoreError;
+use tb_wire::{subjects, CompletionEvent};
+
+use crate::Engine;
+
+/// The stream that keeps CompletionEvents until a replica applied them.
+pub const STREAM: &str = "triggers-flow-events";
+/// The durable consumer every replica shares.
+pub const CONSUMER: &str = "trigger-bridge-completions";
+/// The stream that keeps every DLQ entry (`triggers.v2.dlq.>`, 14 days), so a repeated DLQ publish
+/// of one entry is de-duplicated by its `Nats-Msg-Id`.
+pub const DLQ_STREAM: &str = "triggers-dlq";
+/// How long an unacknowledged event waits before another replica gets it.
+pub const ACK_WAIT: Duration = Duration::from_secs(10);
+/// Events applied at once per replica.
+const CONCURRENCY: usize = 64;
+/// An event whose run never appears is given up after this many deliveries (about an hour of
+/// back-off), logged and terminated.
+const MAX_NOT_YET: i64 = 150;
+
+/// What an event did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// The run ended with this status.
+    Ended(RunStatus),
+    /// The run had already ended (a repeat): nothing changed.
+    Duplicate,
+    /// The run is not recorded yet (the attempt that published its input has not committed):
+    /// redelivered later.
+    NotYet,
+    /// The event does not belong to that run (another workflow or service): dropped.
+    Refused(String),
+}
+
+/// Applies one event: `ok` completes the run, `error` fails it (output `{"error", "service",
+/// "node_id"}`), only when the run's workflow is the event's flow and runs on the event's service.
+/// Errors: the store's, other than not-found and conflict.
+pub async fn apply(engine: &Engine, ev: &CompletionEvent) -> Result<Applied, StoreError> {
+    let run = match engine.store.get_run(&ev.flow_run_id).await {
+        Ok(r) => r,
+        Err(StoreError::NotFound { .. }) => return Ok(Applied::NotYet),
+        Err(e) => return Err(e),
+    };
+    let ours = match engine
+        .catalog()
+        .workflow(&run.workflow_id)
+        .map(|w| &w.executor)
+    {
+        Some(Executor::Nats { service, .. }) => *service == ev.service,
+        _ => false,
+    };
+    if !ours || run.workflow_id != ev.flow_id {
+        return Ok(Applied::Refused(format!(
+            "run {} is workflow {:?}, not flow {:?} of service {:?}",
+            run.id, run.workflow_id, ev.flow_id, ev.service
+        )));
+    }
+    if run.status.is_terminal() {
+        return Ok(Applied::Duplicate);
+    }
+    let (status, output) = match ev.status.as_str() {
+        "ok" => (RunStatus::Completed, None),
+        _ => (
+            RunStatus::Failed,
+            Some(
+                serde_json::json!({"error": ev.error, "service": ev.service, "node_id": ev.node_id}),
+            ),
+        ),
+    };
+    match crate::runs::finish(engine, &run.id, status, output).await {
+        Ok(_) => Ok(Applied::Ended(status)),
+        Err(StoreError::Conflict(_)) => Ok(Applied::Duplicate),
+        Err(e) => Err(e),
+    }
+}
+
+/// Creates (or opens) the completion and DLQ streams.
+pub async fn ensure_streams(js: &jetstream::Context) -> Result<stream::Stream, String> {
+    js.get_or_create_stream(stream::Config {
+        name: DLQ_STREAM.into(),
+        subjects: vec!["triggers.v2.dlq.>".into()],
+        max_age: Duration::from_secs(14 * 86_400),
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| format!("stream {DLQ_STREAM}: {e}"))?;
+    js.get_or_create_stream(stream::Config {
+        name: STREAM.into(),
+        subjects: vec![subjects::FLOW_EVENTS_ALL.into()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| format!("stream {STREAM}: {e}"))
+}
+
+/// The delay before a not-yet-applicable event is offered again: 50 ms doubling per delivery, at
+/// most 30 s.
+fn not_yet_delay(delivered: i64) -> Duration {
+    let ms = 50u64.saturating_mul(1 << (delivered.clamp(1, 20) - 1) as u64);
+    Duration::from_millis(ms.min(30_000))
+}
+
+async fn handle(engine: &Engine, msg: jetstream::Message) {
+    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
+    let answer = match serde_json::from_slice::<CompletionEvent>(&msg.payload) {
+        Err(e) => {
+            tracing::warn!(subject = %msg.subject, error = %e, "a message that is not a CompletionEvent; dropped");
+            AckKind::Term
+        }
+        Ok(ev) => match apply(engine, &ev).await {
+            Ok(Applied::Ended(s)) => {
+                metrics::counter!("tb_completion_events_total", "outcome" => s.as_str())
+                    .increment(1);
+                tracing::debug!(run = %ev.flow_run_id, status = s.as_str(), "run ended by its CompletionEvent");
+                AckKind::Ack
+            }
+            Ok(Applied::Duplicate) => {
+                metrics::counter!("tb_completion_events_total", "outcome" => "duplicate")
+                    .increment(1);
+                AckKind::Ack
+            }
+            Ok(Applied::NotYet) if delivered >= MAX_NOT_YET => {
+                tracing::warn!(run = %ev.flow_run_id, service = %ev.service, "CompletionEvent of a run that never appeared; dropped");
+                AckKind::Term
+            }
+            Ok(Applied::NotYet) => AckKind::Nak(Some(not_yet_delay(delivered))),
+            Ok(Applied::Refused(why)) => {
+                metrics::counter!("tb_completion_events_total", "outcome" => "refused")
+                    .increment(1);
+                tracing::warn!(run = %ev.flow_run_id, service = %ev.service, why = %why, "CompletionEvent refused");
+                AckKind::Term
+            }
+            Err(e) => {
+                tracing::warn!(run = %ev.flow_run_id, error = %e, "CompletionEvent not applied; offered again");
+                AckKind::Nak(Some(Duration::from_secs(1)))
+            }
+        },
+    };
+    if let Err(e) = msg.ack_with(answer).await {
+        tracing::warn!(error = %e, "answer to JetStream not sent; redelivered after ack_wait");
+    }
+}
+
+/// Pulls CompletionEvents until `stop` (re-opening the consumer with back-off when it fails).
+pub async fn run(
+    engine: Arc<Engine>,
+    client: async_nats::Client,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let js = jetstream::new(client);
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let opened = async {
+            let st = ensure_streams(&js).await?;
+            let consumer = st
+                .get_or_create_consumer(
+                    CONSUMER,
+                    pull::Config {
+                        durable_name: Some(CONSUMER.into()),
+                        ack_policy: jetstream::consumer::AckPolicy::Explicit,
+                        ack_wait: ACK_WAIT,
+                        max_deliver: -1,
+                        max_ack_pending: 10_000,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| format!("consumer {CONSUMER}: {e}"))?;
+            consumer
+                .stream()
+                .max_messages_per_batch(CONCURRENCY)
+                .messages()
+                .await
+                .map_err(|e| format!("consumer {CONSUMER}: {e}"))
+        };
+        let mut messages = match opened.await {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(error = %e, "CompletionEvents not consumed yet; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(200);
+        let mut inflight = futures_util::stream::FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                Some(()) = inflight.next(), if !inflight.is_empty() => {}
+                m = messages.next(), if inflight.len() < CONCURRENCY => match m {
+                    Some(Ok(m)) => inflight.push(handle(&engine, m)),
+                    Some(Err(e)) => {
+                        tracing::debug!(error = %e, "completion pull error");
+                    }
+                    None => break,
+                },
+                _ = stop.changed() => {
+                    // Finish what was taken (each is one store write), then stop.
+                    while inflight.next().await.is_some() {}
+                    return;
+                }
+            }
+        }
+    }
+}
