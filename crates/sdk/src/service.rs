@@ -346,7 +346,10 @@ impl Service {
 
     fn broadcast(&self, payload: &[u8]) {
         match serde_json::from_slice::<FlowEnvelope>(payload) {
-            Ok(f) => self.apply(&f),
+            Ok(f) => {
+                tracing::info!(flow = %f.id, version = %f.version, "flow broadcast received");
+                self.apply(&f)
+            }
             Err(e) => tracing::warn!(error = %e, "broadcast that is not a FlowEnvelope; ignored"),
         }
     }
