@@ -71,6 +71,11 @@ echo "== $(tail -n1 "$out/s6_schedules.out")" >&2
 "$B" bench queue --messages "${QUEUE_MESSAGES:-20000}" --data-dir "$DATA-sources" >"$out/s7_queue.out" 2>"$out/s7_queue.err" || echo "(bench queue failed, is NATS with JetStream on 127.0.0.1:4222? see $out/s7_queue.err)" >"$out/s7_queue.out"
 echo "== $(tail -n1 "$out/s7_queue.out")" >&2
 
+echo "== workers over NATS: webhook -> nats executor -> service -> CompletionEvent -> run (issue #12)" >&2
+"$B" bench services --events "${SERVICE_EVENTS:-5000}" --connections "$CONN" --data-dir "$DATA-sources" >"$out/s8_services.out" 2>"$out/s8_services.err" || echo "(bench services failed, is NATS with JetStream on 127.0.0.1:4222? see $out/s8_services.err)" >"$out/s8_services.out"
+echo "== $(tail -n1 "$out/s8_services.out")" >&2
+"$B" bench services --events 500 --connections 1 --data-dir "$DATA-sources" >"$out/s8_services_1.out" 2>"$out/s8_services_1.err" || echo "(bench services failed: see $out/s8_services_1.err)" >"$out/s8_services_1.out"
+
 echo "== backends: SQLite, PostgreSQL x1, PostgreSQL x3 (bench/backends.sh)" >&2
 if command -v psql >/dev/null && command -v pgbench >/dev/null; then
   DURATION=$DURATION CONN=$CONN B=$B bench/backends.sh >"$out/backends.md" 2>"$out/backends.err" || echo "(bench/backends.sh failed: see $out/backends.err)" >"$out/backends.md"
@@ -104,6 +109,8 @@ cpu_per() { # µs of server CPU per answered request
   echo "| 5. drain ${DRAIN_COUNT:-100000} pending noop deliveries | \`bench drain --count ${DRAIN_COUNT:-100000}\` | $(tail -n1 "$out/s5_drain.out") | |"
   echo "| 6. ${SCHEDULES:-10000} schedules firing every minute (in process, simulated clock) | \`bench schedules --count ${SCHEDULES:-10000}\` | $(tail -n1 "$out/s6_schedules.out") | |"
   echo "| 7. JetStream messages to noop runs (in process) | \`bench queue --messages ${QUEUE_MESSAGES:-20000}\` | $(tail -n1 "$out/s7_queue.out") | |"
+  echo "| 8. webhook -> nats executor -> service handler -> CompletionEvent -> run completed (in process, closed loop) | \`bench services --events ${SERVICE_EVENTS:-5000} --connections $CONN\` | $(tail -n1 "$out/s8_services.out") | |"
+  echo "| 8. the same, one sender (unloaded latency) | \`bench services --events 500 --connections 1\` | $(tail -n1 "$out/s8_services_1.out") | |"
   echo
   echo "Ratios: pure receipt ingest = $(awk -v a="$peak" -v b="$baseline" 'BEGIN{printf "%.0f", 100*a/b}') % of the storage baseline; duplicates answered at $(awk -v a="$(rate s3_dup100)" -v b="$peak" 'BEGIN{printf "%.1f", a/b}') x the rate of new receipts."
   echo

@@ -31,6 +31,11 @@ const CONCURRENCY: usize = 64;
 /// back-off), logged and terminated.
 const MAX_NOT_YET: i64 = 150;
 
+/// CompletionEvents this process offered again because their run was not recorded yet (the
+/// service answered before the attempt that published its input committed); `bench services`
+/// reports it.
+pub static NOT_YET: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// What an event did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Applied {
@@ -81,7 +86,10 @@ pub async fn apply(engine: &Engine, ev: &CompletionEvent) -> Result<Applied, Sto
         ),
     };
     match crate::runs::finish(engine, &run.id, status, output).await {
-        Ok(_) => Ok(Applied::Ended(status)),
+        Ok(_) => {
+            let _ = engine.run_ends.send(run.id.clone());
+            Ok(Applied::Ended(status))
+        }
         Err(StoreError::Conflict(_)) => Ok(Applied::Duplicate),
         Err(e) => Err(e),
     }
@@ -109,10 +117,10 @@ pub async fn ensure_streams(js: &jetstream::Context) -> Result<stream::Stream, S
     .map_err(|e| format!("stream {STREAM}: {e}"))
 }
 
-/// The delay before a not-yet-applicable event is offered again: 50 ms doubling per delivery, at
-/// most 30 s.
+/// The delay before a not-yet-applicable event is offered again: 10 ms doubling per delivery, at
+/// most 30 s (the attempt that published the run's input usually commits within a few ms).
 fn not_yet_delay(delivered: i64) -> Duration {
-    let ms = 50u64.saturating_mul(1 << (delivered.clamp(1, 20) - 1) as u64);
+    let ms = 10u64.saturating_mul(1 << (delivered.clamp(1, 20) - 1) as u64);
     Duration::from_millis(ms.min(30_000))
 }
 
@@ -139,7 +147,12 @@ async fn handle(engine: &Engine, msg: jetstream::Message) {
                 tracing::warn!(run = %ev.flow_run_id, service = %ev.service, "CompletionEvent of a run that never appeared; dropped");
                 AckKind::Term
             }
-            Ok(Applied::NotYet) => AckKind::Nak(Some(not_yet_delay(delivered))),
+            Ok(Applied::NotYet) => {
+                metrics::counter!("tb_completion_events_total", "outcome" => "not_yet")
+                    .increment(1);
+                NOT_YET.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                AckKind::Nak(Some(not_yet_delay(delivered)))
+            }
             Ok(Applied::Refused(why)) => {
                 metrics::counter!("tb_completion_events_total", "outcome" => "refused")
                     .increment(1);

@@ -91,6 +91,9 @@ pub struct Engine {
     pub queue_bus: std::sync::atomic::AtomicBool,
     /// The NATS connection (`serve --nats-url`), once set: the nats executor publishes through it.
     nats: std::sync::OnceLock<async_nats::Client>,
+    /// Run ids of nats runs ended by their CompletionEvent on this replica, as they commit (for
+    /// in-process observers such as `bench services`; nobody listening costs nothing).
+    pub run_ends: tokio::sync::broadcast::Sender<String>,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -163,6 +166,7 @@ impl Engine {
             queues_degraded: Default::default(),
             queue_bus: std::sync::atomic::AtomicBool::new(false),
             nats: std::sync::OnceLock::new(),
+            run_ends: tokio::sync::broadcast::channel(4096).0,
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

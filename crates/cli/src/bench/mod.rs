@@ -7,6 +7,7 @@ mod drain;
 mod load;
 mod outbound;
 mod report;
+mod services;
 mod sources;
 mod storage;
 
@@ -170,6 +171,27 @@ pub enum BenchCmd {
         #[arg(long, default_value = "./data")]
         data_dir: PathBuf,
     },
+    /// Services: signed GitHub webhooks -> nats executor -> a triggers.v2 service (in process) ->
+    /// CompletionEvent -> run completed; actions/s, p50/p99 latency, CPU per action (scratch SQLite
+    /// store; needs NATS with JetStream)
+    Services {
+        /// Webhooks (= runs = actions)
+        #[arg(long, default_value_t = 5_000)]
+        events: usize,
+        /// Senders, each waiting for its run to end before the next webhook
+        #[arg(long, default_value_t = 32)]
+        connections: usize,
+        /// NATS server with JetStream
+        #[arg(
+            long,
+            default_value = "nats://127.0.0.1:4222",
+            env = "TRIGGER_BRIDGE_NATS_URL"
+        )]
+        nats_url: String,
+        /// Directory for the scratch store; removed afterwards
+        #[arg(long, default_value = "./data")]
+        data_dir: PathBuf,
+    },
 }
 
 /// Runs a bench command.
@@ -216,6 +238,12 @@ pub async fn run(cmd: BenchCmd) -> Result<()> {
             nats_url,
             data_dir,
         } => sources::queue(messages.max(1), &nats_url, &data_dir).await,
+        BenchCmd::Services {
+            events,
+            connections,
+            nats_url,
+            data_dir,
+        } => services::services(events.max(1), connections.max(1), &nats_url, &data_dir).await,
         BenchCmd::Drain {
             config,
             count,

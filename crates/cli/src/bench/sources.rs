@@ -22,7 +22,7 @@ use tb_store::sqlite::SqliteStore;
 use tb_store::Store;
 
 /// This process's user + system CPU time.
-fn cpu() -> Duration {
+pub(crate) fn cpu() -> Duration {
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
