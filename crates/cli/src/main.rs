@@ -207,6 +207,14 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
                     w.len(),
                     b.len()
                 );
+                let nats_runs = w
+                    .iter()
+                    .filter(|w| matches!(w.executor, tb_core::workflow::Executor::Nats { .. }))
+                    .count();
+                let env_url = std::env::var("TRIGGER_BRIDGE_NATS_URL").is_ok_and(|v| !v.is_empty());
+                if nats_runs > 0 && l.server.nats_url.is_none() && !env_url {
+                    eprintln!("warning: {nats_runs} workflow(s) use the nats executor but no NATS server is set: start serve with --nats-url (or set [server] nats_url), else their deliveries fail with nats_unavailable");
+                }
                 Ok(0)
             }
             Err(errs) => {

@@ -36,8 +36,9 @@ pub struct ServeArgs {
     /// [default: [server].database_url, else SQLite in the data dir]. Printed with the password masked.
     #[arg(long, env = "TRIGGER_BRIDGE_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
-    /// NATS server with JetStream, nats://host[:port], for queue subscriptions [default:
-    /// [server].nats_url, else none: queue subscriptions report an error, the rest runs].
+    /// NATS server with JetStream, nats://host[:port], for queue subscriptions, triggers.v2 services
+    /// and the nats executor [default: [server].nats_url, else none: queue subscriptions report an
+    /// error and nats runs fail with nats_unavailable; the rest runs].
     #[arg(long, env = "TRIGGER_BRIDGE_NATS_URL", hide_env_values = true)]
     pub nats_url: Option<String>,
     /// What this process runs: api (ingest and API), worker (deliveries and timers; HTTP only
@@ -239,7 +240,17 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
             engine.set_nats(c.clone());
             Some(c)
         }
-        None => None,
+        None => {
+            let nats_runs = engine
+                .catalog()
+                .workflows()
+                .filter(|w| matches!(w.executor, tb_core::workflow::Executor::Nats { .. }))
+                .count();
+            if nats_runs > 0 {
+                tracing::warn!(workflows = nats_runs, "workflows use the nats executor but no NATS server is set (--nats-url): their deliveries fail with nats_unavailable");
+            }
+            None
+        }
     };
     let queues = role.runs_worker().then(|| {
         tokio::spawn(tb_engine::queue::run(

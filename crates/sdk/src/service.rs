@@ -16,8 +16,8 @@ use tb_wire::{json, subjects, FlowEnvelope, Heartbeat, RegisterReply};
 use crate::action::Action;
 use crate::handle::{self, Shared};
 
-/// Why a service stopped or could not start.
-#[derive(Debug)]
+/// Why a service stopped or could not start. Its `Debug` is its `Display` (so `main` returning
+/// `Result<(), Error>` prints a sentence).
 pub enum Error {
     /// The service's own declaration is invalid (a bad name, duplicate actions, a bad source).
     Config(String),
@@ -35,9 +35,15 @@ impl std::fmt::Display for Error {
         match self {
             Error::Config(m) => write!(f, "service declaration: {m}"),
             Error::Connect(m) => write!(f, "NATS: {m}"),
-            Error::Register(m) => write!(f, "register: {m}"),
+            Error::Register(m) => write!(f, "register: {m} (start the bridge with --nats-url first: a service fails fast when no orchestrator answers)"),
             Error::JetStream(m) => write!(f, "JetStream: {m}"),
         }
+    }
+}
+
+impl std::fmt::Debug for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 
@@ -250,8 +256,9 @@ impl Service {
 
     /// Runs on an existing connection until `shutdown` resolves: subscribe to both broadcast
     /// subjects, register (10 s), apply the reply's flows, open the stream and consumers, heartbeat
-    /// every 5 s (the first at once); on shutdown stop pulling, wait for handlers in flight, send a
-    /// heartbeat with `shutting_down: true` and flush.
+    /// every 5 s (the first at once); on shutdown send a heartbeat with `shutting_down: true`, stop
+    /// pulling, wait for handlers in flight, send the last heartbeat (`shutting_down: true` again)
+    /// and flush.
     pub async fn run_with_client(
         self,
         client: async_nats::Client,
@@ -324,6 +331,8 @@ impl Service {
             }
         }
         tracing::info!(service = %self.name, "shutting down: finishing handlers in flight");
+        // Draining from now: the orchestrator shows it while the handlers in flight finish.
+        send_heartbeat(&client, &beat(true)).await;
         let _ = stop.send(true);
         for l in loops {
             let _ = l.await;
