@@ -34,7 +34,8 @@ pub struct StartFailure {
     pub message: String,
 }
 
-fn failure(error_class: &str, message: String) -> StartFailure {
+/// A retryable failure of class `error_class` with `message`.
+pub(crate) fn failure(error_class: &str, message: String) -> StartFailure {
     StartFailure {
         result: ActionResult::Failed {
             error_class: error_class.into(),

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use async_nats::jetstream::context::PublishErrorKind;
 use sha2::{Digest, Sha256};
-use tb_core::delivery::ActionResult;
 use tb_core::run::RunStatus;
 use tb_core::service::{liveness, Liveness};
 use tb_core::workflow::Workflow;
@@ -18,22 +17,11 @@ use tb_wire::manifest::Manifest;
 use tb_wire::time::WireTime;
 use tb_wire::{json, Envelope};
 
-use crate::executor::{StartFailure, StartRequest};
+use crate::executor::{failure, StartFailure, StartRequest};
 use crate::{clock, Engine};
 
 /// How long a PubAck is awaited before the attempt fails (`timeout`).
 pub const PUBACK_TIMEOUT: Duration = Duration::from_secs(5);
-
-fn failure(error_class: &str, message: String) -> StartFailure {
-    StartFailure {
-        result: ActionResult::Failed {
-            error_class: error_class.into(),
-            retry_after_ms: None,
-            permanent: false,
-        },
-        message,
-    }
-}
 
 /// The envelope of an attempt: ids from the run and delivery, the trace id derived from the
 /// receipt (every attempt of one event shares it) and the span id from the delivery and attempt.
@@ -155,8 +143,9 @@ pub async fn start(
 /// on `triggers.v2.dlq.source.<subscription id>` (the orchestrator's own DLQ subject; the SDK never
 /// publishes there): kind `delivery`, the attempt's envelope, the run inputs as body, `why` as
 /// `err_msg`, `occurred_at` = the attempt's start (`started_ms`), so its `Nats-Msg-Id` is the same
-/// for a repeat. Best effort: the dead letter itself is in the store; a failed publish is logged.
-pub async fn source_dead_letter(
+/// for a repeat. Best effort and in the background (the worker does not wait for NATS): the dead
+/// letter itself is in the store; a failed publish is logged.
+pub fn source_dead_letter(
     engine: &Engine,
     workflow: &Workflow,
     action: &str,
@@ -178,22 +167,25 @@ pub async fn source_dead_letter(
         headers.insert(tb_wire::headers::NATS_MSG_ID, v);
     }
     let bytes = json::to_vec(&entry, false).unwrap_or_default();
-    let js = async_nats::jetstream::new(client.clone());
-    let sent = tokio::time::timeout(PUBACK_TIMEOUT, async {
-        js.publish_with_headers(subject.clone(), headers.clone(), bytes.clone().into())
-            .await?
-            .await
-    })
-    .await;
-    match sent {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) if e.kind() == PublishErrorKind::StreamNotFound => {
-            let _ = client
-                .publish_with_headers(subject, headers, bytes.into())
-                .await;
+    let delivery = req.delivery_id.to_string();
+    tokio::spawn(async move {
+        let js = async_nats::jetstream::new(client.clone());
+        let sent = tokio::time::timeout(PUBACK_TIMEOUT, async {
+            js.publish_with_headers(subject.clone(), headers.clone(), bytes.clone().into())
+                .await?
+                .await
+        })
+        .await;
+        match sent {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if e.kind() == PublishErrorKind::StreamNotFound => {
+                let _ = client
+                    .publish_with_headers(subject, headers, bytes.into())
+                    .await;
+            }
+            _ => {
+                tracing::warn!(delivery = %delivery, subject = %subject, "source DLQ entry not published")
+            }
         }
-        _ => {
-            tracing::warn!(delivery = %req.delivery_id, subject = %subject, "source DLQ entry not published")
-        }
-    }
+    });
 }

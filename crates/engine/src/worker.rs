@@ -413,8 +413,7 @@ async fn attempt_with(engine: &Engine, lease: Lease, known_event_type: Option<St
                             let why = format!("{class}: {msg}");
                             crate::nats_executor::source_dead_letter(
                                 engine, w, action, &req, started, &why,
-                            )
-                            .await;
+                            );
                         }
                     }
                 }

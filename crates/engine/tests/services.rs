@@ -480,7 +480,6 @@ async fn headers_are_read_in_any_case_and_the_timer_triplet_never_reaches_a_hand
     )
     .await;
     let dlq = js.get_stream("triggers-dlq").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
     for (subject, kind, key) in [
         ("triggers.v2.dlq.svc.envelope", "envelope", "idem-d"),
         ("triggers.v2.dlq.svc.decode", "decode", "idem-e"),
@@ -490,13 +489,7 @@ async fn headers_are_read_in_any_case_and_the_timer_triplet_never_reaches_a_hand
             "idem-f",
         ),
     ] {
-        let entry = loop {
-            if let Ok(m) = dlq.get_last_raw_message_by_subject(subject).await {
-                break serde_json::from_slice::<DlqEntry>(&m.payload).unwrap();
-            }
-            assert!(Instant::now() < deadline, "no DLQ entry on {subject}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let entry = dlq_entry(&dlq, subject).await;
         assert_eq!(
             (entry.kind.as_str(), entry.envelope.idempotency_key.as_str()),
             (kind, key)
@@ -519,14 +512,17 @@ async fn headers_are_read_in_any_case_and_the_timer_triplet_never_reaches_a_hand
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_that_is_down_fails_attempts_until_the_delivery_is_dead_lettered() {
-    let Some(n) = Nats::start() else { return };
-    let b = bridge(&n, 2).await;
-    // Never registered: attempts fail with service_unregistered.
-    let run_id = runs::start(&b.engine, "wf", serde_json::json!({"key": "e"}))
-        .await
-        .unwrap();
+/// Starts a run of `wf` with `input`, waits (<= 10 s) for it to fail, and returns its id, its
+/// delivery and the delivery's attempts.
+async fn failed_run(
+    b: &Bridge,
+    input: serde_json::Value,
+) -> (
+    String,
+    tb_store::DeliveryRecord,
+    Vec<tb_store::AttemptRecord>,
+) {
+    let run_id = runs::start(&b.engine, "wf", input).await.unwrap();
     let run = wait_run(
         &b.engine,
         &run_id,
@@ -540,8 +536,29 @@ async fn a_service_that_is_down_fails_attempts_until_the_delivery_is_dead_letter
         .get_delivery(run.delivery_id.as_deref().unwrap())
         .await
         .unwrap();
-    assert_eq!(d.state.as_str(), "dead-lettered");
     let attempts = b.engine.store.attempts(&d.id).await.unwrap();
+    (run_id, d, attempts)
+}
+
+/// The last DLQ entry on `subject` in the `triggers-dlq` stream, waiting for it (<= 10 s).
+async fn dlq_entry(dlq: &jetstream::stream::Stream, subject: &str) -> DlqEntry {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(m) = dlq.get_last_raw_message_by_subject(subject).await {
+            return serde_json::from_slice(&m.payload).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no DLQ entry on {subject}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_that_is_down_fails_attempts_until_the_delivery_is_dead_lettered() {
+    let Some(n) = Nats::start() else { return };
+    let b = bridge(&n, 2).await;
+    // Never registered: attempts fail with service_unregistered.
+    let (run_id, d, attempts) = failed_run(&b, serde_json::json!({"key": "e"})).await;
+    assert_eq!(d.state.as_str(), "dead-lettered");
     assert_eq!(attempts.len(), 2);
     assert!(
         attempts
@@ -552,17 +569,7 @@ async fn a_service_that_is_down_fails_attempts_until_the_delivery_is_dead_letter
     // The orchestrator's source DLQ got an entry for it.
     let js = jetstream::new(async_nats::connect(n.url()).await.unwrap());
     let dlq = js.get_stream("triggers-dlq").await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let entry = loop {
-        if let Ok(m) = dlq
-            .get_last_raw_message_by_subject("triggers.v2.dlq.source.api")
-            .await
-        {
-            break serde_json::from_slice::<DlqEntry>(&m.payload).unwrap();
-        }
-        assert!(Instant::now() < deadline, "no source DLQ entry");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let entry = dlq_entry(&dlq, "triggers.v2.dlq.source.api").await;
     assert_eq!(
         (entry.kind.as_str(), entry.envelope.flow_run_id.as_str()),
         ("delivery", run_id.as_str())
@@ -574,41 +581,14 @@ async fn a_service_that_is_down_fails_attempts_until_the_delivery_is_dead_letter
     );
     // Registered, then silent for 3 beats (the service task is aborted: no shutdown heartbeat): down.
     let (_stop, task) = start_service(&b, &n, service(Seen::default())).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while b
-        .engine
-        .store
-        .get_service("svc")
-        .await
-        .unwrap()
-        .and_then(|s| s.last_heartbeat_at)
-        .is_none()
-    {
-        assert!(Instant::now() < deadline, "no heartbeat");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
     task.abort();
     let _ = task.await;
     tokio::time::sleep(Duration::from_millis(
-        tb_core::service::DOWN_AFTER_MS as u64 + 6_000,
+        tb_core::service::DOWN_AFTER_MS as u64 + 1_000,
     ))
     .await;
-    let run_id = runs::start(&b.engine, "wf", serde_json::json!({"key": "f"}))
-        .await
-        .unwrap();
-    let run = wait_run(
-        &b.engine,
-        &run_id,
-        RunStatus::Failed,
-        Duration::from_secs(10),
-    )
-    .await;
-    let attempts = b
-        .engine
-        .store
-        .attempts(run.delivery_id.as_deref().unwrap())
-        .await
-        .unwrap();
+    let (_, d, attempts) = failed_run(&b, serde_json::json!({"key": "f"})).await;
+    assert_eq!(d.state.as_str(), "dead-lettered");
     assert!(
         attempts
             .iter()
