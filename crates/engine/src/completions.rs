@@ -51,7 +51,10 @@ pub enum Applied {
 }
 
 /// Applies one event: `ok` completes the run, `error` fails it (output `{"error", "service",
-/// "node_id"}`), only when the run's workflow is the event's flow and runs on the event's service.
+/// "node_id"}`), only when the run's workflow is the event's flow, runs on the event's service and
+/// its action is the event's node. The protocol has no sender authentication: whoever may publish on
+/// `triggers.v2.flow.events.>` can end a running run of a flow it knows; restrict that subject with
+/// NATS permissions (docs/operations.md).
 /// Errors: the store's, other than not-found and conflict.
 pub async fn apply(engine: &Engine, ev: &CompletionEvent) -> Result<Applied, StoreError> {
     let run = match engine.store.get_run(&ev.flow_run_id).await {
@@ -64,13 +67,15 @@ pub async fn apply(engine: &Engine, ev: &CompletionEvent) -> Result<Applied, Sto
         .workflow(&run.workflow_id)
         .map(|w| &w.executor)
     {
-        Some(Executor::Nats { service, .. }) => *service == ev.service,
+        Some(Executor::Nats {
+            service, action, ..
+        }) => *service == ev.service && *action == ev.node_id,
         _ => false,
     };
     if !ours || run.workflow_id != ev.flow_id {
         return Ok(Applied::Refused(format!(
-            "run {} is workflow {:?}, not flow {:?} of service {:?}",
-            run.id, run.workflow_id, ev.flow_id, ev.service
+            "run {} is workflow {:?}, not node {:?} of flow {:?} of service {:?}",
+            run.id, run.workflow_id, ev.node_id, ev.flow_id, ev.service
         )));
     }
     if run.status.is_terminal() {
@@ -188,7 +193,9 @@ pub async fn run(
                         durable_name: Some(CONSUMER.into()),
                         ack_policy: jetstream::consumer::AckPolicy::Explicit,
                         ack_wait: ACK_WAIT,
-                        max_deliver: -1,
+                        // Finite: a message the client cannot read (a header value that is not
+                        // UTF-8 drops the connection) stops being redelivered.
+                        max_deliver: MAX_NOT_YET + 10,
                         max_ack_pending: 10_000,
                         ..Default::default()
                     },
@@ -222,7 +229,11 @@ pub async fn run(
                 m = messages.next(), if inflight.len() < CONCURRENCY => match m {
                     Some(Ok(m)) => inflight.push(handle(&engine, m)),
                     Some(Err(e)) => {
-                        tracing::debug!(error = %e, "completion pull error");
+                        // The stream or consumer may be gone (deleted, server restarted): open
+                        // them again (re-creating what is missing) rather than pull in vain.
+                        tracing::warn!(error = %e, "CompletionEvent pull failed; opening the consumer again");
+                        while inflight.next().await.is_some() {}
+                        break;
                     }
                     None => break,
                 },

@@ -17,6 +17,20 @@ use crate::{clock, store_err, Engine};
 /// The queue group every replica's orchestrator subscriptions share.
 pub const QUEUE_GROUP: &str = "trigger-bridge-orchestrator";
 
+/// Register, fetch and heartbeat requests handled at once per replica.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// The largest manifest a register accepts, in bytes (256 KiB; the NATS server's own limit is
+/// usually 1 MiB).
+pub const MAX_MANIFEST_BYTES: usize = 256 * 1024;
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Register,
+    Fetch,
+    Heartbeat,
+}
+
 /// The answer to a register request body: validated, stored, replied with the service's flows
 /// (`null` when none; Durable Timer flows its manifest does not pass are held back and logged).
 /// Errors are replies with `error` set, never silence.
@@ -25,6 +39,12 @@ pub async fn register(engine: &Engine, body: &[u8]) -> RegisterReply {
         error: e,
         flows: None,
     };
+    if body.len() > MAX_MANIFEST_BYTES {
+        return refuse(format!(
+            "manifest_too_large: {} bytes, at most {MAX_MANIFEST_BYTES}",
+            body.len()
+        ));
+    }
     let manifest: Manifest = match serde_json::from_slice(body) {
         Ok(m) => m,
         Err(e) => {
@@ -175,26 +195,36 @@ pub async fn run(
     if sent > 0 {
         tracing::info!(flows = sent, "flows broadcast to registered services");
     }
+    // Requests are answered concurrently (at most MAX_IN_FLIGHT at once per replica), so a flood of
+    // heartbeats cannot hold a register reply past the service's 10 s; beyond that, requests wait
+    // in the subscription (NATS drops what a slow subscriber cannot take).
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     loop {
-        tokio::select! {
-            Some(m) = reg.next() => {
-                let reply = register(&engine, &m.payload).await;
-                if let Some(to) = m.reply {
-                    let bytes = json::to_vec(&reply, false).unwrap_or_default();
-                    let _ = client.publish(to, bytes.into()).await;
-                }
-            }
-            Some(m) = fet.next() => {
-                let answer = fetch(&engine, &m.payload).await;
-                if let Some(to) = m.reply {
-                    let bytes = json::to_vec(&answer, false).unwrap_or_default();
-                    let _ = client.publish(to, bytes.into()).await;
-                }
-            }
-            Some(m) = hb.next() => heartbeat(&engine, &m.payload).await,
-            r = stop.changed() => if r.is_err() || *stop.borrow() { break; },
+        let (kind, m) = tokio::select! {
+            Some(m) = reg.next() => (Kind::Register, m),
+            Some(m) = fet.next() => (Kind::Fetch, m),
+            Some(m) = hb.next() => (Kind::Heartbeat, m),
+            r = stop.changed() => if r.is_err() || *stop.borrow() { break } else { continue },
             else => break,
-        }
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let (engine, client) = (engine.clone(), client.clone());
+        tokio::spawn(async move {
+            let reply = match kind {
+                Kind::Register => Some(json::to_vec(&register(&engine, &m.payload).await, false)),
+                Kind::Fetch => Some(json::to_vec(&fetch(&engine, &m.payload).await, false)),
+                Kind::Heartbeat => {
+                    heartbeat(&engine, &m.payload).await;
+                    None
+                }
+            };
+            if let (Some(Ok(bytes)), Some(to)) = (reply, m.reply) {
+                let _ = client.publish(to, bytes.into()).await;
+            }
+            drop(permit);
+        });
     }
     let _ = completions.await;
 }

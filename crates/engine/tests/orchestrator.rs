@@ -95,7 +95,7 @@ async fn register_fetch_and_heartbeats_go_through_the_store() {
         .await,
     )
     .unwrap();
-    assert_eq!(r.error, "manifest_hash mismatch");
+    assert_eq!(r.error, "manifest_hash_mismatch");
     let reserved = manifest("source");
     let r = request(
         &svc,

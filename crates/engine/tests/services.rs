@@ -462,7 +462,8 @@ async fn headers_are_read_in_any_case_and_the_timer_triplet_never_reaches_a_hand
         br#"{"key":"d"}"#.to_vec(),
     )
     .await;
-    // So is an undecodable body (kind decode) and a node no action serves (kind unknown_action).
+    // So is an undecodable body (kind decode, on the action's DLQ) and a node no action serves
+    // (kind unknown_action, on the fallback subject).
     publish(
         vec![
             ("X-Triggers-Source-Node-Id", "work".into()),
@@ -482,7 +483,7 @@ async fn headers_are_read_in_any_case_and_the_timer_triplet_never_reaches_a_hand
     let dlq = js.get_stream("triggers-dlq").await.unwrap();
     for (subject, kind, key) in [
         ("triggers.v2.dlq.svc.envelope", "envelope", "idem-d"),
-        ("triggers.v2.dlq.svc.decode", "decode", "idem-e"),
+        ("triggers.v2.dlq.svc.work", "decode", "idem-e"),
         (
             "triggers.v2.dlq.svc.unknown_action",
             "unknown_action",
@@ -495,8 +496,32 @@ async fn headers_are_read_in_any_case_and_the_timer_triplet_never_reaches_a_hand
             (kind, key)
         );
     }
+    // A flow id that cannot name a subject (no CompletionEvent could be sent) is an envelope error.
+    publish(
+        vec![
+            ("X-Triggers-Source-Node-Id", "work".into()),
+            ("X-Triggers-Flow-Id", "a b".into()),
+            ("X-Triggers-Flow-Run-Id", "run-g".into()),
+            ("X-Triggers-Idempotency-Key", "idem-g".into()),
+        ],
+        body.clone(),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dlq_entry(&dlq, "triggers.v2.dlq.svc.envelope")
+        .await
+        .envelope
+        .idempotency_key
+        != "idem-g"
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no envelope DLQ entry for the bad flow id"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let undecodable = dlq
-        .get_last_raw_message_by_subject("triggers.v2.dlq.svc.decode")
+        .get_last_raw_message_by_subject("triggers.v2.dlq.svc.work")
         .await
         .unwrap();
     let e: DlqEntry = serde_json::from_slice(&undecodable.payload).unwrap();

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer::pull, AckKind};
+use async_nats::jetstream::{self, AckKind};
 use async_nats::HeaderMap;
 use futures_util::StreamExt;
 use tb_wire::headers::{from_headers, strip_private, NATS_MSG_ID};
+use tb_wire::manifest::Retry;
 use tb_wire::outcome::{decide, Disposition, Outcome, DLQ_RETRY_DELAY_MS};
 use tb_wire::time::WireTime;
 use tb_wire::{durable_timer, json, subjects, CompletionEvent, DlqEntry, Envelope};
@@ -28,22 +29,63 @@ pub(crate) struct Shared {
     pub ack_wait: Duration,
 }
 
-/// Pulls from one consumer until `stop`, handling at most `permits` messages at once.
+/// How long one pull waits for messages before it is renewed.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+
+/// Pulls from one consumer until `stop`. It pulls only while a handler slot is free, and at most as
+/// many messages as there are free slots, so no message waits in a buffer while its `ack_wait` runs
+/// (a message that still has to wait for a slot gets progress meanwhile). Several sources share the
+/// slots without one idle source holding any.
 pub(crate) async fn consume(
     shared: Arc<Shared>,
-    mut messages: pull::Stream,
-    _batch: usize,
+    consumer: jetstream::consumer::PullConsumer,
     permits: Arc<tokio::sync::Semaphore>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        let permit = tokio::select! {
+        let first = tokio::select! {
             p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
             _ = stop.changed() => return,
         };
-        tokio::select! {
-            m = messages.next() => match m {
+        let n = 1 + permits.available_permits();
+        let batch = consumer
+            .fetch()
+            .max_messages(n)
+            .expires(PULL_EXPIRES)
+            .messages()
+            .await;
+        let mut batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                drop(first);
+                tracing::warn!(error = %e, "pull failed; pulling again");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        let mut first = Some(first);
+        loop {
+            let m = tokio::select! {
+                m = batch.next() => m,
+                _ = stop.changed() => {
+                    // Stopping: what this pull still brings goes back at once (for another replica).
+                    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(50), batch.next()).await {
+                        let _ = m.ack_with(AckKind::Nak(None)).await;
+                    }
+                    return;
+                }
+            };
+            match m {
                 Some(Ok(m)) => {
+                    let permit = match first.take() {
+                        Some(p) => p,
+                        None => match slot_with_progress(&permits, &m, shared.ack_wait).await {
+                            Some(p) => p,
+                            None => return,
+                        },
+                    };
                     let shared = shared.clone();
                     tokio::spawn(async move {
                         handle(&shared, m).await;
@@ -51,12 +93,27 @@ pub(crate) async fn consume(
                     });
                 }
                 Some(Err(e)) => {
-                    tracing::warn!(error = %e, "pull failed; pulling again");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tracing::debug!(error = %e, "pull ended with an error");
+                    break;
                 }
-                None => return,
-            },
-            _ = stop.changed() => return,
+                None => break,
+            }
+        }
+    }
+}
+
+/// A handler slot for `msg`, sending progress for it every third of `ack_wait` while it waits.
+async fn slot_with_progress(
+    permits: &Arc<tokio::sync::Semaphore>,
+    msg: &jetstream::Message,
+    ack_wait: Duration,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    let mut progress = tokio::time::interval((ack_wait / 3).max(Duration::from_millis(100)));
+    progress.tick().await;
+    loop {
+        tokio::select! {
+            p = permits.clone().acquire_owned() => return p.ok(),
+            _ = progress.tick() => { let _ = msg.ack_with(AckKind::Progress).await; }
         }
     }
 }
@@ -72,17 +129,49 @@ fn header_pairs(h: Option<&HeaderMap>) -> Vec<(String, String)> {
 }
 
 /// Handles one message to the end (an answer to JetStream is always sent, except when the
-/// connection is gone: then the server redelivers after `ack_wait`).
+/// connection is gone: then the server redelivers after `ack_wait`). Nothing is acknowledged before
+/// its DLQ entry and CompletionEvent were written; a write that fails is retried by redelivery, and
+/// a redelivery past the action's last attempt only writes them again (the handler does not run
+/// again).
 pub(crate) async fn handle(shared: &Shared, msg: jetstream::Message) {
     let raw = header_pairs(msg.headers.as_ref());
-    let attempt = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
+    let info = msg.info().ok();
+    let attempt = info.as_ref().map_or(1, |i| i.delivered).max(1);
+    // The DLQ entry's time: the message's stream timestamp, the same on every redelivery, so every
+    // publish of one entry has one Nats-Msg-Id (spec §2.3).
+    let occurred_at = info.as_ref().map_or_else(WireTime::now, |i| {
+        WireTime::from_unix_nanos(i.published.unix_timestamp_nanos() as i64)
+    });
     let mut env = from_headers(&raw);
     env.retry_count = env.retry_count.max(attempt - 1);
     let payload = msg.payload.clone();
     let started_at = WireTime::now();
+    let reject = |kind: &'static str, subject: Option<String>, why: String| Rejection {
+        kind,
+        subject,
+        why,
+        occurred_at,
+        started_at,
+    };
+    if !env.flow_id.is_empty() && !subjects::valid_subject_suffix(&env.flow_id) {
+        let why = format!("X-Triggers-Flow-Id {:?} cannot name a subject", env.flow_id);
+        // No CompletionEvent can be sent for it: clear the flow so none is tried.
+        env.flow_id.clear();
+        return answer(
+            &msg,
+            rejected(shared, &env, &payload, reject("envelope", None, why)).await,
+        )
+        .await;
+    }
     let timer = match durable_timer::check(&raw, &payload) {
         Ok(t) => t,
-        Err(e) => return reject(shared, &msg, &env, &payload, "envelope", e, started_at).await,
+        Err(e) => {
+            return answer(
+                &msg,
+                rejected(shared, &env, &payload, reject("envelope", None, e)).await,
+            )
+            .await
+        }
     };
     let headers = strip_private(&raw);
     let names: Vec<&str> = shared.actions.keys().map(String::as_str).collect();
@@ -98,17 +187,24 @@ pub(crate) async fn handle(shared: &Shared, msg: jetstream::Message) {
             "no action for node {:?} of flow {:?}",
             env.source_node_id, env.flow_id
         );
-        return reject(
-            shared,
+        return answer(
             &msg,
-            &env,
-            &payload,
-            "unknown_action",
-            why,
-            started_at,
+            rejected(shared, &env, &payload, reject("unknown_action", None, why)).await,
         )
         .await;
     };
+    let dlq = dlq_subject(shared, action);
+    if attempt > Retry::attempts(action.retry.as_ref()) {
+        // The last attempt ran, but its DLQ entry or CompletionEvent was not written: write them.
+        let why =
+            "retries exhausted (the dead letter of the last attempt is written again)".to_string();
+        let r = reject("action", Some(dlq), why);
+        return answer(
+            &msg,
+            dead_lettered(shared, &env, &payload, r, AckKind::Ack).await,
+        )
+        .await;
+    }
     let ctx = Context {
         action: action.name.clone(),
         envelope: env.clone(),
@@ -118,16 +214,17 @@ pub(crate) async fn handle(shared: &Shared, msg: jetstream::Message) {
     };
     let work = match (action.handler)(ctx, &payload) {
         Ok(w) => w,
-        Err(e) => return reject(shared, &msg, &env, &payload, "decode", e, started_at).await,
+        Err(e) => {
+            return answer(
+                &msg,
+                rejected(shared, &env, &payload, reject("decode", Some(dlq), e)).await,
+            )
+            .await
+        }
     };
     let outcome = run_attempt(work, action.timeout, &msg, shared.ack_wait).await;
-    let disposition = decide(&outcome, attempt, action.retry.as_ref());
-    let error = match &outcome {
-        Outcome::Failed { message, .. } => message.clone(),
-        _ => String::new(),
-    };
-    let answer = match disposition {
-        Disposition::Ack => match complete(shared, &env, started_at, "").await {
+    let kind = match decide(&outcome, attempt, action.retry.as_ref()) {
+        Disposition::Ack => match complete_retrying(shared, &env, started_at, "").await {
             Ok(()) => AckKind::Ack,
             Err(e) => {
                 tracing::warn!(error = %e, "completion event not published; redelivering");
@@ -135,25 +232,27 @@ pub(crate) async fn handle(shared: &Shared, msg: jetstream::Message) {
             }
         },
         Disposition::Retry { delay_ms } => {
+            let error = failure_text(&outcome);
             tracing::info!(action = %action.name, attempt, delay_ms, error = %error, "attempt failed; retrying");
             AckKind::Nak(Some(Duration::from_millis(delay_ms)))
         }
         Disposition::DeadLetter | Disposition::Reject => {
-            let dlq = dlq_subject(shared, action);
-            match dead_letter(shared, &dlq, "action", &env, &payload, &error).await {
-                Ok(()) => {
-                    tracing::warn!(action = %action.name, attempt, error = %error, dlq = %dlq, "dead-lettered");
-                    let _ = complete(shared, &env, started_at, &error).await;
-                    AckKind::Ack
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "DLQ entry not written; redelivering");
-                    AckKind::Nak(Some(Duration::from_millis(DLQ_RETRY_DELAY_MS)))
-                }
-            }
+            let r = reject("action", Some(dlq), failure_text(&outcome));
+            dead_lettered(shared, &env, &payload, r, AckKind::Ack).await
         }
     };
-    if let Err(e) = msg.ack_with(answer).await {
+    answer(&msg, kind).await
+}
+
+fn failure_text(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Failed { message, .. } | Outcome::Rejected { message, .. } => message.clone(),
+        Outcome::Done => String::new(),
+    }
+}
+
+async fn answer(msg: &jetstream::Message, kind: AckKind) {
+    if let Err(e) = msg.ack_with(kind).await {
         tracing::warn!(error = %e, "answer to JetStream not sent; it redelivers after ack_wait");
     }
 }
@@ -163,6 +262,58 @@ fn dlq_subject(shared: &Shared, action: &Action) -> String {
         .dlq
         .clone()
         .unwrap_or_else(|| subjects::dlq(&shared.service, &action.name))
+}
+
+/// A DLQ entry to write: its kind, subject (`None`: the fallback `triggers.v2.dlq.<service>.<kind>`),
+/// error text and time.
+struct Rejection {
+    kind: &'static str,
+    subject: Option<String>,
+    why: String,
+    occurred_at: WireTime,
+    started_at: WireTime,
+}
+
+/// A message that cannot be handled: DLQ entry, CompletionEvent `error` (with flow context), `+TERM`.
+async fn rejected(shared: &Shared, env: &Envelope, payload: &[u8], r: Rejection) -> AckKind {
+    dead_lettered(shared, env, payload, r, AckKind::Term).await
+}
+
+/// Writes the DLQ entry, then the CompletionEvent `error`; `done` when both were written, else
+/// `-NAK` with [`DLQ_RETRY_DELAY_MS`] (the redelivery writes them again; the entry's `Nats-Msg-Id`
+/// is stable, so a repeat collapses).
+async fn dead_lettered(
+    shared: &Shared,
+    env: &Envelope,
+    payload: &[u8],
+    r: Rejection,
+    done: AckKind,
+) -> AckKind {
+    let subject = r
+        .subject
+        .clone()
+        .unwrap_or_else(|| subjects::dlq(&shared.service, r.kind));
+    let entry = DlqEntry {
+        kind: r.kind.into(),
+        envelope: env.clone(),
+        body: tb_wire::json::Raw::from_payload(payload),
+        err_msg: r.why.clone(),
+        occurred_at: r.occurred_at,
+    };
+    let written = async {
+        dead_letter(shared, &subject, &entry).await?;
+        complete(shared, env, r.started_at, &r.why).await
+    };
+    match written.await {
+        Ok(()) => {
+            tracing::warn!(kind = r.kind, error = %r.why, dlq = %subject, "dead-lettered");
+            done
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "DLQ entry or completion event not written; redelivering");
+            AckKind::Nak(Some(Duration::from_millis(DLQ_RETRY_DELAY_MS)))
+        }
+    }
 }
 
 /// Runs one attempt: the handler in its own task (a panic is a retryable failure), cut at
@@ -195,51 +346,32 @@ async fn run_attempt(
     }
 }
 
-/// A message that cannot be handled: DLQ entry (fallback subject `triggers.v2.dlq.<service>.<kind>`),
-/// CompletionEvent `error` when it has flow context, then `+TERM`; `-NAK` later when the DLQ write
-/// failed.
-async fn reject(
-    shared: &Shared,
-    msg: &jetstream::Message,
-    env: &Envelope,
-    payload: &[u8],
-    kind: &str,
-    why: String,
-    started_at: WireTime,
-) {
-    let subject = subjects::dlq(&shared.service, kind);
-    let answer = match dead_letter(shared, &subject, kind, env, payload, &why).await {
-        Ok(()) => {
-            tracing::warn!(kind, error = %why, dlq = %subject, "message rejected");
-            let _ = complete(shared, env, started_at, &why).await;
-            AckKind::Term
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "DLQ entry not written; redelivering");
-            AckKind::Nak(Some(Duration::from_millis(DLQ_RETRY_DELAY_MS)))
-        }
-    };
-    let _ = msg.ack_with(answer).await;
+async fn dead_letter(shared: &Shared, subject: &str, entry: &DlqEntry) -> Result<(), String> {
+    let id = (!entry.envelope.idempotency_key.is_empty()).then(|| entry.msg_id());
+    let bytes = json::to_vec(entry, false).map_err(|e| e.to_string())?;
+    publish(shared, subject.to_string(), id, bytes)
+        .await
+        .map(|_| ())
 }
 
-async fn dead_letter(
+/// [`complete`], tried 3 times (200 ms, then 400 ms apart) before giving up: a failed publish after
+/// a handler that succeeded would otherwise run the handler again.
+async fn complete_retrying(
     shared: &Shared,
-    subject: &str,
-    kind: &str,
     env: &Envelope,
-    payload: &[u8],
-    why: &str,
+    started_at: WireTime,
+    error: &str,
 ) -> Result<(), String> {
-    let entry = DlqEntry {
-        kind: kind.into(),
-        envelope: env.clone(),
-        body: tb_wire::json::Raw::from_payload(payload),
-        err_msg: why.into(),
-        occurred_at: WireTime::now(),
-    };
-    let id = (!env.idempotency_key.is_empty()).then(|| entry.msg_id());
-    let bytes = json::to_vec(&entry, false).map_err(|e| e.to_string())?;
-    publish(shared, subject.to_string(), id, bytes).await
+    let mut delay = Duration::from_millis(200);
+    for _ in 0..2 {
+        match complete(shared, env, started_at, error).await {
+            Ok(()) => return Ok(()),
+            Err(e) => tracing::debug!(error = %e, "completion event not published; trying again"),
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+    }
+    complete(shared, env, started_at, error).await
 }
 
 /// Publishes the CompletionEvent of this execution on `triggers.v2.flow.events.<flow_id>` when the
@@ -270,17 +402,26 @@ async fn complete(
     let id =
         (!env.idempotency_key.is_empty()).then(|| format!("{}:completion", env.idempotency_key));
     let bytes = json::to_vec(&ev, false).map_err(|e| e.to_string())?;
-    publish(shared, subjects::flow_events(&env.flow_id), id, bytes).await
+    let durable = publish(shared, subjects::flow_events(&env.flow_id), id, bytes).await?;
+    if !durable && !CORE_COMPLETIONS_WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!("no JetStream stream captures triggers.v2.flow.events.>: CompletionEvents go out as core publishes, lost when no orchestrator is subscribed at that moment (trigger-bridge creates the stream triggers-flow-events)");
+    }
+    Ok(())
 }
 
+/// Set once the core-publish fallback of CompletionEvents was logged.
+static CORE_COMPLETIONS_WARNED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Publishes through JetStream when a stream captures `subject` (awaiting its PubAck; `Nats-Msg-Id`
-/// de-duplicates), else as a core publish (flushed).
+/// de-duplicates), else as a core publish (flushed), as the protocol has it. `Ok(true)`: stored by a
+/// stream; `Ok(false)`: sent as a core publish.
 async fn publish(
     shared: &Shared,
     subject: String,
     msg_id: Option<String>,
     bytes: Vec<u8>,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     let mut headers = HeaderMap::new();
     if let Some(id) = msg_id {
         let v: async_nats::HeaderValue = id.parse().map_err(|e| format!("message id: {e}"))?;
@@ -295,14 +436,15 @@ async fn publish(
     }
     .await;
     match acked {
-        Ok(_) => Ok(()),
+        Ok(_) => Ok(true),
         Err(e) if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound => {
             shared
                 .client
                 .publish_with_headers(subject, headers, bytes.into())
                 .await
                 .map_err(|e| e.to_string())?;
-            shared.client.flush().await.map_err(|e| e.to_string())
+            shared.client.flush().await.map_err(|e| e.to_string())?;
+            Ok(false)
         }
         Err(e) => Err(e.to_string()),
     }

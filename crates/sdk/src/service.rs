@@ -158,6 +158,20 @@ impl Service {
         self.flows.clone()
     }
 
+    /// The consumer's `max_deliver`: the most attempts of any action plus 20 spare deliveries (a
+    /// DLQ or CompletionEvent write that failed is retried by redelivery), at least 100. Finite, so
+    /// a message the client cannot even read (a header value that is not UTF-8 drops the
+    /// connection) stops being redelivered.
+    fn max_deliver(&self) -> i64 {
+        let most = self
+            .actions
+            .iter()
+            .map(|a| tb_wire::manifest::Retry::attempts(a.retry.as_ref()))
+            .max()
+            .unwrap_or(1);
+        (most + 20).max(100)
+    }
+
     fn effective_ack_wait(&self) -> Duration {
         self.ack_wait.unwrap_or_else(|| {
             let longest = self
@@ -213,22 +227,10 @@ impl Service {
     }
 
     fn check(&self, m: &Manifest) -> Result<(), Error> {
-        validate(m).map_err(Error::Config)?;
-        let mut consumers: Vec<String> = self
-            .sources
-            .iter()
-            .map(|s| subjects::consumer_name(&self.name, &s.default))
-            .collect();
         if self.sources.iter().any(|s| s.default.is_empty()) {
             return Err(Error::Config("a source needs a subject".into()));
         }
-        consumers.sort();
-        if consumers.windows(2).any(|w| w[0] == w[1]) {
-            return Err(Error::Config(
-                "two sources' subjects give the same consumer name (they differ only in . > * / space or tab)".into(),
-            ));
-        }
-        Ok(())
+        validate(m).map_err(Error::Config)
     }
 
     /// Connects to `url` and runs until Ctrl-C (SIGINT) or SIGTERM, then shuts down gracefully.
@@ -313,7 +315,6 @@ impl Service {
                 tokio::spawn(handle::consume(
                     shared.clone(),
                     c,
-                    self.concurrency,
                     permits.clone(),
                     stop_rx.clone(),
                 ))
@@ -369,7 +370,7 @@ impl Service {
         &self,
         js: &jetstream::Context,
         ack_wait: Duration,
-    ) -> Result<Vec<pull::Stream>, Error> {
+    ) -> Result<Vec<jetstream::consumer::PullConsumer>, Error> {
         if self.sources.is_empty() {
             return Ok(Vec::new());
         }
@@ -410,20 +411,14 @@ impl Service {
                         filter_subject: s.default.clone(),
                         ack_policy: jetstream::consumer::AckPolicy::Explicit,
                         ack_wait,
-                        max_deliver: -1,
+                        max_deliver: self.max_deliver(),
                         max_ack_pending: 1000,
                         ..Default::default()
                     },
                 )
                 .await
                 .map_err(|e| Error::JetStream(format!("consumer {durable}: {e}")))?;
-            let messages = consumer
-                .stream()
-                .max_messages_per_batch(self.concurrency)
-                .messages()
-                .await
-                .map_err(|e| Error::JetStream(format!("consumer {durable}: {e}")))?;
-            out.push(messages);
+            out.push(consumer);
         }
         Ok(out)
     }

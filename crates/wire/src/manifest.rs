@@ -57,7 +57,8 @@ impl Retry {
         } else {
             raw
         };
-        capped.min(u64::MAX as f64 / 2.0) as u64
+        // A JetStream nak delay is i64 nanoseconds: larger would overflow (and redeliver at once).
+        capped.min((i64::MAX / 1_000_000) as f64) as u64
     }
 }
 
@@ -247,8 +248,9 @@ pub fn hash(m: &Manifest) -> String {
 }
 
 /// Checks what a register must refuse (wire spec §10, [SPEC] rules): a protocol major other than 1,
-/// a bad or reserved service name, duplicate action / source / capability names, and a
-/// `manifest_hash` that is not the manifest's. Errors: a short reason, sent as the reply's `error`.
+/// a bad or reserved service name, duplicate action / source / capability names, nats sources whose
+/// subjects give one consumer name, and a `manifest_hash` that is not the manifest's
+/// (`manifest_hash_mismatch`). Errors: a short reason, sent as the reply's `error`.
 pub fn validate(m: &Manifest) -> Result<(), String> {
     if m.protocol_version.split('.').next() != Some("1") {
         return Err(format!(
@@ -267,6 +269,20 @@ pub fn validate(m: &Manifest) -> Result<(), String> {
     if names.windows(2).any(|w| w[0] == w[1]) {
         return Err("duplicate action name".into());
     }
+    let sources = m.service_sources.iter().flatten();
+    let mut names: Vec<&str> = sources.clone().map(|s| s.name.as_str()).collect();
+    names.sort();
+    if names.windows(2).any(|w| w[0] == w[1]) {
+        return Err("duplicate service source name".into());
+    }
+    let mut consumers: Vec<String> = sources
+        .filter(|s| s.transport == "nats")
+        .map(|s| crate::subjects::consumer_name(&m.service, &s.default))
+        .collect();
+    consumers.sort();
+    if consumers.windows(2).any(|w| w[0] == w[1]) {
+        return Err("two nats sources' subjects give the same consumer name (they differ only in . > * / space or tab)".into());
+    }
     let mut caps: Vec<&String> = m.runtime_capabilities.iter().flatten().collect();
     caps.sort();
     if caps.windows(2).any(|w| w[0] == w[1]) {
@@ -274,7 +290,7 @@ pub fn validate(m: &Manifest) -> Result<(), String> {
     }
     let expected = hash(m);
     if m.manifest_hash != expected {
-        return Err("manifest_hash mismatch".into());
+        return Err("manifest_hash_mismatch".into());
     }
     Ok(())
 }

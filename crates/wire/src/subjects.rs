@@ -39,6 +39,18 @@ pub fn dlq_source(source_id: &str) -> String {
     format!("triggers.v2.dlq.source.{source_id}")
 }
 
+/// True when `s` can end a subject (e.g. the flow id of `triggers.v2.flow.events.<flow_id>`):
+/// non-empty dot-separated tokens without whitespace, control characters, `*` or `>`.
+pub fn valid_subject_suffix(s: &str) -> bool {
+    !s.is_empty()
+        && s.split('.').all(|t| {
+            !t.is_empty()
+                && !t
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control() || c == '*' || c == '>')
+        })
+}
+
 /// The inbound stream of `service`: `triggers-sources-<service>`, unless `override_name` (the value
 /// of [`SOURCE_STREAM_ENV`]) is set and non-empty.
 pub fn source_stream(service: &str, override_name: Option<&str>) -> String {
@@ -88,6 +100,14 @@ pub fn validate_service_name(name: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn subject_suffixes() {
+        assert!(valid_subject_suffix("triage") && valid_subject_suffix("a.b-c_d"));
+        for bad in ["", "a b", "a..b", ".a", "a.", "*", "a.>", "a\tb", "é\u{0}"] {
+            assert!(!valid_subject_suffix(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn names_follow_the_seed_example() {

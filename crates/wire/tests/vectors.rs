@@ -218,8 +218,8 @@ fn a_register_refuses_what_the_spec_refuses() {
         serde_json::from_value(v["manifest_hash_vectors"][0]["input_manifest"].clone()).unwrap();
     assert_eq!(
         tb_wire::manifest::validate(&m).unwrap_err(),
-        "manifest_hash mismatch",
-        "the seed's elided hash is not the manifest's"
+        "manifest_hash_mismatch",
+        "the seed's elided hash is not the manifest's (the spec's reply token)"
     );
     m.manifest_hash = hash(&m);
     assert!(tb_wire::manifest::validate(&m).is_ok());
