@@ -629,3 +629,95 @@ async fn a_service_that_is_down_fails_attempts_until_the_delivery_is_dead_letter
         "{attempts:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_past_its_timeout_fails_and_two_sources_share_one_slot() {
+    let Some(n) = Nats::start() else { return };
+    let b = bridge(&n, 3).await;
+    let seen = Seen::default();
+    let s2 = seen.clone();
+    // One handler slot, two sources; `slow` jobs outlive the 300 ms timeout.
+    let svc = Service::new("svc")
+        .source("inbound", "triggers.v2.svc.inbound")
+        .source("other", "triggers.v2.svc.other")
+        .concurrency(1)
+        .ack_wait(Duration::from_secs(3))
+        .action(
+            Action::new("work", move |ctx: Context, job: Job| {
+                let seen = s2.clone();
+                async move {
+                    seen.lock()
+                        .unwrap()
+                        .push((ctx, job.clone(), Instant::now()));
+                    if job.fail {
+                        tokio::time::sleep(Duration::from_secs(2)).await;
+                    }
+                    Ok::<_, HandlerError>(Done { ok: true })
+                }
+            })
+            .timeout(Duration::from_millis(300))
+            .retry(2, Duration::from_millis(50), 1.0, Duration::ZERO),
+        );
+    let (_stop, _task) = start_service(&b, &n, svc).await;
+    // Both sources are served by the one slot, the idle one holding none.
+    let js = jetstream::new(async_nats::connect(n.url()).await.unwrap());
+    for (i, subject) in [
+        "triggers.v2.svc.inbound",
+        "triggers.v2.svc.other",
+        "triggers.v2.svc.inbound",
+        "triggers.v2.svc.inbound",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let mut h = async_nats::HeaderMap::new();
+        h.insert("X-Triggers-Source-Node-Id", "work");
+        h.insert("X-Triggers-Idempotency-Key", format!("k{i}").as_str());
+        let body = format!(r#"{{"key":"k{i}"}}"#);
+        js.publish_with_headers(subject.to_string(), h, body.into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().len() < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of 4 handled with one slot",
+            seen.lock().unwrap().len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A run whose handler outlives its timeout: 2 attempts, then failed with the timeout's text.
+    let run_id = runs::start(
+        &b.engine,
+        "wf",
+        serde_json::json!({"key": "slow", "fail": true}),
+    )
+    .await
+    .unwrap();
+    let run = wait_run(
+        &b.engine,
+        &run_id,
+        RunStatus::Failed,
+        Duration::from_secs(15),
+    )
+    .await;
+    let error = run.output.as_ref().unwrap()["error"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.starts_with("timeout: no result within 300 ms"),
+        "{error}"
+    );
+    let slow: Vec<i64> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| c.1.key == "slow")
+        .map(|c| c.0.attempt)
+        .collect();
+    assert_eq!(slow, [1, 2]);
+}

@@ -32,10 +32,11 @@ pub(crate) struct Shared {
 /// How long one pull waits for messages before it is renewed.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
 
-/// Pulls from one consumer until `stop`. It pulls only while a handler slot is free, and at most as
-/// many messages as there are free slots, so no message waits in a buffer while its `ack_wait` runs
-/// (a message that still has to wait for a slot gets progress meanwhile). Several sources share the
-/// slots without one idle source holding any.
+/// Pulls from one consumer until `stop`. It pulls only once a handler slot is free, and at most as
+/// many messages as there are free slots, so no message waits long in a buffer while its `ack_wait`
+/// runs (a message that still has to wait for a slot, because another source took it, gets
+/// progress meanwhile). No slot is held while a pull waits for messages, so an idle source never
+/// keeps work of another from running.
 pub(crate) async fn consume(
     shared: Arc<Shared>,
     consumer: jetstream::consumer::PullConsumer,
@@ -43,11 +44,12 @@ pub(crate) async fn consume(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        let first = tokio::select! {
-            p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => return },
+        // Wait for a free slot, without keeping it.
+        tokio::select! {
+            p = permits.acquire() => match p { Ok(p) => drop(p), Err(_) => return },
             _ = stop.changed() => return,
-        };
-        let n = 1 + permits.available_permits();
+        }
+        let n = permits.available_permits().max(1);
         let batch = consumer
             .fetch()
             .max_messages(n)
@@ -57,7 +59,6 @@ pub(crate) async fn consume(
         let mut batch = match batch {
             Ok(b) => b,
             Err(e) => {
-                drop(first);
                 tracing::warn!(error = %e, "pull failed; pulling again");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
@@ -65,7 +66,6 @@ pub(crate) async fn consume(
                 }
             }
         };
-        let mut first = Some(first);
         loop {
             let m = tokio::select! {
                 m = batch.next() => m,
@@ -79,12 +79,9 @@ pub(crate) async fn consume(
             };
             match m {
                 Some(Ok(m)) => {
-                    let permit = match first.take() {
-                        Some(p) => p,
-                        None => match slot_with_progress(&permits, &m, shared.ack_wait).await {
-                            Some(p) => p,
-                            None => return,
-                        },
+                    let Some(permit) = slot_with_progress(&permits, &m, shared.ack_wait).await
+                    else {
+                        return;
                     };
                     let shared = shared.clone();
                     tokio::spawn(async move {
