@@ -100,6 +100,27 @@ pub async fn apply(engine: &Engine, ev: &CompletionEvent) -> Result<Applied, Sto
     }
 }
 
+/// [`apply`], read again up to [`LOCAL_TRIES`] times [`LOCAL_WAIT`] apart while the run is not
+/// recorded yet: the attempt that published the run's input usually commits within a few ms, and a
+/// re-read is cheaper than a redelivery.
+async fn apply_soon(engine: &Engine, ev: &CompletionEvent) -> Result<Applied, StoreError> {
+    let mut tries = 0;
+    loop {
+        match apply(engine, ev).await {
+            Ok(Applied::NotYet) if tries < LOCAL_TRIES => {
+                tries += 1;
+                tokio::time::sleep(LOCAL_WAIT).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Re-reads of a not-yet-recorded run before the event is offered again through JetStream.
+const LOCAL_TRIES: u32 = 3;
+/// The wait before each re-read.
+const LOCAL_WAIT: Duration = Duration::from_millis(5);
+
 /// Creates (or opens) the completion and DLQ streams.
 pub async fn ensure_streams(js: &jetstream::Context) -> Result<stream::Stream, String> {
     js.get_or_create_stream(stream::Config {
@@ -136,7 +157,7 @@ async fn handle(engine: &Engine, msg: jetstream::Message) {
             tracing::warn!(subject = %msg.subject, error = %e, "a message that is not a CompletionEvent; dropped");
             AckKind::Term
         }
-        Ok(ev) => match apply(engine, &ev).await {
+        Ok(ev) => match apply_soon(engine, &ev).await {
             Ok(Applied::Ended(s)) => {
                 metrics::counter!("tb_completion_events_total", "outcome" => s.as_str())
                     .increment(1);

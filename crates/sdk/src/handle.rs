@@ -29,72 +29,46 @@ pub(crate) struct Shared {
     pub ack_wait: Duration,
 }
 
-/// How long one pull waits for messages before it is renewed.
-const PULL_EXPIRES: Duration = Duration::from_secs(5);
-
-/// Pulls from one consumer until `stop`. It pulls only once a handler slot is free, and at most as
-/// many messages as there are free slots, so no message waits long in a buffer while its `ack_wait`
-/// runs (a message that still has to wait for a slot, because another source took it, gets
-/// progress meanwhile). No slot is held while a pull waits for messages, so an idle source never
-/// keeps work of another from running.
+/// Pulls from one consumer's message stream until `stop`. A message is taken from the stream at
+/// once when one of `taken` is free (the service has the concurrency plus one per source of them),
+/// then waits for a handler slot while sending progress for itself, so a message taken never runs
+/// out its `ack_wait` waiting, and an idle source holds one `taken` only, never a handler slot.
+/// What the client buffers ahead is bounded by the pull's batch (the concurrency).
 pub(crate) async fn consume(
     shared: Arc<Shared>,
-    consumer: jetstream::consumer::PullConsumer,
+    mut messages: jetstream::consumer::pull::Stream,
     permits: Arc<tokio::sync::Semaphore>,
+    taken: Arc<tokio::sync::Semaphore>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        // Wait for a free slot, without keeping it.
-        tokio::select! {
-            p = permits.acquire() => match p { Ok(p) => drop(p), Err(_) => return },
+        let took = tokio::select! {
+            t = taken.clone().acquire_owned() => match t { Ok(t) => t, Err(_) => return },
             _ = stop.changed() => return,
-        }
-        let n = permits.available_permits().max(1);
-        let batch = consumer
-            .fetch()
-            .max_messages(n)
-            .expires(PULL_EXPIRES)
-            .messages()
-            .await;
-        let mut batch = match batch {
-            Ok(b) => b,
-            Err(e) => {
+        };
+        let m = tokio::select! {
+            m = messages.next() => m,
+            _ = stop.changed() => return,
+        };
+        match m {
+            Some(Ok(m)) => {
+                let (shared, permits) = (shared.clone(), permits.clone());
+                tokio::spawn(async move {
+                    if let Some(p) = slot_with_progress(&permits, &m, shared.ack_wait).await {
+                        handle(&shared, m).await;
+                        drop(p);
+                    }
+                    drop(took);
+                });
+            }
+            Some(Err(e)) => {
                 tracing::warn!(error = %e, "pull failed; pulling again");
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(500)) => continue,
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
                     _ = stop.changed() => return,
                 }
             }
-        };
-        loop {
-            let m = tokio::select! {
-                m = batch.next() => m,
-                _ = stop.changed() => {
-                    // Stopping: what this pull still brings goes back at once (for another replica).
-                    while let Ok(Some(Ok(m))) = tokio::time::timeout(Duration::from_millis(50), batch.next()).await {
-                        let _ = m.ack_with(AckKind::Nak(None)).await;
-                    }
-                    return;
-                }
-            };
-            match m {
-                Some(Ok(m)) => {
-                    let Some(permit) = slot_with_progress(&permits, &m, shared.ack_wait).await
-                    else {
-                        return;
-                    };
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        handle(&shared, m).await;
-                        drop(permit);
-                    });
-                }
-                Some(Err(e)) => {
-                    tracing::debug!(error = %e, "pull ended with an error");
-                    break;
-                }
-                None => break,
-            }
+            None => return,
         }
     }
 }
@@ -105,6 +79,9 @@ async fn slot_with_progress(
     msg: &jetstream::Message,
     ack_wait: Duration,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(p) = permits.clone().try_acquire_owned() {
+        return Some(p);
+    }
     let mut progress = tokio::time::interval((ack_wait / 3).max(Duration::from_millis(100)));
     progress.tick().await;
     loop {

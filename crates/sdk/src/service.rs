@@ -307,6 +307,9 @@ impl Service {
             flows: self.flows.clone(),
             ack_wait,
         });
+        let taken = Arc::new(tokio::sync::Semaphore::new(
+            self.concurrency + consumers.len(),
+        ));
         let permits = Arc::new(tokio::sync::Semaphore::new(self.concurrency));
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
         let loops: Vec<_> = consumers
@@ -316,6 +319,7 @@ impl Service {
                     shared.clone(),
                     c,
                     permits.clone(),
+                    taken.clone(),
                     stop_rx.clone(),
                 ))
             })
@@ -370,7 +374,7 @@ impl Service {
         &self,
         js: &jetstream::Context,
         ack_wait: Duration,
-    ) -> Result<Vec<jetstream::consumer::PullConsumer>, Error> {
+    ) -> Result<Vec<pull::Stream>, Error> {
         if self.sources.is_empty() {
             return Ok(Vec::new());
         }
@@ -418,7 +422,13 @@ impl Service {
                 )
                 .await
                 .map_err(|e| Error::JetStream(format!("consumer {durable}: {e}")))?;
-            out.push(consumer);
+            let messages = consumer
+                .stream()
+                .max_messages_per_batch(self.concurrency)
+                .messages()
+                .await
+                .map_err(|e| Error::JetStream(format!("consumer {durable}: {e}")))?;
+            out.push(messages);
         }
         Ok(out)
     }
