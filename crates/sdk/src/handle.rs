@@ -17,7 +17,7 @@ use tb_wire::time::WireTime;
 use tb_wire::{durable_timer, json, subjects, CompletionEvent, DlqEntry, Envelope};
 
 use crate::action::{Action, Context};
-use crate::service::Flows;
+use crate::flows::Flows;
 
 /// What every message task shares.
 pub(crate) struct Shared {

@@ -29,9 +29,11 @@
 //! ```
 
 mod action;
+mod flows;
 mod handle;
 mod service;
 
 pub use action::{schema_of, Action, Context, HandlerError, DEFAULT_TIMEOUT};
-pub use service::{Error, Flows, Service, REGISTER_TIMEOUT};
+pub use flows::Flows;
+pub use service::{Error, Service, REGISTER_TIMEOUT};
 pub use tb_wire as wire;

@@ -3,17 +3,18 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures_util::StreamExt;
-use tb_wire::flow::{Applied, FlowTable};
+use tb_wire::flow::Applied;
 use tb_wire::manifest::{hash, validate, Manifest, ServiceSource, PROTOCOL_VERSION};
 use tb_wire::time::WireTime;
 use tb_wire::{json, subjects, FlowEnvelope, Heartbeat, RegisterReply};
 
 use crate::action::Action;
+use crate::flows::Flows;
 use crate::handle::{self, Shared};
 
 /// Why a service stopped or could not start. Its `Debug` is its `Display` (so `main` returning
@@ -51,28 +52,6 @@ impl std::error::Error for Error {}
 
 /// The register request's timeout (the protocol's 10 s).
 pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The flows a running service knows (its register reply, then broadcasts); shared with
-/// [`Service::flows`] so a caller can look.
-#[derive(Clone, Default)]
-pub struct Flows(pub(crate) Arc<RwLock<FlowTable>>);
-
-impl Flows {
-    /// The version of flow `id`, when known.
-    pub fn version(&self, id: &str) -> Option<String> {
-        self.0.read().unwrap().version(id).map(str::to_string)
-    }
-
-    /// How many flows are known.
-    pub fn len(&self) -> usize {
-        self.0.read().unwrap().len()
-    }
-
-    /// True when none is known.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
 
 /// A `triggers.v2` service: a name, a version, inbound NATS sources and typed actions.
 pub struct Service {
