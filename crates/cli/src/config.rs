@@ -1315,6 +1315,10 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                     errs.push(format!("{at}: the nats executor needs service = \"NAME\" and action = \"NAME\" (a triggers.v2 service and one of its actions)"));
                     continue;
                 };
+                if !tb_wire::subjects::valid_subject_suffix(&w.id) {
+                    errs.push(format!("{at}: a nats workflow's id is its flow id, which ends a NATS subject: use letters, digits, - _ and single dots, no spaces, * or >"));
+                    continue;
+                }
                 if let Err(e) = tb_wire::subjects::validate_service_name(service) {
                     errs.push(format!("{at}: service: {e}"));
                     continue;

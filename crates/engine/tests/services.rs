@@ -721,3 +721,58 @@ async fn a_handler_past_its_timeout_fails_and_two_sources_share_one_slot() {
         .collect();
     assert_eq!(slow, [1, 2]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_that_cannot_be_written_yet_is_retried_without_running_the_handler_again() {
+    let Some(n) = Nats::start() else { return };
+    let b = bridge(&n, 3).await;
+    let seen = Seen::default();
+    let (_stop, _task) = start_service(&b, &n, service(seen.clone())).await;
+    // The DLQ stream is full and refuses new entries.
+    let js = jetstream::new(async_nats::connect(n.url()).await.unwrap());
+    let mut dlq = js.get_stream("triggers-dlq").await.unwrap();
+    let mut config = dlq.info().await.unwrap().config.clone();
+    config.max_messages = 1;
+    config.discard = jetstream::stream::DiscardPolicy::New;
+    js.update_stream(config.clone()).await.unwrap();
+    js.publish("triggers.v2.dlq.svc.filler", "x".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let run_id = runs::start(
+        &b.engine,
+        "wf",
+        serde_json::json!({"key": "h", "fail": true}),
+    )
+    .await
+    .unwrap();
+    // All 3 attempts ran and failed; the entry is refused, so the run is not failed yet.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while seen.lock().unwrap().len() < 3 {
+        assert!(Instant::now() < deadline, "3 attempts did not run");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        b.engine.store.get_run(&run_id).await.unwrap().status,
+        RunStatus::Running
+    );
+    // Room again: the kept message writes its entry and fails the run, with no 4th attempt.
+    dlq.purge().await.unwrap();
+    config.max_messages = -1;
+    js.update_stream(config).await.unwrap();
+    wait_run(
+        &b.engine,
+        &run_id,
+        RunStatus::Failed,
+        Duration::from_secs(15),
+    )
+    .await;
+    let entry = dlq_entry(&dlq, "triggers.v2.dlq.svc.work").await;
+    assert_eq!(
+        (entry.kind.as_str(), entry.envelope.flow_run_id.as_str()),
+        ("action", run_id.as_str())
+    );
+    assert_eq!(seen.lock().unwrap().len(), 3, "the handler ran again");
+}

@@ -11,7 +11,6 @@ use async_nats::jetstream::{self, AckKind};
 use async_nats::HeaderMap;
 use futures_util::StreamExt;
 use tb_wire::headers::{from_headers, strip_private, NATS_MSG_ID};
-use tb_wire::manifest::Retry;
 use tb_wire::outcome::{decide, Disposition, Outcome, DLQ_RETRY_DELAY_MS};
 use tb_wire::time::WireTime;
 use tb_wire::{durable_timer, json, subjects, CompletionEvent, DlqEntry, Envelope};
@@ -27,16 +26,44 @@ pub(crate) struct Shared {
     pub actions: HashMap<String, Action>,
     pub flows: Flows,
     pub ack_wait: Duration,
+    /// Messages (by stream sequence) whose handler ran but whose DLQ entry or CompletionEvent could
+    /// not be written before they were offered again: a redelivery here writes them without running
+    /// the handler again. Bounded by [`MAX_PENDING_WRITES`].
+    pub pending: std::sync::Mutex<HashMap<u64, Written>>,
 }
 
-/// Pulls from one consumer's message stream until `stop`. A message is taken from the stream at
-/// once when one of `taken` is free (the service has the concurrency plus one per source of them),
-/// then waits for a handler slot while sending progress for itself, so a message taken never runs
-/// out its `ack_wait` waiting, and an idle source holds one `taken` only, never a handler slot.
-/// What the client buffers ahead is bounded by the pull's batch (the concurrency).
+/// What a handled message still has to write.
+#[derive(Debug, Clone)]
+pub(crate) enum Written {
+    /// The handler succeeded: CompletionEvent `ok`, then `+ACK`.
+    Done { started_at: WireTime },
+    /// A DLQ entry and CompletionEvent `error`, then `+ACK` (exhausted) or `+TERM` (rejected).
+    DeadLetter {
+        kind: &'static str,
+        subject: String,
+        why: String,
+        started_at: WireTime,
+        term: bool,
+    },
+}
+
+/// Most remembered pending writes; beyond it a redelivery runs the handler again (at least once).
+const MAX_PENDING_WRITES: usize = 10_000;
+/// How long the writes after a handler are retried (with progress, the message kept) before the
+/// message is offered again.
+const WRITE_RETRY_FOR: Duration = Duration::from_secs(30);
+
+/// Pulls from one consumer's message stream until `stop`. A message is taken from the stream when
+/// one of `taken` is free (the service has twice its concurrency plus one per source of them), then
+/// waits for a handler slot; from the moment it is taken until it is answered it gets progress
+/// (`+WPI`) every third of `ack_wait` (at once when it has to wait), so it never runs out its
+/// `ack_wait` while this replica lives. An idle source holds one `taken` only, never a handler
+/// slot. What the client buffers ahead is bounded by the pull's batch; on `stop` up to that many
+/// are handed back at once (`-NAK`) for another replica.
 pub(crate) async fn consume(
     shared: Arc<Shared>,
     mut messages: jetstream::consumer::pull::Stream,
+    batch: usize,
     permits: Arc<tokio::sync::Semaphore>,
     taken: Arc<tokio::sync::Semaphore>,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -44,20 +71,24 @@ pub(crate) async fn consume(
     loop {
         let took = tokio::select! {
             t = taken.clone().acquire_owned() => match t { Ok(t) => t, Err(_) => return },
-            _ = stop.changed() => return,
+            _ = stop.changed() => return hand_back(&mut messages, batch).await,
         };
         let m = tokio::select! {
             m = messages.next() => m,
-            _ = stop.changed() => return,
+            _ = stop.changed() => return hand_back(&mut messages, batch).await,
         };
         match m {
             Some(Ok(m)) => {
                 let (shared, permits) = (shared.clone(), permits.clone());
                 tokio::spawn(async move {
-                    if let Some(p) = slot_with_progress(&permits, &m, shared.ack_wait).await {
-                        handle(&shared, m).await;
-                        drop(p);
-                    }
+                    let waits = permits.available_permits() == 0;
+                    let work = async {
+                        if let Ok(p) = permits.acquire_owned().await {
+                            handle(&shared, &m).await;
+                            drop(p);
+                        }
+                    };
+                    keep_alive(&m, shared.ack_wait, waits, work).await;
                     drop(took);
                 });
             }
@@ -65,28 +96,46 @@ pub(crate) async fn consume(
                 tracing::warn!(error = %e, "pull failed; pulling again");
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                    _ = stop.changed() => return,
+                    _ = stop.changed() => return hand_back(&mut messages, batch).await,
                 }
             }
-            None => return,
+            None => {
+                tracing::error!("the consumer's message stream ended (consumer deleted?)");
+                return;
+            }
         }
     }
 }
 
-/// A handler slot for `msg`, sending progress for it every third of `ack_wait` while it waits.
-async fn slot_with_progress(
-    permits: &Arc<tokio::sync::Semaphore>,
+/// `-NAK`s (no delay) what the pull already brought, at most `batch` messages, each awaited 50 ms.
+async fn hand_back(messages: &mut jetstream::consumer::pull::Stream, batch: usize) {
+    for _ in 0..batch {
+        match tokio::time::timeout(Duration::from_millis(50), messages.next()).await {
+            Ok(Some(Ok(m))) => {
+                let _ = m.ack_with(AckKind::Nak(None)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// Drives `work` while sending progress for `msg` every third of `ack_wait` (first at once when
+/// `now`).
+async fn keep_alive(
     msg: &jetstream::Message,
     ack_wait: Duration,
-) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    if let Ok(p) = permits.clone().try_acquire_owned() {
-        return Some(p);
-    }
+    now: bool,
+    work: impl std::future::Future<Output = ()>,
+) {
+    tokio::pin!(work);
     let mut progress = tokio::time::interval((ack_wait / 3).max(Duration::from_millis(100)));
     progress.tick().await;
+    if now {
+        let _ = msg.ack_with(AckKind::Progress).await;
+    }
     loop {
         tokio::select! {
-            p = permits.clone().acquire_owned() => return p.ok(),
+            _ = &mut work => return,
             _ = progress.tick() => { let _ = msg.ack_with(AckKind::Progress).await; }
         }
     }
@@ -104,13 +153,14 @@ fn header_pairs(h: Option<&HeaderMap>) -> Vec<(String, String)> {
 
 /// Handles one message to the end (an answer to JetStream is always sent, except when the
 /// connection is gone: then the server redelivers after `ack_wait`). Nothing is acknowledged before
-/// its DLQ entry and CompletionEvent were written; a write that fails is retried by redelivery, and
-/// a redelivery past the action's last attempt only writes them again (the handler does not run
-/// again).
-pub(crate) async fn handle(shared: &Shared, msg: jetstream::Message) {
+/// its DLQ entry and CompletionEvent were written: writes that fail are retried (the message kept,
+/// with progress) for [`WRITE_RETRY_FOR`], then the message is offered again and its redelivery
+/// here writes them without running the handler again.
+pub(crate) async fn handle(shared: &Shared, msg: &jetstream::Message) {
     let raw = header_pairs(msg.headers.as_ref());
     let info = msg.info().ok();
     let attempt = info.as_ref().map_or(1, |i| i.delivered).max(1);
+    let seq = info.as_ref().map(|i| i.stream_sequence);
     // The DLQ entry's time: the message's stream timestamp, the same on every redelivery, so every
     // publish of one entry has one Nats-Msg-Id (spec §2.3).
     let occurred_at = info.as_ref().map_or_else(WireTime::now, |i| {
@@ -119,33 +169,33 @@ pub(crate) async fn handle(shared: &Shared, msg: jetstream::Message) {
     let mut env = from_headers(&raw);
     env.retry_count = env.retry_count.max(attempt - 1);
     let payload = msg.payload.clone();
-    let started_at = WireTime::now();
-    let reject = |kind: &'static str, subject: Option<String>, why: String| Rejection {
-        kind,
-        subject,
-        why,
+    let ctx = Job {
+        shared,
+        msg,
+        env: &env,
+        payload: &payload,
         occurred_at,
+        seq,
+    };
+    let remembered = seq.and_then(|q| shared.pending.lock().unwrap().remove(&q));
+    if let Some(w) = remembered {
+        return ctx.write(w).await;
+    }
+    let started_at = WireTime::now();
+    let reject = |kind: &'static str, subject: Option<String>, why: String| Written::DeadLetter {
+        subject: subject.unwrap_or_else(|| subjects::dlq(&shared.service, kind)),
+        kind,
+        why,
         started_at,
+        term: true,
     };
     if !env.flow_id.is_empty() && !subjects::valid_subject_suffix(&env.flow_id) {
         let why = format!("X-Triggers-Flow-Id {:?} cannot name a subject", env.flow_id);
-        // No CompletionEvent can be sent for it: clear the flow so none is tried.
-        env.flow_id.clear();
-        return answer(
-            &msg,
-            rejected(shared, &env, &payload, reject("envelope", None, why)).await,
-        )
-        .await;
+        return ctx.write(reject("envelope", None, why)).await;
     }
     let timer = match durable_timer::check(&raw, &payload) {
         Ok(t) => t,
-        Err(e) => {
-            return answer(
-                &msg,
-                rejected(shared, &env, &payload, reject("envelope", None, e)).await,
-            )
-            .await
-        }
+        Err(e) => return ctx.write(reject("envelope", None, e)).await,
     };
     let headers = strip_private(&raw);
     let names: Vec<&str> = shared.actions.keys().map(String::as_str).collect();
@@ -161,61 +211,111 @@ pub(crate) async fn handle(shared: &Shared, msg: jetstream::Message) {
             "no action for node {:?} of flow {:?}",
             env.source_node_id, env.flow_id
         );
-        return answer(
-            &msg,
-            rejected(shared, &env, &payload, reject("unknown_action", None, why)).await,
-        )
-        .await;
+        return ctx.write(reject("unknown_action", None, why)).await;
     };
     let dlq = dlq_subject(shared, action);
-    if attempt > Retry::attempts(action.retry.as_ref()) {
-        // The last attempt ran, but its DLQ entry or CompletionEvent was not written: write them.
-        let why =
-            "retries exhausted (the dead letter of the last attempt is written again)".to_string();
-        let r = reject("action", Some(dlq), why);
-        return answer(
-            &msg,
-            dead_lettered(shared, &env, &payload, r, AckKind::Ack).await,
-        )
-        .await;
-    }
-    let ctx = Context {
+    let handler_ctx = Context {
         action: action.name.clone(),
         envelope: env.clone(),
         attempt,
         headers,
         durable_timer: timer,
     };
-    let work = match (action.handler)(ctx, &payload) {
+    let work = match (action.handler)(handler_ctx, &payload) {
         Ok(w) => w,
-        Err(e) => {
-            return answer(
-                &msg,
-                rejected(shared, &env, &payload, reject("decode", Some(dlq), e)).await,
-            )
-            .await
-        }
+        Err(e) => return ctx.write(reject("decode", Some(dlq), e)).await,
     };
-    let outcome = run_attempt(work, action.timeout, &msg, shared.ack_wait).await;
-    let kind = match decide(&outcome, attempt, action.retry.as_ref()) {
-        Disposition::Ack => match complete_retrying(shared, &env, started_at, "").await {
-            Ok(()) => AckKind::Ack,
-            Err(e) => {
-                tracing::warn!(error = %e, "completion event not published; redelivering");
-                AckKind::Nak(Some(Duration::from_millis(DLQ_RETRY_DELAY_MS)))
-            }
-        },
+    let outcome = run_attempt(work, action.timeout).await;
+    match decide(&outcome, attempt, action.retry.as_ref()) {
+        Disposition::Ack => ctx.write(Written::Done { started_at }).await,
         Disposition::Retry { delay_ms } => {
             let error = failure_text(&outcome);
             tracing::info!(action = %action.name, attempt, delay_ms, error = %error, "attempt failed; retrying");
-            AckKind::Nak(Some(Duration::from_millis(delay_ms)))
+            answer(msg, AckKind::Nak(Some(Duration::from_millis(delay_ms)))).await
         }
         Disposition::DeadLetter | Disposition::Reject => {
-            let r = reject("action", Some(dlq), failure_text(&outcome));
-            dead_lettered(shared, &env, &payload, r, AckKind::Ack).await
+            let w = Written::DeadLetter {
+                kind: "action",
+                subject: dlq,
+                why: failure_text(&outcome),
+                started_at,
+                term: false,
+            };
+            ctx.write(w).await
         }
-    };
-    answer(&msg, kind).await
+    }
+}
+
+/// One message being answered.
+struct Job<'a> {
+    shared: &'a Shared,
+    msg: &'a jetstream::Message,
+    env: &'a Envelope,
+    payload: &'a [u8],
+    occurred_at: WireTime,
+    seq: Option<u64>,
+}
+
+impl Job<'_> {
+    /// Writes what `w` says (retried for [`WRITE_RETRY_FOR`]), then answers: `+ACK` / `+TERM` once
+    /// written; else remembers `w` for the redelivery and `-NAK`s with [`DLQ_RETRY_DELAY_MS`].
+    async fn write(&self, w: Written) {
+        let deadline = tokio::time::Instant::now() + WRITE_RETRY_FOR;
+        let mut delay = Duration::from_millis(200);
+        let last_error = loop {
+            match self.write_once(&w).await {
+                Ok(()) => {
+                    let kind = match &w {
+                        Written::DeadLetter { term: true, .. } => AckKind::Term,
+                        _ => AckKind::Ack,
+                    };
+                    return answer(self.msg, kind).await;
+                }
+                Err(e) if tokio::time::Instant::now() + delay < deadline => {
+                    tracing::debug!(error = %e, "write after the handler failed; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => break e,
+            }
+        };
+        tracing::warn!(error = %last_error, "DLQ entry or completion event not written; offered again");
+        if let Some(q) = self.seq {
+            let mut pending = self.shared.pending.lock().unwrap();
+            if pending.len() < MAX_PENDING_WRITES {
+                pending.insert(q, w);
+            }
+        }
+        answer(
+            self.msg,
+            AckKind::Nak(Some(Duration::from_millis(DLQ_RETRY_DELAY_MS))),
+        )
+        .await
+    }
+
+    async fn write_once(&self, w: &Written) -> Result<(), String> {
+        match w {
+            Written::Done { started_at } => complete(self.shared, self.env, *started_at, "").await,
+            Written::DeadLetter {
+                kind,
+                subject,
+                why,
+                started_at,
+                ..
+            } => {
+                let entry = DlqEntry {
+                    kind: (*kind).into(),
+                    envelope: self.env.clone(),
+                    body: tb_wire::json::Raw::from_payload(self.payload),
+                    err_msg: why.clone(),
+                    occurred_at: self.occurred_at,
+                };
+                dead_letter(self.shared, subject, &entry).await?;
+                tracing::warn!(kind, error = %why, dlq = %subject, "dead-lettered");
+                complete(self.shared, self.env, *started_at, why).await
+            }
+        }
+    }
 }
 
 fn failure_text(outcome: &Outcome) -> String {
@@ -238,84 +338,30 @@ fn dlq_subject(shared: &Shared, action: &Action) -> String {
         .unwrap_or_else(|| subjects::dlq(&shared.service, &action.name))
 }
 
-/// A DLQ entry to write: its kind, subject (`None`: the fallback `triggers.v2.dlq.<service>.<kind>`),
-/// error text and time.
-struct Rejection {
-    kind: &'static str,
-    subject: Option<String>,
-    why: String,
-    occurred_at: WireTime,
-    started_at: WireTime,
-}
-
-/// A message that cannot be handled: DLQ entry, CompletionEvent `error` (with flow context), `+TERM`.
-async fn rejected(shared: &Shared, env: &Envelope, payload: &[u8], r: Rejection) -> AckKind {
-    dead_lettered(shared, env, payload, r, AckKind::Term).await
-}
-
-/// Writes the DLQ entry, then the CompletionEvent `error`; `done` when both were written, else
-/// `-NAK` with [`DLQ_RETRY_DELAY_MS`] (the redelivery writes them again; the entry's `Nats-Msg-Id`
-/// is stable, so a repeat collapses).
-async fn dead_lettered(
-    shared: &Shared,
-    env: &Envelope,
-    payload: &[u8],
-    r: Rejection,
-    done: AckKind,
-) -> AckKind {
-    let subject = r
-        .subject
-        .clone()
-        .unwrap_or_else(|| subjects::dlq(&shared.service, r.kind));
-    let entry = DlqEntry {
-        kind: r.kind.into(),
-        envelope: env.clone(),
-        body: tb_wire::json::Raw::from_payload(payload),
-        err_msg: r.why.clone(),
-        occurred_at: r.occurred_at,
-    };
-    let written = async {
-        dead_letter(shared, &subject, &entry).await?;
-        complete(shared, env, r.started_at, &r.why).await
-    };
-    match written.await {
-        Ok(()) => {
-            tracing::warn!(kind = r.kind, error = %r.why, dlq = %subject, "dead-lettered");
-            done
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "DLQ entry or completion event not written; redelivering");
-            AckKind::Nak(Some(Duration::from_millis(DLQ_RETRY_DELAY_MS)))
-        }
-    }
-}
-
 /// Runs one attempt: the handler in its own task (a panic is a retryable failure), cut at
-/// `timeout`, with `+WPI` every third of `ack_wait` so JetStream does not redeliver meanwhile.
+/// `timeout` (progress is sent by the caller meanwhile).
 async fn run_attempt(
     work: crate::action::BoxFuture<Result<serde_json::Value, crate::action::HandlerError>>,
     timeout: Duration,
-    msg: &jetstream::Message,
-    ack_wait: Duration,
 ) -> Outcome {
     let task = tokio::spawn(work);
     let abort = task.abort_handle();
-    let limited = tokio::time::timeout(timeout, task);
-    tokio::pin!(limited);
-    let mut progress = tokio::time::interval((ack_wait / 3).max(Duration::from_millis(100)));
-    progress.tick().await;
-    loop {
-        tokio::select! {
-            r = &mut limited => return match r {
-                Ok(Ok(Ok(_))) => Outcome::Done,
-                Ok(Ok(Err(e))) => Outcome::Failed { message: e.message, permanent: e.permanent },
-                Ok(Err(_)) => Outcome::Failed { message: "the handler panicked".into(), permanent: false },
-                Err(_) => {
-                    abort.abort();
-                    Outcome::Failed { message: format!("timeout: no result within {} ms", timeout.as_millis()), permanent: false }
-                }
-            },
-            _ = progress.tick() => { let _ = msg.ack_with(AckKind::Progress).await; }
+    match tokio::time::timeout(timeout, task).await {
+        Ok(Ok(Ok(_))) => Outcome::Done,
+        Ok(Ok(Err(e))) => Outcome::Failed {
+            message: e.message,
+            permanent: e.permanent,
+        },
+        Ok(Err(_)) => Outcome::Failed {
+            message: "the handler panicked".into(),
+            permanent: false,
+        },
+        Err(_) => {
+            abort.abort();
+            Outcome::Failed {
+                message: format!("timeout: no result within {} ms", timeout.as_millis()),
+                permanent: false,
+            }
         }
     }
 }
@@ -328,26 +374,6 @@ async fn dead_letter(shared: &Shared, subject: &str, entry: &DlqEntry) -> Result
         .map(|_| ())
 }
 
-/// [`complete`], tried 3 times (200 ms, then 400 ms apart) before giving up: a failed publish after
-/// a handler that succeeded would otherwise run the handler again.
-async fn complete_retrying(
-    shared: &Shared,
-    env: &Envelope,
-    started_at: WireTime,
-    error: &str,
-) -> Result<(), String> {
-    let mut delay = Duration::from_millis(200);
-    for _ in 0..2 {
-        match complete(shared, env, started_at, error).await {
-            Ok(()) => return Ok(()),
-            Err(e) => tracing::debug!(error = %e, "completion event not published; trying again"),
-        }
-        tokio::time::sleep(delay).await;
-        delay *= 2;
-    }
-    complete(shared, env, started_at, error).await
-}
-
 /// Publishes the CompletionEvent of this execution on `triggers.v2.flow.events.<flow_id>` when the
 /// message has flow context; `error` empty = `ok`. `Nats-Msg-Id` = `<idempotency_key>:completion`
 /// (one completion per execution, so a repeat collapses).
@@ -357,7 +383,7 @@ async fn complete(
     started_at: WireTime,
     error: &str,
 ) -> Result<(), String> {
-    if env.flow_id.is_empty() || env.flow_run_id.is_empty() {
+    if env.flow_run_id.is_empty() || !subjects::valid_subject_suffix(&env.flow_id) {
         return Ok(());
     }
     let ev = CompletionEvent {

@@ -119,7 +119,7 @@ impl Service {
     }
 
     /// How long JetStream waits for an answer before redelivering a message to another replica
-    /// (default: the longest action timeout plus 5 s, at least 30 s). While a handler runs, progress
+    /// (default: twice the longest action timeout plus 5 s, at least 30 s: a message may wait in the client's buffer for about one handler round before it is taken). While a handler runs, progress
     /// (`+WPI`) is sent every third of it.
     pub fn ack_wait(mut self, ack_wait: Duration) -> Service {
         self.ack_wait = Some(ack_wait);
@@ -159,7 +159,7 @@ impl Service {
                 .map(|a| a.timeout)
                 .max()
                 .unwrap_or_default();
-            (longest + Duration::from_secs(5)).max(Duration::from_secs(30))
+            (2 * longest + Duration::from_secs(5)).max(Duration::from_secs(30))
         })
     }
 
@@ -285,47 +285,51 @@ impl Service {
                 .collect::<HashMap<_, _>>(),
             flows: self.flows.clone(),
             ack_wait,
+            pending: Default::default(),
         });
-        let taken = Arc::new(tokio::sync::Semaphore::new(
-            self.concurrency + consumers.len(),
-        ));
+        // Messages taken from the pull streams (handled, waiting for a slot, or being answered):
+        // twice the concurrency plus one per source (an idle source holds one while it waits).
+        let taken_total = 2 * self.concurrency + consumers.len();
+        let taken = Arc::new(tokio::sync::Semaphore::new(taken_total));
         let permits = Arc::new(tokio::sync::Semaphore::new(self.concurrency));
         let (stop, stop_rx) = tokio::sync::watch::channel(false);
-        let loops: Vec<_> = consumers
-            .into_iter()
-            .map(|c| {
-                tokio::spawn(handle::consume(
-                    shared.clone(),
-                    c,
-                    permits.clone(),
-                    taken.clone(),
-                    stop_rx.clone(),
-                ))
-            })
-            .collect();
+        let mut loops: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+        for c in consumers {
+            loops.spawn(handle::consume(
+                shared.clone(),
+                c,
+                self.concurrency,
+                permits.clone(),
+                taken.clone(),
+                stop_rx.clone(),
+            ));
+        }
         let mut ticker = tokio::time::interval(Duration::from_secs(subjects::HEARTBEAT_INTERVAL_S));
         ticker.tick().await;
         tokio::pin!(shutdown);
-        loop {
+        let ended = loop {
             tokio::select! {
                 Some(m) = own.next() => self.broadcast(&m.payload),
                 Some(m) = all.next() => self.broadcast(&m.payload),
                 _ = ticker.tick() => send_heartbeat(&client, &beat(false)).await,
-                _ = &mut shutdown => break,
+                // A source's consumer went away (deleted on the server): stop, and say so.
+                Some(_) = loops.join_next() => break Some(Error::JetStream("a source's consumer ended (deleted on the server?); restart the service to re-create it".into())),
+                _ = &mut shutdown => break None,
             }
-        }
+        };
         tracing::info!(service = %self.name, "shutting down: finishing handlers in flight");
         // Draining from now: the orchestrator shows it while the handlers in flight finish.
         send_heartbeat(&client, &beat(true)).await;
         let _ = stop.send(true);
-        for l in loops {
-            let _ = l.await;
-        }
-        // Every permit back = no handler in flight.
-        let _ = permits.acquire_many(self.concurrency as u32).await;
+        while loops.join_next().await.is_some() {}
+        // Every `taken` back = no message in flight (handled, waiting for a slot or being answered).
+        let _ = taken.acquire_many(taken_total as u32).await;
         send_heartbeat(&client, &beat(true)).await;
         let _ = client.flush().await;
-        Ok(())
+        match ended {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn apply(&self, f: &FlowEnvelope) {

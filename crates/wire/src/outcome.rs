@@ -1,6 +1,7 @@
 //! What a service does with a message after its handler ran (wire spec §9.2), as one pure rule.
 //! Attempts are JetStream's `delivered` count (1-based); per-action limits live here, not in the
-//! consumer (several actions may share one consumer, whose `max_deliver` is unlimited).
+//! consumer (several actions may share one consumer, whose `max_deliver` is only a backstop: the
+//! most attempts of any action + 20, at least 100).
 
 use crate::manifest::Retry;
 
