@@ -184,6 +184,12 @@ pub fn routes(state: AppState) -> routes::Routes {
             sessions::revoke,
         )
         .scoped(GET, "/v1/services", MANAGE, services::list)
+        .scoped(
+            GET,
+            "/v1/services/dead-letters",
+            MANAGE,
+            services::dead_letters,
+        )
         .scoped(GET, "/v1/schedules", MANAGE, schedules::list)
         .scoped(POST, "/v1/schedules", MANAGE, schedules::create)
         .scoped(GET, "/v1/schedules/{id}", MANAGE, schedules::get)

@@ -270,4 +270,29 @@ inputs = { repository = "repository.full_name", number = "pull_request.number" }
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("pr-bot") && text.contains("up"), "{text}");
+    // No action failed for good: the services' dead letters are empty; a bad limit is refused.
+    let base = format!("http://127.0.0.1:{}", ports[2]);
+    let out = Command::new(BIN)
+        .args([
+            "services",
+            "dead-letters",
+            "--service",
+            "pr-bot",
+            "--server",
+            &base,
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("no dead letters"),
+        "{text}"
+    );
+    let (status, body) = common::post(
+        &format!("{base}/v1/services/dead-letters"),
+        &serde_json::json!({}),
+    );
+    assert_eq!(status, 405, "{body}");
+    let bad = common::ureq_get(&format!("{base}/v1/services/dead-letters?limit=0")).unwrap();
+    assert_eq!(bad["error"], "validation_error", "{bad}");
 }

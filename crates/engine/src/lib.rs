@@ -25,6 +25,7 @@ pub mod runs;
 pub mod scheduler;
 pub mod schedules;
 pub mod sealing;
+pub mod service_dlq;
 pub mod sessions;
 pub mod ssrf;
 pub mod sweeper;

@@ -381,6 +381,20 @@ async fn a_failing_handler_is_retried_with_backoff_then_dead_lettered_once() {
         .unwrap();
     assert!(ack.duplicate, "the repeat is a duplicate");
     assert_eq!(dlq.info().await.unwrap().state.messages, 1);
+    // The bridge lists it (newest first, the service's subjects only).
+    let listing = trigger_bridge_engine::service_dlq::list(&b.engine, Some("svc"), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        (listing.entries.len(), listing.scanned, listing.truncated),
+        (1, 1, false)
+    );
+    assert_eq!(listing.entries[0].subject, "triggers.v2.dlq.svc.work");
+    assert_eq!(listing.entries[0].entry.envelope.flow_run_id, run_id);
+    let other = trigger_bridge_engine::service_dlq::list(&b.engine, Some("nobody"), 10)
+        .await
+        .unwrap();
+    assert!(other.entries.is_empty());
 }
 
 fn sha(bytes: &[u8]) -> String {
@@ -604,6 +618,10 @@ async fn a_service_that_is_down_fails_attempts_until_the_delivery_is_dead_letter
         "{}",
         entry.err_msg
     );
+    let all = trigger_bridge_engine::service_dlq::list(&b.engine, None, 10)
+        .await
+        .unwrap();
+    assert_eq!(all.entries[0].subject, "triggers.v2.dlq.source.api");
     // Registered, then silent for 3 beats (the service task is aborted: no shutdown heartbeat): down.
     let (_stop, task) = start_service(&b, &n, service(Seen::default())).await;
     task.abort();
