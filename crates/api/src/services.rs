@@ -3,16 +3,17 @@
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
-use tb_core::service::liveness;
+use tb_core::service::{liveness, Liveness};
 
 use crate::error::ApiError;
 use crate::wire::time;
 use crate::AppState;
 
 /// `GET /v1/services` -> `{services: [{name, serviceVersion, manifestHash, liveness:
-/// registered|up|draining|down, registeredAt, lastHeartbeatAt?, otherBuild, actions: [name]}]}`.
-/// `otherBuild` is true when the last heartbeat carried another `manifest_hash` than the registered
-/// one (a replica on another build).
+/// registered|up|draining|down, registeredAt, lastHeartbeatAt?, otherBuild, replicasLive, replicas:
+/// [{startedAt, lastHeartbeatAt, liveness, otherBuild}], actions: [name]}]}`. A service is `up` when
+/// any replica is; `otherBuild` is true when a live replica heartbeats another `manifest_hash` than
+/// the registered one (a replica on another build). Replicas silent for an hour are dropped.
 #[utoipa::path(get, path = "/v1/services", tag = "services", responses((status = 200, description = "{services}"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden")))]
 pub async fn list(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
     let now = tb_engine::clock::now_ms();
@@ -27,13 +28,38 @@ pub async fn list(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
                 .as_array()
                 .map(|a| a.iter().map(|x| x["name"].clone()).collect())
                 .unwrap_or_default();
+            let replicas: Vec<Value> = s
+                .replicas
+                .iter()
+                .map(|r| {
+                    json!({
+                        "startedAt": r.started_at,
+                        "lastHeartbeatAt": time(r.last_heartbeat_at),
+                        "liveness": liveness(Some(r.last_heartbeat_at), r.shutting_down, now).as_str(),
+                        "otherBuild": r.manifest_hash != s.manifest_hash,
+                    })
+                })
+                .collect();
+            let live = |r: &&tb_store::ReplicaRecord| {
+                liveness(Some(r.last_heartbeat_at), r.shutting_down, now) != Liveness::Down
+            };
+            let up = s.replicas.iter().filter(live).count();
+            // Another build is heartbeating: a live replica with another hash (or, without replica
+            // rows, the last heartbeat's).
+            let other_build = if s.replicas.is_empty() {
+                s.heartbeat_hash.as_deref().is_some_and(|h| h != s.manifest_hash)
+            } else {
+                s.replicas.iter().filter(live).any(|r| r.manifest_hash != s.manifest_hash)
+            };
             let mut v = json!({
                 "name": s.name,
                 "serviceVersion": s.service_version,
                 "manifestHash": s.manifest_hash,
-                "liveness": liveness(s.last_heartbeat_at, s.shutting_down, now).as_str(),
+                "liveness": tb_engine::orchestrator::liveness_of(&s, now).as_str(),
                 "registeredAt": time(s.registered_at),
-                "otherBuild": s.heartbeat_hash.as_deref().is_some_and(|h| h != s.manifest_hash),
+                "otherBuild": other_build,
+                "replicasLive": up,
+                "replicas": replicas,
                 "actions": actions,
             });
             if let Some(t) = s.last_heartbeat_at {

@@ -5,8 +5,8 @@ use anyhow::Result;
 use crate::api_client::{print_list, Api, ClientOpts};
 
 const SERVICES: &str =
-    "SERVICE=name VERSION=serviceVersion LIVENESS=liveness LAST_HEARTBEAT=lastHeartbeatAt \
-    ACTIONS=actions OTHER_BUILD=otherBuild HASH=manifestHash";
+    "SERVICE=name VERSION=serviceVersion LIVENESS=liveness REPLICAS=replicasLive \
+    LAST_HEARTBEAT=lastHeartbeatAt ACTIONS=actions OTHER_BUILD=otherBuild HASH=manifestHash";
 
 /// `trigger-bridge services ...` (issue #12)
 #[derive(clap::Subcommand, Debug)]

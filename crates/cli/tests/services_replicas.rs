@@ -270,6 +270,17 @@ inputs = { repository = "repository.full_name", number = "pull_request.number" }
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("pr-bot") && text.contains("up"), "{text}");
+    // The killed replica went silent 15 s ago at least: one of two replicas is live.
+    let svc = common::ureq_get(&format!("http://127.0.0.1:{}/v1/services", ports[0])).unwrap();
+    let s0 = &svc["services"][0];
+    assert_eq!(
+        (
+            s0["replicasLive"].as_u64(),
+            s0["replicas"].as_array().map(Vec::len)
+        ),
+        (Some(1), Some(2)),
+        "{svc}"
+    );
     // No action failed for good: the services' dead letters are empty; a bad limit is refused.
     let base = format!("http://127.0.0.1:{}", ports[2]);
     let out = Command::new(BIN)

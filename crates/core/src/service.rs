@@ -45,6 +45,22 @@ pub fn liveness(last_heartbeat_ms: Option<i64>, shutting_down: bool, now_ms: i64
     }
 }
 
+/// A service's liveness from its replicas' last heartbeats `(arrival ms, shutting_down)`: `up` when
+/// any replica is up, else `draining` when one is draining, else `down` when it has replicas (all
+/// silent), `registered` when none ever sent a heartbeat.
+pub fn service_liveness(replicas: impl IntoIterator<Item = (i64, bool)>, now_ms: i64) -> Liveness {
+    let mut seen = Liveness::Registered;
+    for (last, shutting_down) in replicas {
+        match liveness(Some(last), shutting_down, now_ms) {
+            Liveness::Up => return Liveness::Up,
+            Liveness::Draining => seen = Liveness::Draining,
+            Liveness::Down if seen == Liveness::Registered => seen = Liveness::Down,
+            _ => {}
+        }
+    }
+    seen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,5 +72,24 @@ mod tests {
         assert_eq!(liveness(Some(1_000), false, 1_000 + 15_000), Liveness::Down);
         assert_eq!(liveness(Some(1_000), true, 2_000), Liveness::Draining);
         assert_eq!(liveness(Some(1_000), true, 1_000 + 15_000), Liveness::Down);
+    }
+
+    #[test]
+    fn one_live_replica_keeps_the_service_up() {
+        let now = 100_000;
+        assert_eq!(service_liveness([], now), Liveness::Registered);
+        // One replica draining, another beating: up.
+        assert_eq!(
+            service_liveness([(now - 1_000, true), (now - 2_000, false)], now),
+            Liveness::Up
+        );
+        assert_eq!(
+            service_liveness([(now - 1_000, true), (now - 20_000, false)], now),
+            Liveness::Draining
+        );
+        assert_eq!(
+            service_liveness([(now - 20_000, false), (now - 16_000, true)], now),
+            Liveness::Down
+        );
     }
 }

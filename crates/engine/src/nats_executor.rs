@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_nats::jetstream::context::PublishErrorKind;
 use sha2::{Digest, Sha256};
 use tb_core::run::RunStatus;
-use tb_core::service::{liveness, Liveness};
+use tb_core::service::Liveness;
 use tb_core::workflow::Workflow;
 use tb_wire::headers::to_headers;
 use tb_wire::manifest::Manifest;
@@ -45,7 +45,7 @@ pub fn envelope(workflow: &Workflow, action: &str, req: &StartRequest<'_>) -> En
 
 /// One attempt of a nats workflow run: `Ok(Running)` once JetStream acknowledged the message
 /// (a duplicate acknowledgement included). Errors (all retried per the subscription's policy):
-/// `nats_unavailable` (no `--nats-url`), `service_unregistered`, `service_down` (no heartbeat for
+/// `nats_unavailable` (no `--nats-url`), `service_unregistered`, `service_down` (no replica's heartbeat for
 /// 15 s), `unknown_action`, `no_nats_source`, `no_stream` (nothing captures the subject),
 /// `timeout` (no PubAck within [`PUBACK_TIMEOUT`]), `publish`, `store`.
 pub async fn start(
@@ -77,7 +77,7 @@ pub async fn start(
         }
     };
     let now = clock::now_ms();
-    if liveness(svc.last_heartbeat_at, svc.shutting_down, now) == Liveness::Down {
+    if crate::orchestrator::liveness_of(&svc, now) == Liveness::Down {
         let ago = svc.last_heartbeat_at.map_or(0, |t| (now - t) / 1000);
         return Err(failure(
             "service_down",

@@ -31,6 +31,20 @@ enum Kind {
     Heartbeat,
 }
 
+/// A service's liveness from its record: over its replicas (`tb_core::service::service_liveness`),
+/// or, for a record without replica rows (registered before they were kept), its last heartbeat.
+pub fn liveness_of(s: &tb_store::ServiceRecord, now_ms: i64) -> tb_core::service::Liveness {
+    if s.replicas.is_empty() {
+        return tb_core::service::liveness(s.last_heartbeat_at, s.shutting_down, now_ms);
+    }
+    tb_core::service::service_liveness(
+        s.replicas
+            .iter()
+            .map(|r| (r.last_heartbeat_at, r.shutting_down)),
+        now_ms,
+    )
+}
+
 /// The answer to a register request body: validated, stored, replied with the service's flows
 /// (`null` when none; Durable Timer flows its manifest does not pass are held back and logged).
 /// Errors are replies with `error` set, never silence.

@@ -154,5 +154,60 @@ async fn register_fetch_and_heartbeats_go_through_the_store() {
     };
     assert_eq!(liveness(Some(at), false, at + 14_999), Liveness::Up);
     assert_eq!(liveness(Some(at), false, at + 15_000), Liveness::Down);
+
+    // A second replica (another start time, another build) that says it is shutting down: the
+    // service stays up on the first; each replica is kept with its own hash.
+    let second = Heartbeat {
+        started_at: WireTime::from_unix_nanos(hb.started_at.unix_nanos() + 1_000),
+        manifest_hash: format!("sha256:{}", "0".repeat(64)),
+        shutting_down: true,
+        ..hb.clone()
+    };
+    // Arrives at least a few ms after the first.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    svc.publish(
+        subjects::HEARTBEAT,
+        json::to_vec(&second, false).unwrap().into(),
+    )
+    .await
+    .unwrap();
+    svc.flush().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        let s = store.get_service("svc").await.unwrap().unwrap();
+        if s.replicas.len() == 2 {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second replica was not recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let now = trigger_bridge_engine::clock::now_ms();
+    assert_eq!(orchestrator::liveness_of(&s, now), Liveness::Up);
+    assert!(s.shutting_down, "the service row holds the last heartbeat");
+    let hashes: Vec<&str> = s
+        .replicas
+        .iter()
+        .map(|r| r.manifest_hash.as_str())
+        .collect();
+    assert_eq!(
+        hashes,
+        [m.manifest_hash.as_str(), second.manifest_hash.as_str()]
+    );
+    // Once the first is silent for 15 s only the draining one counts; then both are down.
+    let last = s
+        .replicas
+        .iter()
+        .map(|r| r.last_heartbeat_at)
+        .max()
+        .unwrap();
+    assert!(last > at, "the second beat arrived after the first");
+    assert_eq!(
+        orchestrator::liveness_of(&s, at + 15_000),
+        Liveness::Draining
+    );
+    assert_eq!(orchestrator::liveness_of(&s, last + 15_000), Liveness::Down);
     stop.send(true).unwrap();
 }

@@ -496,4 +496,17 @@ pub struct ServiceRecord {
     /// The `manifest_hash` that heartbeat carried (differs from `manifest_hash`: another build).
     pub heartbeat_hash: Option<String>,
     pub shutting_down: bool,
+    /// Its replicas heard from in the last hour, by `started_at`.
+    pub replicas: Vec<ReplicaRecord>,
+}
+
+/// One replica of a service, told apart by its process start (`started_at`, RFC 3339).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReplicaRecord {
+    pub started_at: String,
+    /// The `manifest_hash` its last heartbeat carried.
+    pub manifest_hash: String,
+    /// When its last heartbeat arrived, Unix ms.
+    pub last_heartbeat_at: i64,
+    pub shutting_down: bool,
 }

@@ -42,6 +42,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         9,
         include_str!("../../migrations/postgres/0009_services.sql"),
     ),
+    (
+        10,
+        include_str!("../../migrations/postgres/0010_service_replicas.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");
