@@ -211,3 +211,73 @@ async fn register_fetch_and_heartbeats_go_through_the_store() {
     assert_eq!(orchestrator::liveness_of(&s, last + 15_000), Liveness::Down);
     stop.send(true).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_register_reply_carries_the_flows_and_holds_back_timer_lineages_the_manifest_fails() {
+    let Some(n) = trigger_bridge_engine::testing::NatsServer::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let wf = |id: &str, durable_timer: bool| tb_core::workflow::Workflow {
+        id: id.into(),
+        executor: tb_core::workflow::Executor::Nats {
+            service: "svc".into(),
+            action: "send_inapp".into(),
+            durable_timer,
+        },
+    };
+    let engine = Engine::start(
+        store,
+        Catalog::new(vec![], vec![], vec![wf("plain", false), wf("timer", true)]),
+    )
+    .await
+    .unwrap();
+    let (_stop, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(orchestrator::run(
+        engine.clone(),
+        async_nats::connect(n.url()).await.unwrap(),
+        rx,
+    ));
+    let svc = async_nats::connect(n.url()).await.unwrap();
+    let register = |m: Manifest| {
+        let svc = svc.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match svc
+                    .request(
+                        subjects::MANIFEST_REGISTER,
+                        json::to_vec(&m, false).unwrap().into(),
+                    )
+                    .await
+                {
+                    Ok(r) => break serde_json::from_slice::<RegisterReply>(&r.payload).unwrap(),
+                    Err(_) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(50)).await
+                    }
+                    Err(e) => panic!("no orchestrator: {e}"),
+                }
+            }
+        }
+    };
+    // Without durable_timer.v1 only the plain flow is released.
+    let reply = register(manifest("svc")).await;
+    let ids: Vec<String> = reply.flows.unwrap().into_iter().map(|f| f.id).collect();
+    assert_eq!(ids, ["plain"]);
+    // With the capability (and the node's target one of its nats sources) both are.
+    let mut m = manifest("svc");
+    m.runtime_capabilities = Some(vec![tb_wire::durable_timer::CAPABILITY.into()]);
+    m.manifest_hash = hash(&m);
+    let flows = register(m).await.flows.unwrap();
+    assert_eq!(
+        flows.iter().map(|f| f.id.as_str()).collect::<Vec<_>>(),
+        ["plain", "timer"]
+    );
+    let body: serde_json::Value = serde_json::from_str(flows[1].body.get()).unwrap();
+    assert_eq!(body["durable_timer"], true);
+    assert_eq!(
+        body["nodes"][0]["config"]["target"],
+        "triggers.v2.svc.inbound"
+    );
+}
