@@ -10,7 +10,8 @@ use crate::wire::time;
 use crate::AppState;
 
 /// `GET /v1/services` -> `{services: [{name, serviceVersion, manifestHash, liveness:
-/// registered|up|draining|down, registeredAt, lastHeartbeatAt?, otherBuild, replicasLive, replicas:
+/// registered|up|draining|down, registeredAt, lastHeartbeatAt?, otherBuild, replicasLive (replicas
+/// `up`), replicas:
 /// [{startedAt, lastHeartbeatAt, liveness, otherBuild}], actions: [name]}]}`. A service is `up` when
 /// any replica is; `otherBuild` is true when a live replica heartbeats another `manifest_hash` than
 /// the registered one (a replica on another build). Replicas silent for an hour are dropped.
@@ -43,7 +44,11 @@ pub async fn list(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
             let live = |r: &&tb_store::ReplicaRecord| {
                 liveness(Some(r.last_heartbeat_at), r.shutting_down, now) != Liveness::Down
             };
-            let up = s.replicas.iter().filter(live).count();
+            let up = s
+                .replicas
+                .iter()
+                .filter(|r| liveness(Some(r.last_heartbeat_at), r.shutting_down, now) == Liveness::Up)
+                .count();
             // Another build is heartbeating: a live replica with another hash (or, without replica
             // rows, the last heartbeat's).
             let other_build = if s.replicas.is_empty() {

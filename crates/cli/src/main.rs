@@ -213,7 +213,7 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
                     .count();
                 let env_url = std::env::var("TRIGGER_BRIDGE_NATS_URL").is_ok_and(|v| !v.is_empty());
                 if nats_runs > 0 && l.server.nats_url.is_none() && !env_url {
-                    eprintln!("warning: {nats_runs} workflow(s) use the nats executor but no NATS server is set: start serve with --nats-url (or set [server] nats_url), else their deliveries fail with nats_unavailable");
+                    eprintln!("note: {nats_runs} workflow(s) use the nats executor and the config sets no [server] nats_url: serve needs --nats-url (or TRIGGER_BRIDGE_NATS_URL), else their deliveries fail with nats_unavailable");
                 }
                 Ok(0)
             }

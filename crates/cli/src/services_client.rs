@@ -45,7 +45,7 @@ pub async fn services(o: &ClientOpts, c: ServicesCmd) -> Result<()> {
                     &v,
                     "services",
                     SERVICES,
-                    "no services registered (they register over NATS: serve --nats-url)",
+                    "no services registered (a service registers over NATS when it starts; the bridge needs serve --nats-url)",
                 );
             }
         }

@@ -326,6 +326,7 @@ impl Service {
         let _ = taken.acquire_many(taken_total as u32).await;
         send_heartbeat(&client, &beat(true)).await;
         let _ = client.flush().await;
+        tracing::info!(service = %self.name, "stopped");
         match ended {
             Some(e) => Err(e),
             None => Ok(()),
