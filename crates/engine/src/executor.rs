@@ -1,4 +1,5 @@
-//! Run executors (DESIGN §2 executor): `noop` completes at once; `http` makes a Standard Webhooks-signed
+//! Run executors (DESIGN §2 executor), dispatched here: `noop` completes at once; `nats` publishes to a
+//! triggers.v2 service (crate::nats_executor); `http` makes a Standard Webhooks-signed
 //! POST to the workflow's worker URL with the delivery id as the idempotency key.
 
 use serde_json::{json, Value};
@@ -59,9 +60,10 @@ const MAX_RETRY_AFTER_S: u64 = 86_400;
 /// eventType, receiptId}}` with `webhook-id` = the delivery id (stable across attempts, also sent as
 /// `Idempotency-Key`), `webhook-timestamp` = now (per attempt) and `webhook-signature` (Standard Webhooks
 /// §3.5 sender rules). 200/201/204 complete the run; 202 leaves it running until
-/// `POST /v1/runs/{runId}/result`; anything else, a redirect included, is a failure.
+/// `POST /v1/runs/{runId}/result`; anything else, a redirect included, is a failure. The `nats`
+/// executor is [`crate::nats_executor::start`].
 pub async fn start_run(
-    http: &reqwest::Client,
+    engine: &crate::Engine,
     workflow: &Workflow,
     req: &StartRequest<'_>,
 ) -> Result<RunStatus, StartFailure> {
@@ -76,15 +78,9 @@ pub async fn start_run(
             },
             message: "session workflows start inside the store, not through an executor".into(),
         }),
-        // Nats runs need the engine (store, NATS client): crate::nats_executor, called by the worker.
-        Executor::Nats { .. } => Err(StartFailure {
-            result: ActionResult::Failed {
-                error_class: "nats_not_local".into(),
-                retry_after_ms: None,
-                permanent: true,
-            },
-            message: "nats workflows start through the nats executor".into(),
-        }),
+        Executor::Nats {
+            service, action, ..
+        } => crate::nats_executor::start(engine, workflow, service, action, req).await,
         Executor::Http {
             url,
             secret,
@@ -101,7 +97,8 @@ pub async fn start_run(
             let ts = clock::now_s();
             let sig =
                 tb_ingress::standard_webhooks::sign(secret, req.delivery_id, ts, body.as_bytes());
-            let resp = http
+            let resp = engine
+                .http
                 .post(url)
                 .timeout(std::time::Duration::from_millis(*timeout_ms))
                 .header("content-type", "application/json")

@@ -220,62 +220,55 @@ async fn attempt_with(engine: &Engine, lease: Lease, known_event_type: Option<St
         d.kind == DeliveryKind::Binding && catalog.subscription(&d.subscription_id).is_some();
     let mut message: Option<String> = None;
     let work = async {
-        let result: Result<RunStatus, ActionResult> = if bound
-            && !catalog.binding_live(&d.binding_id)
-        {
-            Err(ActionResult::Failed {
-                error_class: "binding_revoked".into(),
-                retry_after_ms: None,
-                permanent: true,
-            })
-        } else if d.kind == DeliveryKind::OutboundWebhook {
-            crate::webhooks::deliver(engine, d)
-                .await
-                .map(|_| RunStatus::Completed)
-        } else if let Some(e) = &effect {
-            e.as_ref().map(|_| RunStatus::Running).map_err(Clone::clone)
-        } else {
-            match workflow {
-                None => Err(ActionResult::Failed {
-                    error_class: "workflow_missing".into(),
+        let result: Result<RunStatus, ActionResult> =
+            if bound && !catalog.binding_live(&d.binding_id) {
+                Err(ActionResult::Failed {
+                    error_class: "binding_revoked".into(),
                     retry_after_ms: None,
                     permanent: true,
-                }),
-                Some(w) => {
-                    // Only the http executor sends the event type; noop runs skip the read.
-                    let event_type = match (&w.executor, known_event_type) {
-                        (tb_core::workflow::Executor::Http { .. }, Some(t)) => t,
-                        (tb_core::workflow::Executor::Http { .. }, None) => engine
-                            .store
-                            .get_receipt(&d.receipt_id)
-                            .await
-                            .map(|r| r.event_type)
-                            .unwrap_or_default(),
-                        _ => String::new(),
-                    };
-                    let req = StartRequest {
-                        run_id: &run_id,
-                        delivery_id: &d.id,
-                        causation_id: &event_id,
-                        inputs: &d.inputs,
-                        subscription_id: &d.subscription_id,
-                        event_type: &event_type,
-                        receipt_id: &d.receipt_id,
-                        attempt: number,
-                    };
-                    let begun = match &w.executor {
-                        tb_core::workflow::Executor::Nats {
-                            service, action, ..
-                        } => crate::nats_executor::start(engine, &w, service, action, &req).await,
-                        _ => executor::start_run(&engine.http, &w, &req).await,
-                    };
-                    begun.map_err(|f| {
-                        message = Some(f.message);
-                        f.result
-                    })
+                })
+            } else if d.kind == DeliveryKind::OutboundWebhook {
+                crate::webhooks::deliver(engine, d)
+                    .await
+                    .map(|_| RunStatus::Completed)
+            } else if let Some(e) = &effect {
+                e.as_ref().map(|_| RunStatus::Running).map_err(Clone::clone)
+            } else {
+                match workflow {
+                    None => Err(ActionResult::Failed {
+                        error_class: "workflow_missing".into(),
+                        retry_after_ms: None,
+                        permanent: true,
+                    }),
+                    Some(w) => {
+                        // Only the http executor sends the event type; noop runs skip the read.
+                        let event_type = match (&w.executor, known_event_type) {
+                            (tb_core::workflow::Executor::Http { .. }, Some(t)) => t,
+                            (tb_core::workflow::Executor::Http { .. }, None) => engine
+                                .store
+                                .get_receipt(&d.receipt_id)
+                                .await
+                                .map(|r| r.event_type)
+                                .unwrap_or_default(),
+                            _ => String::new(),
+                        };
+                        let req = StartRequest {
+                            run_id: &run_id,
+                            delivery_id: &d.id,
+                            causation_id: &event_id,
+                            inputs: &d.inputs,
+                            subscription_id: &d.subscription_id,
+                            event_type: &event_type,
+                            receipt_id: &d.receipt_id,
+                            attempt: number,
+                        };
+                        executor::start_run(engine, &w, &req).await.map_err(|f| {
+                            message = Some(f.message);
+                            f.result
+                        })
+                    }
                 }
-            }
-        };
+            };
         result
     };
     // The lease is renewed while the action is in flight, so work longer than the lease is never
