@@ -233,7 +233,7 @@ pub(crate) async fn handle(shared: &Shared, msg: &jetstream::Message) {
             tracing::info!(action = %action.name, attempt, delay_ms, error = %error, "attempt failed; retrying");
             answer(msg, AckKind::Nak(Some(Duration::from_millis(delay_ms)))).await
         }
-        Disposition::DeadLetter | Disposition::Reject => {
+        Disposition::DeadLetter => {
             let w = Written::DeadLetter {
                 kind: "action",
                 subject: dlq,
@@ -320,7 +320,7 @@ impl Job<'_> {
 
 fn failure_text(outcome: &Outcome) -> String {
     match outcome {
-        Outcome::Failed { message, .. } | Outcome::Rejected { message, .. } => message.clone(),
+        Outcome::Failed { message, .. } => message.clone(),
         Outcome::Done => String::new(),
     }
 }

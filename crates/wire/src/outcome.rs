@@ -1,4 +1,6 @@
 //! What a service does with a message after its handler ran (wire spec §9.2), as one pure rule.
+//! A message that cannot reach a handler (undecodable, no action, bad envelope) never gets here: it
+//! is dead-lettered and terminated at once.
 //! Attempts are JetStream's `delivered` count (1-based); per-action limits live here, not in the
 //! consumer (several actions may share one consumer, whose `max_deliver` is only a backstop: the
 //! most attempts of any action + 20, at least 100).
@@ -12,9 +14,6 @@ pub enum Outcome {
     Done,
     /// The handler failed or timed out; `permanent` failures are not retried.
     Failed { message: String, permanent: bool },
-    /// The message cannot be handled at all (undecodable input, unknown action, invalid envelope or
-    /// timer triplet): `kind` is the DLQ entry's kind (`decode`, `unknown_action`, `envelope`).
-    Rejected { kind: String, message: String },
 }
 
 /// What to do with the message, in order: publish what is named, then answer JetStream.
@@ -24,11 +23,8 @@ pub enum Disposition {
     Ack,
     /// `-NAK {"delay": delay_ms}` (no CompletionEvent yet).
     Retry { delay_ms: u64 },
-    /// DLQ entry (kind = the action), CompletionEvent `error`, then `+ACK`.
+    /// DLQ entry (kind `action`), CompletionEvent `error`, then `+ACK`.
     DeadLetter,
-    /// DLQ entry (kind = the rejection's), CompletionEvent `error` when the message has flow context,
-    /// then `+TERM`.
-    Reject,
 }
 
 /// The disposition of `outcome` at attempt `attempt` (1-based) under `retry`
@@ -36,7 +32,6 @@ pub enum Disposition {
 pub fn decide(outcome: &Outcome, attempt: i64, retry: Option<&Retry>) -> Disposition {
     match outcome {
         Outcome::Done => Disposition::Ack,
-        Outcome::Rejected { .. } => Disposition::Reject,
         Outcome::Failed {
             permanent: true, ..
         } => Disposition::DeadLetter,
@@ -88,10 +83,5 @@ mod tests {
         };
         assert_eq!(decide(&perm, 1, Some(&r)), Disposition::DeadLetter);
         assert_eq!(decide(&Outcome::Done, 3, Some(&r)), Disposition::Ack);
-        let bad = Outcome::Rejected {
-            kind: "decode".into(),
-            message: "x".into(),
-        };
-        assert_eq!(decide(&bad, 1, Some(&r)), Disposition::Reject);
     }
 }
