@@ -3,7 +3,7 @@
 use axum::extract::State;
 use axum::Json;
 use serde_json::{json, Value};
-use tb_core::service::{liveness, Liveness};
+use tb_core::service::liveness;
 
 use crate::error::ApiError;
 use crate::wire::time;
@@ -41,29 +41,15 @@ pub async fn list(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
                     })
                 })
                 .collect();
-            let live = |r: &&tb_store::ReplicaRecord| {
-                liveness(Some(r.last_heartbeat_at), r.shutting_down, now) != Liveness::Down
-            };
-            let up = s
-                .replicas
-                .iter()
-                .filter(|r| liveness(Some(r.last_heartbeat_at), r.shutting_down, now) == Liveness::Up)
-                .count();
-            // Another build is heartbeating: a live replica with another hash (or, without replica
-            // rows, the last heartbeat's).
-            let other_build = if s.replicas.is_empty() {
-                s.heartbeat_hash.as_deref().is_some_and(|h| h != s.manifest_hash)
-            } else {
-                s.replicas.iter().filter(live).any(|r| r.manifest_hash != s.manifest_hash)
-            };
+            let summary = tb_engine::orchestrator::summary_of(&s, now);
             let mut v = json!({
                 "name": s.name,
                 "serviceVersion": s.service_version,
                 "manifestHash": s.manifest_hash,
-                "liveness": tb_engine::orchestrator::liveness_of(&s, now).as_str(),
+                "liveness": summary.liveness.as_str(),
                 "registeredAt": time(s.registered_at),
-                "otherBuild": other_build,
-                "replicasLive": up,
+                "otherBuild": summary.other_build,
+                "replicasLive": summary.up,
                 "replicas": replicas,
                 "actions": actions,
             });

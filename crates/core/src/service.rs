@@ -45,20 +45,46 @@ pub fn liveness(last_heartbeat_ms: Option<i64>, shutting_down: bool, now_ms: i64
     }
 }
 
-/// A service's liveness from its replicas' last heartbeats `(arrival ms, shutting_down)`: `up` when
-/// any replica is up, else `draining` when one is draining, else `down` when it has replicas (all
-/// silent), `registered` when none ever sent a heartbeat.
-pub fn service_liveness(replicas: impl IntoIterator<Item = (i64, bool)>, now_ms: i64) -> Liveness {
-    let mut seen = Liveness::Registered;
-    for (last, shutting_down) in replicas {
-        match liveness(Some(last), shutting_down, now_ms) {
-            Liveness::Up => return Liveness::Up,
-            Liveness::Draining => seen = Liveness::Draining,
-            Liveness::Down if seen == Liveness::Registered => seen = Liveness::Down,
-            _ => {}
-        }
+/// One replica's last heartbeat, as the rules read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    /// When it arrived, Unix ms.
+    pub at_ms: i64,
+    pub shutting_down: bool,
+    /// It carried the registered `manifest_hash` (false: a replica on another build).
+    pub same_build: bool,
+}
+
+/// What a service's replicas say about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Summary {
+    /// `up` when any replica is up, else `draining` when one is draining, else `down` when it has
+    /// replicas (all silent), `registered` when none ever sent a heartbeat.
+    pub liveness: Liveness,
+    /// Replicas `up` now.
+    pub up: usize,
+    /// A replica that is not `down` heartbeats another build.
+    pub other_build: bool,
+}
+
+/// The [`Summary`] at `now_ms` of a service whose replicas last beat as `beats`.
+pub fn summarize(beats: &[Beat], now_ms: i64) -> Summary {
+    let mut out = Summary {
+        liveness: Liveness::Registered,
+        up: 0,
+        other_build: false,
+    };
+    for b in beats {
+        let l = liveness(Some(b.at_ms), b.shutting_down, now_ms);
+        out.other_build |= l != Liveness::Down && !b.same_build;
+        out.liveness = match (out.liveness, l) {
+            (_, Liveness::Up) | (Liveness::Up, _) => Liveness::Up,
+            (_, Liveness::Draining) | (Liveness::Draining, _) => Liveness::Draining,
+            _ => Liveness::Down,
+        };
+        out.up += usize::from(l == Liveness::Up);
     }
-    seen
+    out
 }
 
 #[cfg(test)]
@@ -77,19 +103,37 @@ mod tests {
     #[test]
     fn one_live_replica_keeps_the_service_up() {
         let now = 100_000;
-        assert_eq!(service_liveness([], now), Liveness::Registered);
+        let beat = |ago: i64, shutting_down: bool, same_build: bool| Beat {
+            at_ms: now - ago,
+            shutting_down,
+            same_build,
+        };
+        let l = |beats: &[Beat]| summarize(beats, now).liveness;
+        assert_eq!(l(&[]), Liveness::Registered);
         // One replica draining, another beating: up.
         assert_eq!(
-            service_liveness([(now - 1_000, true), (now - 2_000, false)], now),
+            l(&[beat(1_000, true, true), beat(2_000, false, true)]),
             Liveness::Up
         );
         assert_eq!(
-            service_liveness([(now - 1_000, true), (now - 20_000, false)], now),
+            l(&[beat(1_000, true, true), beat(20_000, false, true)]),
             Liveness::Draining
         );
         assert_eq!(
-            service_liveness([(now - 20_000, false), (now - 16_000, true)], now),
+            l(&[beat(20_000, false, true), beat(16_000, true, true)]),
             Liveness::Down
         );
+        // Counted: the up ones; another build only while it is not down.
+        let s = summarize(
+            &[
+                beat(1_000, false, true),
+                beat(1_000, true, false),
+                beat(30_000, false, false),
+            ],
+            now,
+        );
+        assert_eq!((s.up, s.other_build), (1, true));
+        let s = summarize(&[beat(1_000, false, true), beat(30_000, false, false)], now);
+        assert_eq!((s.up, s.other_build), (1, false));
     }
 }

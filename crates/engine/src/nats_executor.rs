@@ -77,7 +77,7 @@ pub async fn start(
         }
     };
     let now = clock::now_ms();
-    if crate::orchestrator::liveness_of(&svc, now) == Liveness::Down {
+    if crate::orchestrator::summary_of(&svc, now).liveness == Liveness::Down {
         let ago = svc.last_heartbeat_at.map_or(0, |t| (now - t) / 1000);
         return Err(failure(
             "service_down",

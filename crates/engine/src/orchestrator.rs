@@ -31,18 +31,19 @@ enum Kind {
     Heartbeat,
 }
 
-/// A service's liveness from its record: over its replicas (`tb_core::service::service_liveness`),
-/// or, for a record without replica rows (registered before they were kept), its last heartbeat.
-pub fn liveness_of(s: &tb_store::ServiceRecord, now_ms: i64) -> tb_core::service::Liveness {
-    if s.replicas.is_empty() {
-        return tb_core::service::liveness(s.last_heartbeat_at, s.shutting_down, now_ms);
-    }
-    tb_core::service::service_liveness(
-        s.replicas
-            .iter()
-            .map(|r| (r.last_heartbeat_at, r.shutting_down)),
-        now_ms,
-    )
+/// What a service's replicas say about it (`tb_core::service::summarize`). A record without replica
+/// rows is `registered` (before its first heartbeat).
+pub fn summary_of(s: &tb_store::ServiceRecord, now_ms: i64) -> tb_core::service::Summary {
+    let beats: Vec<tb_core::service::Beat> = s
+        .replicas
+        .iter()
+        .map(|r| tb_core::service::Beat {
+            at_ms: r.last_heartbeat_at,
+            shutting_down: r.shutting_down,
+            same_build: r.manifest_hash == s.manifest_hash,
+        })
+        .collect();
+    tb_core::service::summarize(&beats, now_ms)
 }
 
 /// The answer to a register request body: validated, stored, replied with the service's flows

@@ -185,7 +185,7 @@ async fn register_fetch_and_heartbeats_go_through_the_store() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let now = trigger_bridge_engine::clock::now_ms();
-    assert_eq!(orchestrator::liveness_of(&s, now), Liveness::Up);
+    assert_eq!(orchestrator::summary_of(&s, now).liveness, Liveness::Up);
     assert!(s.shutting_down, "the service row holds the last heartbeat");
     let hashes: Vec<&str> = s
         .replicas
@@ -205,10 +205,13 @@ async fn register_fetch_and_heartbeats_go_through_the_store() {
         .unwrap();
     assert!(last > at, "the second beat arrived after the first");
     assert_eq!(
-        orchestrator::liveness_of(&s, at + 15_000),
+        orchestrator::summary_of(&s, at + 15_000).liveness,
         Liveness::Draining
     );
-    assert_eq!(orchestrator::liveness_of(&s, last + 15_000), Liveness::Down);
+    assert_eq!(
+        orchestrator::summary_of(&s, last + 15_000).liveness,
+        Liveness::Down
+    );
     stop.send(true).unwrap();
 }
 
