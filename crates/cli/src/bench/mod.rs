@@ -160,16 +160,8 @@ pub enum BenchCmd {
         /// Messages
         #[arg(long, default_value_t = 10_000)]
         messages: usize,
-        /// NATS server with JetStream
-        #[arg(
-            long,
-            default_value = "nats://127.0.0.1:4222",
-            env = "TRIGGER_BRIDGE_NATS_URL"
-        )]
-        nats_url: String,
-        /// Directory for the scratch store; removed afterwards
-        #[arg(long, default_value = "./data")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        on: InProcess,
     },
     /// Services: signed GitHub webhooks -> nats executor -> a triggers.v2 service (in process) ->
     /// CompletionEvent -> run completed; actions/s, p50/p99 latency, CPU per action (scratch SQLite
@@ -181,17 +173,24 @@ pub enum BenchCmd {
         /// Senders, each waiting for its run to end before the next webhook
         #[arg(long, default_value_t = 32)]
         connections: usize,
-        /// NATS server with JetStream
-        #[arg(
-            long,
-            default_value = "nats://127.0.0.1:4222",
-            env = "TRIGGER_BRIDGE_NATS_URL"
-        )]
-        nats_url: String,
-        /// Directory for the scratch store; removed afterwards
-        #[arg(long, default_value = "./data")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        on: InProcess,
     },
+}
+
+/// Where an in-process NATS bench runs: the NATS server and the scratch store's directory.
+#[derive(clap::Args, Debug)]
+pub struct InProcess {
+    /// NATS server with JetStream
+    #[arg(
+        long,
+        default_value = "nats://127.0.0.1:4222",
+        env = "TRIGGER_BRIDGE_NATS_URL"
+    )]
+    nats_url: String,
+    /// Directory for the scratch store; removed afterwards
+    #[arg(long, default_value = "./data")]
+    data_dir: PathBuf,
 }
 
 /// Runs a bench command.
@@ -233,17 +232,22 @@ pub async fn run(cmd: BenchCmd) -> Result<()> {
             minutes,
             data_dir,
         } => sources::schedules(count, minutes.max(1), &data_dir).await,
-        BenchCmd::Queue {
-            messages,
-            nats_url,
-            data_dir,
-        } => sources::queue(messages.max(1), &nats_url, &data_dir).await,
+        BenchCmd::Queue { messages, on } => {
+            sources::queue(messages.max(1), &on.nats_url, &on.data_dir).await
+        }
         BenchCmd::Services {
             events,
             connections,
-            nats_url,
-            data_dir,
-        } => services::services(events.max(1), connections.max(1), &nats_url, &data_dir).await,
+            on,
+        } => {
+            services::services(
+                events.max(1),
+                connections.max(1),
+                &on.nats_url,
+                &on.data_dir,
+            )
+            .await
+        }
         BenchCmd::Drain {
             config,
             count,
