@@ -5,6 +5,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
+use async_nats::jetstream::context::GetStreamErrorKind;
 use async_nats::jetstream::{self, consumer::pull::OrderedConfig, consumer::DeliverPolicy};
 use futures_util::StreamExt;
 use tb_wire::DlqEntry;
@@ -43,7 +44,14 @@ pub async fn list(engine: &Engine, service: Option<&str>, limit: usize) -> Resul
     let js = jetstream::new(client);
     let stream = match js.get_stream(crate::completions::DLQ_STREAM).await {
         Ok(s) => s,
-        Err(_) => return Ok(Listing::default()),
+        // Not created yet (no bridge with NATS has run): nothing to list.
+        Err(e)
+            if matches!(e.kind(), GetStreamErrorKind::JetStream(j)
+                if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) =>
+        {
+            return Ok(Listing::default())
+        }
+        Err(e) => return Err(format!("reading {}: {e}", crate::completions::DLQ_STREAM)),
     };
     let filter = match service {
         Some(s) => tb_wire::subjects::dlq(s, ">"),

@@ -794,3 +794,23 @@ async fn a_dead_letter_that_cannot_be_written_yet_is_retried_without_running_the
     );
     assert_eq!(seen.lock().unwrap().len(), 3, "the handler ran again");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_dead_letters_before_the_stream_exists_is_empty_and_without_nats_an_error() {
+    let Some(n) = Nats::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
+    let engine = Engine::start(store, Catalog::new(vec![], vec![], vec![]))
+        .await
+        .unwrap();
+    let err = trigger_bridge_engine::service_dlq::list(&engine, None, 10)
+        .await
+        .unwrap_err();
+    assert!(err.contains("--nats-url"), "{err}");
+    // No orchestrator ran: no triggers-dlq stream yet.
+    engine.set_nats(async_nats::connect(n.url()).await.unwrap());
+    let l = trigger_bridge_engine::service_dlq::list(&engine, Some("svc"), 10)
+        .await
+        .unwrap();
+    assert_eq!((l.entries.len(), l.scanned, l.truncated), (0, 0, false));
+}
