@@ -5,6 +5,7 @@
 //! their matching, and the subscription / delivery / receipt / run state machines. No I/O, no async.
 
 pub mod attempt;
+pub mod audit;
 pub mod binding;
 pub mod connector;
 pub mod dedup;

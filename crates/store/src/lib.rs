@@ -534,6 +534,24 @@ pub trait Store: Send + Sync + 'static {
         shutting_down: bool,
         now: i64,
     ) -> StoreResult<bool>;
+    /// Appends an entry to the audit log (issue #13) after its head, chained by
+    /// [`tb_core::audit::next`]; concurrent appends take turns on the head row.
+    async fn append_audit(&self, e: tb_core::audit::NewEntry)
+        -> StoreResult<tb_core::audit::Entry>;
+    /// Audit entries matching `q` (see [`AuditQuery`]).
+    async fn audit_entries(&self, q: AuditQuery) -> StoreResult<Vec<tb_core::audit::Entry>>;
+    /// The audit log's head `(seq, hash)` as recorded beside it (`(0, GENESIS)` when empty).
+    async fn audit_head(&self) -> StoreResult<(i64, String)>;
+    /// Stores a console login (issue #13), removing expired ones.
+    async fn create_console_login(&self, login: ConsoleLogin) -> StoredResult;
+    /// The unexpired console login whose token hashes to `token_sha256` at `now` (ms).
+    async fn console_login(
+        &self,
+        token_sha256: &str,
+        now: i64,
+    ) -> StoreResult<Option<ConsoleLogin>>;
+    /// Ends a console login; false when there was none.
+    async fn delete_console_login(&self, token_sha256: &str) -> StoreResult<bool>;
     /// Every schedule cursor (issue #11), ordered by subscription id.
     async fn schedule_cursors(&self) -> StoreResult<Vec<ScheduleCursorRecord>>;
     /// One schedule's cursor, `None` before its first pass.

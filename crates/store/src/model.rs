@@ -510,3 +510,41 @@ pub struct ReplicaRecord {
     pub last_heartbeat_at: i64,
     pub shutting_down: bool,
 }
+
+/// A query of the audit log (issue #13). Empty filters match everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    /// Oldest first, after this `seq` (exclusive); the default order.
+    pub after_seq: Option<i64>,
+    /// Newest first, before this `seq` (exclusive); used when `newest_first`.
+    pub before_seq: Option<i64>,
+    /// Newest first instead of oldest first.
+    pub newest_first: bool,
+    /// Only this actor (an API key's name).
+    pub actor: Option<String>,
+    /// Only this action, or actions under it (`dead_letters` matches `dead_letters.replay`).
+    pub action: Option<String>,
+    /// Only this target.
+    pub target: Option<String>,
+    /// From this time on (ms since the epoch, inclusive).
+    pub from: Option<i64>,
+    /// Up to this time (ms, inclusive).
+    pub to: Option<i64>,
+    /// At most this many entries (1..=1000).
+    pub limit: u32,
+}
+
+/// A console login (issue #13): the cookie's token is kept only as its SHA-256 (hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleLogin {
+    /// SHA-256 of the cookie's token, lowercase hex.
+    pub token_sha256: String,
+    /// The name of the API key that logged in (its scopes are looked up on every request).
+    pub key_name: String,
+    /// The login's CSRF token (random, hex), sent back in every mutating form.
+    pub csrf: String,
+    /// When the login was made (ms).
+    pub created_at: i64,
+    /// When it ends (ms).
+    pub expires_at: i64,
+}

@@ -168,7 +168,7 @@ pub fn count(c: &dyn Db, table: &str) -> StoreResult<u64> {
 /// Tables a migration fills with their initial rows (the change-log counter,
 /// `migrations/*/0010_config_sync.sql`): they count as empty with only those rows, and the copy replaces
 /// them with the source's ([`clear_seeded`]).
-pub const SEEDED: &[&str] = &["config_change_seq"];
+pub const SEEDED: &[&str] = &["config_change_seq", "audit_head"];
 
 /// Deletes the migration-seeded rows of the [`SEEDED`] tables among `tables` on the target, so the
 /// source's rows take their place.

@@ -46,6 +46,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         10,
         include_str!("../../migrations/postgres/0010_service_replicas.sql"),
     ),
+    (
+        11,
+        include_str!("../../migrations/postgres/0011_audit_console.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

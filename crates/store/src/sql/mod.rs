@@ -4,6 +4,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod attempt_batch;
+pub(crate) mod audit;
 pub mod batch;
 pub(crate) mod config;
 mod db;

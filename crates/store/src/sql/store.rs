@@ -703,6 +703,41 @@ impl<B: Backend> Store for SqlStore<B> {
             .write(move |c| super::services::heartbeat(c, &n, &s, &h, shutting_down, now))
             .await
     }
+    async fn append_audit(
+        &self,
+        e: tb_core::audit::NewEntry,
+    ) -> StoreResult<tb_core::audit::Entry> {
+        self.backend
+            .write(move |c| super::audit::append(c, e.clone()))
+            .await
+    }
+    async fn audit_entries(&self, q: crate::AuditQuery) -> StoreResult<Vec<tb_core::audit::Entry>> {
+        self.backend.read(move |c| super::audit::list(c, &q)).await
+    }
+    async fn audit_head(&self) -> StoreResult<(i64, String)> {
+        self.backend.read(super::audit::head).await
+    }
+    async fn create_console_login(&self, login: crate::ConsoleLogin) -> StoredResult {
+        self.backend
+            .write(move |c| super::audit::create_login(c, &login))
+            .await
+    }
+    async fn console_login(
+        &self,
+        token_sha256: &str,
+        now: i64,
+    ) -> StoreResult<Option<crate::ConsoleLogin>> {
+        let t = token_sha256.to_string();
+        self.backend
+            .read(move |c| super::audit::get_login(c, &t, now))
+            .await
+    }
+    async fn delete_console_login(&self, token_sha256: &str) -> StoreResult<bool> {
+        let t = token_sha256.to_string();
+        self.backend
+            .write(move |c| super::audit::delete_login(c, &t))
+            .await
+    }
     async fn schedule_cursors(&self) -> StoreResult<Vec<crate::ScheduleCursorRecord>> {
         self.backend.read(super::schedule::all).await
     }

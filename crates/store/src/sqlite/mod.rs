@@ -77,10 +77,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         16,
         include_str!("../../migrations/sqlite/0016_service_replicas.sql"),
     ),
+    (
+        17,
+        include_str!("../../migrations/sqlite/0017_audit_console.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 16;
+pub const SCHEMA_VERSION: i64 = 17;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).

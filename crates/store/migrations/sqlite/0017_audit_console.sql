@@ -1,0 +1,38 @@
+-- The audit log (issue #13): append-only, hash-chained (rules in tb_core::audit). `audit_head` is the
+-- one row every append updates in the same transaction, so appends are serialized and the newest
+-- entry is known even if rows are deleted from the end. UPDATE and DELETE on the log are refused.
+-- Same as PostgreSQL 0011.
+CREATE TABLE audit_log (
+    seq       INTEGER PRIMARY KEY,
+    at        INTEGER NOT NULL,
+    actor     TEXT NOT NULL,
+    action    TEXT NOT NULL,
+    target    TEXT NOT NULL,
+    outcome   TEXT NOT NULL,
+    detail    TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash      TEXT NOT NULL UNIQUE
+);
+CREATE INDEX audit_log_at ON audit_log (at);
+CREATE TABLE audit_head (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    seq  INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+INSERT INTO audit_head (id, seq, hash)
+    VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
+CREATE TRIGGER audit_log_no_update BEFORE UPDATE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
+BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
+
+-- Console logins (issue #13): one row per browser login; the cookie holds a random token whose
+-- SHA-256 is the key. The API key's name is kept, never the key; its scopes are read from the
+-- configuration on every request, so removing a key ends its logins.
+CREATE TABLE console_logins (
+    token_sha256 TEXT PRIMARY KEY,
+    key_name     TEXT NOT NULL,
+    csrf         TEXT NOT NULL,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL
+);

@@ -1,0 +1,151 @@
+//! The audit log and console logins (issue #13). Appends lock the one `audit_head` row (PostgreSQL
+//! `FOR UPDATE`; SQLite's one writer) so concurrent appenders take turns and every `seq` follows the one
+//! before; the chain itself is `tb_core::audit`'s.
+
+use super::Db;
+use crate::model::{AuditQuery, ConsoleLogin};
+use crate::{p, StoreError, StoreResult};
+use tb_core::audit::{self, Entry, NewEntry};
+
+const COLUMNS: &str = "seq, at, actor, action, target, outcome, detail, prev_hash, hash";
+
+fn entry(r: &super::Row) -> StoreResult<Entry> {
+    Ok(Entry {
+        seq: r.get(0)?,
+        entry: NewEntry {
+            at: r.get(1)?,
+            actor: r.get(2)?,
+            action: r.get(3)?,
+            target: r.get(4)?,
+            outcome: r.get(5)?,
+            detail: r.get(6)?,
+        },
+        prev_hash: r.get(7)?,
+        hash: r.get(8)?,
+    })
+}
+
+/// The head `(seq, hash)`: the newest entry as the store recorded it (`(0, GENESIS)` when empty).
+pub(crate) fn head(c: &dyn Db) -> StoreResult<(i64, String)> {
+    head_locked(c, false)
+}
+
+/// [`head`], locking the row for an append when `lock` (PostgreSQL `FOR UPDATE`).
+fn head_locked(c: &dyn Db, lock: bool) -> StoreResult<(i64, String)> {
+    let clause = if lock { c.dialect().for_update() } else { "" };
+    c.row(
+        &format!("SELECT seq, hash FROM audit_head WHERE id = 1{clause}"),
+        p![],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?
+    .ok_or_else(|| {
+        StoreError::Database("audit_head has no row (migration 0017/0011 not applied?)".into())
+    })
+}
+
+/// Appends `e` after the head and moves the head to it.
+pub(crate) fn append(c: &dyn Db, e: NewEntry) -> StoreResult<Entry> {
+    let (seq, hash) = head_locked(c, true)?;
+    let n = audit::next(seq, &hash, e);
+    c.exec(
+        &format!("INSERT INTO audit_log ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+        p![
+            n.seq,
+            n.entry.at,
+            n.entry.actor.as_str(),
+            n.entry.action.as_str(),
+            n.entry.target.as_str(),
+            n.entry.outcome.as_str(),
+            n.entry.detail.as_str(),
+            n.prev_hash.as_str(),
+            n.hash.as_str()
+        ],
+    )?;
+    c.exec(
+        "UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1",
+        p![n.seq, n.hash.as_str()],
+    )?;
+    Ok(n)
+}
+
+/// Entries matching `q`: oldest first after `q.after_seq`, or newest first before `q.before_seq` when
+/// `q.newest_first`; at most `q.limit` (1..=1000).
+pub(crate) fn list(c: &dyn Db, q: &AuditQuery) -> StoreResult<Vec<Entry>> {
+    let limit = q.limit.clamp(1, 1000) as i64;
+    let (cmp, bound, order) = if q.newest_first {
+        ("<", q.before_seq.unwrap_or(i64::MAX), "DESC")
+    } else {
+        (">", q.after_seq.unwrap_or(0), "ASC")
+    };
+    let actor = q.actor.clone().unwrap_or_default();
+    let action = q.action.clone().unwrap_or_default();
+    let target = q.target.clone().unwrap_or_default();
+    c.rows(
+        &format!(
+            "SELECT {COLUMNS} FROM audit_log WHERE seq {cmp} ?1 \
+             AND (?2 = '' OR actor = ?2) AND (?3 = '' OR action = ?3 OR action LIKE ?3 || '.%') \
+             AND (?4 = '' OR target = ?4) AND at >= ?5 AND at <= ?6 \
+             ORDER BY seq {order} LIMIT ?7"
+        ),
+        p![
+            bound,
+            actor.as_str(),
+            action.as_str(),
+            target.as_str(),
+            q.from.unwrap_or(i64::MIN),
+            q.to.unwrap_or(i64::MAX),
+            limit
+        ],
+        entry,
+    )
+}
+
+/// Stores a console login; expired logins are removed in the same transaction.
+pub(crate) fn create_login(c: &dyn Db, l: &ConsoleLogin) -> StoreResult<()> {
+    c.exec(
+        "DELETE FROM console_logins WHERE expires_at < ?1",
+        p![l.created_at],
+    )?;
+    c.exec(
+        "INSERT INTO console_logins (token_sha256, key_name, csrf, created_at, expires_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5)",
+        p![
+            l.token_sha256.as_str(),
+            l.key_name.as_str(),
+            l.csrf.as_str(),
+            l.created_at,
+            l.expires_at
+        ],
+    )?;
+    Ok(())
+}
+
+/// The unexpired login whose token hashes to `token_sha256`.
+pub(crate) fn get_login(
+    c: &dyn Db,
+    token_sha256: &str,
+    now: i64,
+) -> StoreResult<Option<ConsoleLogin>> {
+    c.row(
+        "SELECT token_sha256, key_name, csrf, created_at, expires_at FROM console_logins \
+         WHERE token_sha256 = ?1 AND expires_at >= ?2",
+        p![token_sha256, now],
+        |r| {
+            Ok(ConsoleLogin {
+                token_sha256: r.get(0)?,
+                key_name: r.get(1)?,
+                csrf: r.get(2)?,
+                created_at: r.get(3)?,
+                expires_at: r.get(4)?,
+            })
+        },
+    )
+}
+
+/// Ends a login (logout); false when there was none.
+pub(crate) fn delete_login(c: &dyn Db, token_sha256: &str) -> StoreResult<bool> {
+    Ok(c.exec(
+        "DELETE FROM console_logins WHERE token_sha256 = ?1",
+        p![token_sha256],
+    )? > 0)
+}
