@@ -1,5 +1,6 @@
 //! The route table: every route is added with its [`Access`] (public, or the OpenWOP §12 scope it
-//! needs) and, for a guarded mutating route, the idempotency layer, both as per-route layers, so the
+//! needs) and, for a guarded mutating route, the idempotency layer and (for an operator action) the
+//! audit layer, both as per-route layers, so the
 //! guard is decided by the route that matched, never by matching strings on the path (issue #9,
 //! defect 2). Adding a route is one line:
 //!
@@ -17,7 +18,7 @@ use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::Router;
 
 use crate::auth::{self, Access};
-use crate::{idempotency, AppState};
+use crate::{audit, idempotency, AppState};
 
 /// One entry of the route table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,6 +94,12 @@ impl Routes {
                 (self.state.clone(), path),
                 idempotency::layer,
             ));
+            if let Some(action) = audit::action_of(&method, path) {
+                mr = mr.route_layer(axum::middleware::from_fn_with_state(
+                    (self.state.clone(), action),
+                    audit::layer,
+                ));
+            }
         }
         mr = mr.route_layer(axum::middleware::from_fn_with_state(
             (self.state.clone(), scope),

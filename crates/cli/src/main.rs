@@ -2,6 +2,7 @@
 //! provider-exact signer (`send`), and client commands over the HTTP API.
 
 mod api_client;
+mod audit_client;
 mod bench;
 mod client;
 mod completions;
@@ -85,6 +86,11 @@ enum Cmd {
     Schedules {
         #[command(subcommand)]
         cmd: schedules_client::SchedulesCmd,
+    },
+    /// The audit log of operator actions; `audit list --verify` checks its hash chain.
+    Audit {
+        #[command(subcommand)]
+        cmd: audit_client::AuditCmd,
     },
     /// List the triggers.v2 services registered over NATS and their liveness.
     Services {
@@ -244,6 +250,7 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
         Cmd::Subscriptions { cmd } => client::subscriptions(&opts, cmd).await.map(|_| 0),
         Cmd::Schedules { cmd } => schedules_client::schedules(&opts, cmd).await.map(|_| 0),
         Cmd::Services { cmd } => services_client::services(&opts, cmd).await.map(|_| 0),
+        Cmd::Audit { cmd } => audit_client::audit(&opts, cmd).await,
         Cmd::Signals { cmd } => sessions_client::signals(&opts, cmd).await.map(|_| 0),
         Cmd::Bindings { cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
         Cmd::Capabilities { cmd } => sessions_client::capabilities(&opts, cmd).await.map(|_| 0),

@@ -1,0 +1,354 @@
+//! The audit log's HTTP side (issue #13): every operator action on the API and the console is recorded
+//! with its actor, target and outcome ([`layer`], [`record`]); `GET /v1/audit` lists the log and
+//! `GET /v1/audit/verify` checks its chain (scope `audit:read`). The chain rules are
+//! `tb_core::audit`'s; the store appends.
+//!
+//! Which routes are operator actions is decided here, once, in [`action_of`]: configuration
+//! (webhooks, registrations, schedules), capability mint / revoke, pause / resume, binding revoke /
+//! restore, replays (single and bulk), manual signals, prompts, run start / fork / cancel and a wait
+//! resolved by hand. The worker protocol (`turns:claim`, turn `ack`, a run's `result`, a run arming its
+//! own wait) is not: it is the run's own traffic, visible in its events. A test checks that every
+//! mutating route is in exactly one of the two lists.
+
+use axum::extract::{Query, RawPathParams, Request, State};
+use axum::http::{Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use axum::Json;
+use axum::RequestPartsExt;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tb_core::audit::{Entry, NewEntry, Verifier};
+use tb_core::ErrorCode;
+use tb_store::AuditQuery;
+
+use crate::auth::Principal;
+use crate::error::ApiError;
+use crate::AppState;
+
+/// The audited action of a mutating route, or `None` for the worker protocol ([`NOT_AUDITED`]).
+pub fn action_of(method: &Method, path: &str) -> Option<&'static str> {
+    let m = method.as_str();
+    Some(match (m, path) {
+        ("POST", "/v1/runs") => "run.create",
+        ("POST", "/v1/runs/{id}") => "run.fork",
+        ("POST", "/v1/runs/{id}/cancel") => "run.cancel",
+        ("POST", "/v1/runs/{id}/signals") => "signal.raise",
+        ("POST", "/v1/runs/{id}/waits/{wait}") => "wait.action",
+        ("POST", "/v1/runs/{id}/prompts") => "prompt.enqueue",
+        ("POST", "/v1/webhooks") => "webhook.create",
+        ("DELETE", "/v1/webhooks/{id}") => "webhook.delete",
+        ("POST", "/v1/trigger-subscriptions") => "subscription.register",
+        ("POST", "/v1/trigger-subscriptions/{id}/pause") => "subscription.pause",
+        ("POST", "/v1/trigger-subscriptions/{id}/resume") => "subscription.resume",
+        ("POST", "/v1/trigger-subscriptions/{id}/dead-letters:replay") => "dead_letters.replay",
+        ("POST", "/v1/deliveries/{id}/replay") => "delivery.replay",
+        ("POST", "/v1/capabilities") => "capability.mint",
+        ("POST", "/v1/capabilities/{id}/revoke") => "capability.revoke",
+        ("POST", "/v1/schedules") => "schedule.create",
+        ("DELETE", "/v1/schedules/{id}") => "schedule.delete",
+        ("POST", "/v1/schedules/{id}/pause") => "schedule.pause",
+        ("POST", "/v1/schedules/{id}/resume") => "schedule.resume",
+        ("POST", "/v1/bindings/{id}/revoke") => "binding.revoke",
+        ("POST", "/v1/bindings/{id}/restore") => "binding.restore",
+        _ => return None,
+    })
+}
+
+/// Mutating routes that are the worker protocol, not operator actions (see the module docs).
+pub const NOT_AUDITED: &[(&str, &str)] = &[
+    ("POST", "/v1/runs/{id}/result"),
+    ("POST", "/v1/runs/{id}/waits"),
+    ("POST", "/v1/runs/{id}/turns:claim"),
+    ("POST", "/v1/runs/{id}/turns/{turn}/ack"),
+];
+
+/// Largest answer the audit layer reads to find the outcome and the new record's id, in bytes; a
+/// larger one is passed on untouched and recorded with its status only.
+const MAX_READ: usize = 64 * 1024;
+
+/// The outcome of an answer: `ok` for 2xx, else the envelope's `error` code (or `http_<status>`).
+fn outcome(status: StatusCode, body: &Value) -> String {
+    if status.is_success() {
+        return "ok".into();
+    }
+    body["error"]
+        .as_str()
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("http_{}", status.as_u16()))
+}
+
+/// The detail of an answer: its status, and its top-level counts (`replayed`, `count`, ...: integers
+/// only, so no content is copied), and the bulk replay's `dryRun`.
+fn detail(status: StatusCode, body: &Value, extra: Option<&Value>) -> String {
+    let mut d = serde_json::Map::new();
+    d.insert("status".into(), status.as_u16().into());
+    if let Some(o) = body.as_object() {
+        for (k, v) in o {
+            if v.is_u64() || v.is_i64() || (k == "dryRun" && v.is_boolean()) {
+                d.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    if let Some(Value::Object(x)) = extra {
+        for (k, v) in x {
+            d.insert(k.clone(), v.clone());
+        }
+    }
+    Value::Object(d).to_string()
+}
+
+/// Records one action. `target` is the path's ids joined by `/`, or else the new record's `id` from
+/// the answer. A failed append is logged and counted (`tb_audit_append_failed_total`); the answer is
+/// not changed: the action already happened.
+pub async fn record(
+    st: &AppState,
+    actor: &str,
+    action: &str,
+    target: String,
+    status: StatusCode,
+    body: &Value,
+    extra: Option<&Value>,
+) {
+    let target = if target.is_empty() {
+        body["id"].as_str().unwrap_or_default().to_string()
+    } else {
+        target
+    };
+    let e = NewEntry {
+        at: tb_engine::clock::now_ms(),
+        actor: actor.to_string(),
+        action: action.to_string(),
+        target,
+        outcome: outcome(status, body),
+        detail: detail(status, body, extra),
+    };
+    if let Err(err) = st.engine.store.append_audit(e.clone()).await {
+        metrics::counter!("tb_audit_append_failed_total").increment(1);
+        tracing::error!(action = %e.action, actor = %e.actor, target = %e.target, error = %err,
+            "the audit entry of this action was not recorded");
+    }
+}
+
+/// The per-route layer of an audited route (added by [`crate::routes::Routes::scoped`] inside the auth
+/// layer, so the [`Principal`] is known): runs the handler, then records the action with the answer's
+/// outcome. Requests that never reach it (401, 403) are not operator actions.
+pub async fn layer(
+    State((st, action)): State<(AppState, &'static str)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let actor = req
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.0.clone())
+        .unwrap_or_else(|| "anonymous".into());
+    let (mut parts, body) = req.into_parts();
+    let target = match parts.extract::<RawPathParams>().await {
+        Ok(p) => p.iter().map(|(_, v)| v).collect::<Vec<_>>().join("/"),
+        Err(_) => String::new(),
+    };
+    let res = next.run(Request::from_parts(parts, body)).await;
+    let (parts, body) = res.into_parts();
+    let status = parts.status;
+    match axum::body::to_bytes(body, MAX_READ).await {
+        Ok(bytes) => {
+            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            record(&st, &actor, action, target, status, &v, None).await;
+            Response::from_parts(parts, axum::body::Body::from(bytes))
+        }
+        Err(_) => {
+            record(&st, &actor, action, target, status, &Value::Null, None).await;
+            // The body could not be read whole (over MAX_READ): the client gets the status alone.
+            Response::from_parts(parts, axum::body::Body::empty())
+        }
+    }
+}
+
+/// Query of `GET /v1/audit`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ListParams {
+    /// Oldest first after this seq (for reading the whole log in order).
+    pub after_seq: Option<i64>,
+    /// Newest first before this seq (the default order, for paging back).
+    pub before_seq: Option<i64>,
+    /// Only this actor (an API key's name).
+    pub actor: Option<String>,
+    /// Only this action or the actions under it (`dead_letters`, `subscription.pause`).
+    pub action: Option<String>,
+    /// Only this target id.
+    pub target: Option<String>,
+    /// 1..=500, default 100.
+    pub limit: Option<u32>,
+}
+
+/// One entry on the wire.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntryView {
+    /// Position in the log, from 1, without gaps.
+    pub seq: i64,
+    /// RFC 3339 UTC, ms.
+    pub at: String,
+    pub actor: String,
+    /// Dotted action name, e.g. `dead_letters.replay`.
+    pub action: String,
+    pub target: String,
+    /// `ok` or the answer's error code.
+    pub outcome: String,
+    /// The action's facts (status, counts).
+    #[schema(value_type = Object)]
+    pub detail: Value,
+    /// SHA-256 of the previous entry, hex.
+    pub prev_hash: String,
+    /// SHA-256 of this entry, hex.
+    pub hash: String,
+}
+
+impl From<Entry> for AuditEntryView {
+    fn from(e: Entry) -> Self {
+        AuditEntryView {
+            seq: e.seq,
+            at: crate::wire::time(e.entry.at),
+            actor: e.entry.actor,
+            action: e.entry.action,
+            target: e.entry.target,
+            outcome: e.entry.outcome,
+            detail: serde_json::from_str(&e.entry.detail).unwrap_or(Value::Null),
+            prev_hash: e.prev_hash,
+            hash: e.hash,
+        }
+    }
+}
+
+/// A page of `GET /v1/audit`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditPage {
+    pub entries: Vec<AuditEntryView>,
+    /// The `beforeSeq` (newest-first paging) or `afterSeq` (oldest-first) of the next page; absent at
+    /// the end.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next: Option<i64>,
+}
+
+/// Reads a page of the log (shared by the API and the console).
+pub async fn page(st: &AppState, p: ListParams) -> Result<AuditPage, ApiError> {
+    let limit = p.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "limit must be 1..=500",
+        ));
+    }
+    let oldest_first = p.after_seq.is_some();
+    let entries = st
+        .engine
+        .store
+        .audit_entries(AuditQuery {
+            after_seq: p.after_seq,
+            before_seq: p.before_seq,
+            newest_first: !oldest_first,
+            actor: p.actor.filter(|s| !s.is_empty()),
+            action: p.action.filter(|s| !s.is_empty()),
+            target: p.target.filter(|s| !s.is_empty()),
+            from: None,
+            to: None,
+            limit,
+        })
+        .await?;
+    let next = (entries.len() == limit as usize)
+        .then(|| entries.last().map(|e| e.seq))
+        .flatten();
+    Ok(AuditPage {
+        entries: entries.into_iter().map(AuditEntryView::from).collect(),
+        next,
+    })
+}
+
+/// `GET /v1/audit?actor&action&target&beforeSeq|afterSeq&limit` -> `{entries: [...], next?}`: newest
+/// first (or oldest first after `afterSeq`). Errors: 400 `validation_error`.
+#[utoipa::path(get, path = "/v1/audit", tag = "audit", params(ListParams), responses((status = 200, body = AuditPage), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden")))]
+pub async fn list(
+    State(st): State<AppState>,
+    q: Result<Query<ListParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<AuditPage>, ApiError> {
+    let p = crate::error::query(q)?;
+    Ok(Json(page(&st, p).await?))
+}
+
+/// The result of checking the chain.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// True when every entry up to the head hashes and links correctly.
+    pub ok: bool,
+    /// Entries checked.
+    pub checked: u64,
+    /// The head's seq when the check began (entries appended during it are not checked).
+    pub head_seq: i64,
+    /// The first problem: `{problem: edited|relinked|gap|headMismatch, seq | expected, found | lastSeq,
+    /// headSeq}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
+    pub problem: Option<Value>,
+    /// The problem in a sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Entries read per page by [`verify_chain`].
+const VERIFY_PAGE: u32 = 1000;
+
+/// Checks the whole chain up to the head read first, one page of [`VERIFY_PAGE`] entries at a time
+/// (memory: one page), so appends made during the check do not count against it.
+pub async fn verify_chain(st: &AppState) -> Result<Verification, ApiError> {
+    let store = &st.engine.store;
+    let (head_seq, head_hash) = store.audit_head().await?;
+    let mut v = Verifier::default();
+    let fail = |v: &Verifier, b: tb_core::audit::Break| Verification {
+        ok: false,
+        checked: v.checked(),
+        head_seq,
+        message: Some(b.to_string()),
+        problem: serde_json::to_value(&b).ok(),
+    };
+    'pages: while v.last_seq() < head_seq {
+        let page = store
+            .audit_entries(AuditQuery {
+                after_seq: Some(v.last_seq()),
+                limit: VERIFY_PAGE,
+                ..AuditQuery::default()
+            })
+            .await?;
+        if page.is_empty() {
+            break;
+        }
+        for e in &page {
+            if e.seq > head_seq {
+                break 'pages;
+            }
+            if let Err(b) = v.feed(e) {
+                return Ok(fail(&v, b));
+            }
+        }
+    }
+    match v.finish(head_seq, &head_hash) {
+        Ok(checked) => Ok(Verification {
+            ok: true,
+            checked,
+            head_seq,
+            problem: None,
+            message: None,
+        }),
+        Err(b) => Ok(fail(&v, b)),
+    }
+}
+
+/// `GET /v1/audit/verify` -> `{ok, checked, headSeq, problem?, message?}`: checks every entry's hash
+/// and link and that the log ends at its head. 200 either way; `ok` says.
+#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, body = Verification), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden")))]
+pub async fn verify(State(st): State<AppState>) -> Result<Json<Verification>, ApiError> {
+    Ok(Json(verify_chain(&st).await?))
+}
