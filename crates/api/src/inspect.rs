@@ -15,7 +15,8 @@ use crate::error::ApiError;
 use crate::{wire, AppState};
 
 /// Query of list endpoints: `limit` (1..=500, default 50), `before` (cursor: the last id of the previous
-/// page), `state`, `subscription`.
+/// page), `state`, `subscription`, `from` / `to` (RFC 3339: created in that time range, both
+/// inclusive), and on receipts `providerEventId` (the sender's delivery id, e.g. `X-GitHub-Delivery`).
 #[derive(Debug, Deserialize, Default)]
 pub struct ListParams {
     pub limit: Option<u32>,
@@ -23,6 +24,21 @@ pub struct ListParams {
     pub state: Option<String>,
     pub status: Option<String>,
     pub subscription: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    #[serde(rename = "providerEventId")]
+    pub provider_event_id: Option<String>,
+}
+
+fn rfc3339_ms(field: &str, v: &str) -> Result<i64, ApiError> {
+    chrono::DateTime::parse_from_rfc3339(v)
+        .map(|d| d.timestamp_millis())
+        .map_err(|_| {
+            ApiError::new(
+                ErrorCode::ValidationError,
+                format!("{field} must be an RFC 3339 time, e.g. 2026-12-01T09:00:00Z"),
+            )
+        })
 }
 
 impl ListParams {
@@ -30,6 +46,7 @@ impl ListParams {
     /// which values exist. Errors: 400 `validation_error` (the value is never echoed).
     pub(crate) fn query(
         self,
+        kind: tb_core::ids::IdKind,
         filter: Option<String>,
         valid: impl Fn(&str) -> bool,
         hint: &str,
@@ -52,11 +69,36 @@ impl ListParams {
                 "before must be a nextCursor value from a previous page",
             ));
         }
+        let from = self
+            .from
+            .as_deref()
+            .map(|v| rfc3339_ms("from", v))
+            .transpose()?;
+        let to = self
+            .to
+            .as_deref()
+            .map(|v| rfc3339_ms("to", v))
+            .transpose()?;
+        if let (Some(f), Some(t)) = (from, to) {
+            if f > t {
+                return Err(ApiError::new(
+                    ErrorCode::ValidationError,
+                    "from must not be after to",
+                ));
+            }
+        }
+        // `to` is inclusive: ids before the first one minted 1 ms later; the cursor may narrow it.
+        let before = match (self.before, to) {
+            (Some(b), Some(t)) => Some(b.min(tb_core::ids::floor(kind, t + 1))),
+            (b, t) => b.or(t.map(|t| tb_core::ids::floor(kind, t + 1))),
+        };
         Ok(ListQuery {
             limit: self.limit.unwrap_or(50).clamp(1, 500),
-            before: self.before,
+            before,
             state: filter,
             subscription_id: self.subscription,
+            from_id: from.map(|f| tb_core::ids::floor(kind, f)),
+            provider_event_id: self.provider_event_id.filter(|p| !p.is_empty()),
         })
     }
 }
@@ -143,7 +185,12 @@ pub async fn list_receipts(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let q = p.query(state, |s| ReceiptState::parse_stored(s).is_some(), &hint)?;
+    let q = p.query(
+        tb_core::ids::IdKind::Receipt,
+        state,
+        |s| ReceiptState::parse_stored(s).is_some(),
+        &hint,
+    )?;
     let limit = q.limit;
     let rs = st.engine.store.list_receipts(q).await?;
     Ok(Json(page(
@@ -182,6 +229,7 @@ pub async fn list_deliveries(
     let p = crate::error::query(p)?;
     let state = p.state.clone();
     let q = p.query(
+        tb_core::ids::IdKind::Delivery,
         state,
         |s| DeliveryState::parse(s).is_some(),
         "unknown delivery state; use pending, retrying, delivered or dead-lettered",

@@ -2,6 +2,7 @@
 //! subscriptions, `/health`, `/ready` and `/metrics`. Errors use the flat envelope `{error, message, details?}`.
 //! No response ever echoes inbound content.
 
+pub mod activity;
 pub mod audit;
 pub mod auth;
 pub mod bindings;
@@ -198,6 +199,7 @@ pub fn routes(state: AppState) -> routes::Routes {
         .scoped(GET, "/v1/schedules/{id}/next", MANAGE, schedules::next)
         .scoped(POST, "/v1/schedules/{id}/pause", MANAGE, schedules::pause)
         .scoped(POST, "/v1/schedules/{id}/resume", MANAGE, schedules::resume)
+        .scoped(GET, "/v1/activity", MANAGE, activity::activity)
         .scoped(GET, "/v1/audit", "audit:read", audit::list)
         .scoped(GET, "/v1/audit/verify", "audit:read", audit::verify)
         .scoped(GET, "/v1/bindings", MANAGE, bindings::list)

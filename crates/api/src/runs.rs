@@ -24,7 +24,7 @@ pub async fn list_runs(
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
     let status = p.status.clone();
-    let q = p.query(status, |s| RunStatus::parse(s).is_some(), "unknown run status; use pending, running, paused, waiting-approval, waiting-input, waiting-external, completed, failed, cancelling or cancelled")?;
+    let q = p.query(tb_core::ids::IdKind::Run, status, |s| RunStatus::parse(s).is_some(), "unknown run status; use pending, running, paused, waiting-approval, waiting-input, waiting-external, completed, failed, cancelling or cancelled")?;
     let limit = q.limit;
     let runs = st.engine.store.list_runs(q).await?;
     Ok(Json(page(

@@ -1276,6 +1276,7 @@ async fn a_capability_url_refuses_a_non_ascii_or_repeated_idempotency_key() {
             before: None,
             state: None,
             subscription_id: Some(m["endpointId"].as_str().unwrap().to_string()),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -1296,6 +1297,7 @@ async fn a_capability_url_refuses_a_non_ascii_or_repeated_idempotency_key() {
             before: None,
             state: None,
             subscription_id: Some(m["endpointId"].as_str().unwrap().to_string()),
+            ..Default::default()
         })
         .await
         .unwrap();

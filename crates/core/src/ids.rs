@@ -47,6 +47,12 @@ pub fn new_id(kind: IdKind) -> String {
     format!("{}_{}", kind.prefix(), uuid::Uuid::now_v7().simple())
 }
 
+/// The smallest id of `kind` minted at or after `ms` (ms since the epoch): a UUIDv7's first 12 hex
+/// digits are its ms timestamp, so a time range is an id range and a scan of the primary key.
+pub fn floor(kind: IdKind, ms: i64) -> String {
+    format!("{}_{:012x}{}", kind.prefix(), ms.max(0), "0".repeat(20))
+}
+
 /// The id of the run a `start_run` delivery starts: the delivery's own UUID under the `run_` prefix, so
 /// the run id can be announced at ingest and traced back to its delivery without a lookup table.
 pub fn run_id_for_delivery(delivery_id: &str) -> String {
@@ -95,6 +101,23 @@ pub fn validate_subscription_id(id: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use super::{floor, new_id, IdKind};
+
+    #[test]
+    fn a_floor_sorts_before_every_id_minted_at_or_after_it() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let before = floor(IdKind::Receipt, now - 1_000);
+        let id = new_id(IdKind::Receipt);
+        let after = floor(IdKind::Receipt, now + 60_000);
+        assert!(before < id, "{before} {id}");
+        assert!(id < after, "{id} {after}");
+        assert_eq!(before.len(), id.len());
+        assert!(before.starts_with("rcpt_"));
+    }
+
     #[test]
     fn reserved_and_malformed_subscription_ids_are_refused() {
         for id in super::RESERVED_SUBSCRIPTION_IDS {

@@ -110,6 +110,7 @@ async fn receipts(store: &dyn Store) -> Vec<tb_store::ReceiptRecord> {
                 before: before.clone(),
                 state: None,
                 subscription_id: Some("orders".into()),
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -130,6 +131,7 @@ async fn runs(store: &dyn Store) -> usize {
                 before: before.clone(),
                 state: None,
                 subscription_id: None,
+                ..Default::default()
             })
             .await
             .unwrap();

@@ -61,6 +61,7 @@ async fn fired(store: &dyn Store, sub: &str) -> Vec<String> {
             before: None,
             state: None,
             subscription_id: Some(sub.into()),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -207,6 +207,7 @@ async fn a_dead_letter_sweep_walks_every_batch() {
         before: None,
         state: Some("dead-lettered".into()),
         subscription_id: None,
+        ..Default::default()
     };
     assert!(store.list_deliveries(q).await.unwrap().is_empty());
     for id in &open_ids {

@@ -534,6 +534,8 @@ pub trait Store: Send + Sync + 'static {
         shutting_down: bool,
         now: i64,
     ) -> StoreResult<bool>;
+    /// Activity from `since` (ms) on, for the console's overview (issue #13).
+    async fn activity(&self, since: i64) -> StoreResult<Activity>;
     /// Appends an entry to the audit log (issue #13) after its head, chained by
     /// [`tb_core::audit::next`]; concurrent appends take turns on the head row.
     async fn append_audit(&self, e: tb_core::audit::NewEntry)

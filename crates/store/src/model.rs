@@ -313,6 +313,10 @@ pub struct ListQuery {
     pub before: Option<String>,
     pub state: Option<String>,
     pub subscription_id: Option<String>,
+    /// Only ids at or after this one (ids are time-ordered: a time range is an id range).
+    pub from_id: Option<String>,
+    /// Receipts only: the provider's delivery id (`X-GitHub-Delivery`, `webhook-id` ...).
+    pub provider_event_id: Option<String>,
 }
 
 /// Counts for metrics and health.
@@ -547,4 +551,21 @@ pub struct ConsoleLogin {
     pub created_at: i64,
     /// When it ends (ms).
     pub expires_at: i64,
+}
+
+/// Activity of a time window, for the console's overview (issue #13): counts per subscription and
+/// minute, and the state of the queue now.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Activity {
+    /// `(subscription, receipt state, minute index from the window start, count)`.
+    pub receipts: Vec<(String, String, i64, u64)>,
+    /// `(subscription, attempt outcome, minute index, count)`.
+    pub attempts: Vec<(String, String, i64, u64)>,
+    /// Deliveries now in `pending`, `retrying` and `dead-lettered`.
+    pub queue: QueueDepth,
+    /// `created_at` (ms) of the oldest delivery still `pending` or `retrying`.
+    pub oldest_undelivered_at: Option<i64>,
+    /// Waits armed now, and the nearest deadline (ms).
+    pub waits_armed: u64,
+    pub next_deadline: Option<i64>,
 }

@@ -329,6 +329,14 @@ fn list_sql(cols: &str, table: &str, q: &ListQuery, state_col: bool) -> (String,
         args.push(s.clone());
         sql.push_str(&format!(" AND subscription_id = ?{}", args.len()));
     }
+    if let Some(f) = &q.from_id {
+        args.push(f.clone());
+        sql.push_str(&format!(" AND id >= ?{}", args.len()));
+    }
+    if let (Some(p), "receipts") = (&q.provider_event_id, table) {
+        args.push(p.clone());
+        sql.push_str(&format!(" AND provider_event_id = ?{}", args.len()));
+    }
     sql.push_str(&format!(
         " ORDER BY id DESC LIMIT {}",
         q.limit.clamp(1, 1000)
@@ -613,4 +621,52 @@ pub(crate) fn get_run_event(
         .ok_or_else(|| StoreError::not_found(RecordKind::RunEvent))?;
     shown(c, &mut e, &mut None)?;
     Ok(e)
+}
+
+/// [`crate::Activity`] from `since` (ms) on: range scans over the time-ordered primary keys, grouped.
+pub(crate) fn activity(c: &dyn Db, since: i64) -> StoreResult<crate::Activity> {
+    let count = |r: &Row, i: usize| -> StoreResult<u64> { Ok(r.get::<i64>(i)?.max(0) as u64) };
+    let receipts = c.rows(
+        "SELECT subscription_id, state, (received_at - ?2) / 60000, COUNT(*) FROM receipts \
+         WHERE id >= ?1 GROUP BY 1, 2, 3",
+        p![
+            tb_core::ids::floor(tb_core::ids::IdKind::Receipt, since).as_str(),
+            since
+        ],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, count(r, 3)?)),
+    )?;
+    let attempts = c.rows(
+        "SELECT d.subscription_id, a.outcome, (a.started_at - ?2) / 60000, COUNT(*) FROM attempts a \
+         JOIN deliveries d ON d.id = a.delivery_id WHERE a.event_id >= ?1 \
+         GROUP BY 1, 2, 3",
+        p![tb_core::ids::floor(tb_core::ids::IdKind::Event, since).as_str(), since],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, count(r, 3)?)),
+    )?;
+    let queue = queue_depth(c)?;
+    let oldest_undelivered_at: Option<i64> = ["pending", "retrying"]
+        .iter()
+        .filter_map(|s| {
+            c.value::<i64>(
+                "SELECT created_at FROM deliveries WHERE state = ?1 ORDER BY id LIMIT 1",
+                p![*s],
+            )
+            .ok()
+            .flatten()
+        })
+        .min();
+    let (waits_armed, next_deadline) = c
+        .row(
+            "SELECT COUNT(*), MIN(deadline) FROM waits WHERE state = 'armed'",
+            p![],
+            |r| Ok((count(r, 0)?, r.get::<Option<i64>>(1)?)),
+        )?
+        .unwrap_or((0, None));
+    Ok(crate::Activity {
+        receipts,
+        attempts,
+        queue,
+        oldest_undelivered_at,
+        waits_armed,
+        next_deadline,
+    })
 }

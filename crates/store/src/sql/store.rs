@@ -703,6 +703,9 @@ impl<B: Backend> Store for SqlStore<B> {
             .write(move |c| super::services::heartbeat(c, &n, &s, &h, shutting_down, now))
             .await
     }
+    async fn activity(&self, since: i64) -> StoreResult<crate::Activity> {
+        self.backend.read(move |c| read::activity(c, since)).await
+    }
     async fn append_audit(
         &self,
         e: tb_core::audit::NewEntry,
