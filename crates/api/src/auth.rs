@@ -30,6 +30,10 @@ pub const SCOPES: &[&str] = &[
     "webhooks:manage",
     "approvals:respond",
     "audit:read",
+    // The operator console (issue #13): see everything, act (pause, replay, raise), open redacted bodies.
+    "operator:read",
+    "operator:write",
+    "operator:bodies",
 ];
 
 /// One API key: a name for logs, the SHA-256 of the key, and its scopes (`*` = all).
@@ -50,7 +54,8 @@ impl ApiKey {
         }
     }
 
-    fn allows(&self, scope: &str) -> bool {
+    /// Whether the key holds `scope` (`*` holds every scope).
+    pub fn allows(&self, scope: &str) -> bool {
         self.scopes.iter().any(|s| s == "*" || s == scope)
     }
 }

@@ -10,8 +10,9 @@ use crate::auth::Principal;
 use crate::error::ApiError;
 use crate::AppState;
 
-/// `GET /v1/bindings` -> `{bindings: [{bindingId, subscriptionId, eventTypes, action, workflowId?,
-/// state: active|revoked}]}`.
+/// `GET /v1/bindings` -> `{bindings: [{bindingId, subscriptionId, eventTypes, action, workflowId?, filter
+/// (field -> allowed values), inputs (input -> field), actionConfig (the action with its parameters),
+/// state: active|revoked}]}`: the binding policy, read-only.
 #[utoipa::path(get, path = "/v1/bindings", tag = "bindings", responses((status = 200, description = "{bindings}")))]
 pub async fn list(State(st): State<AppState>) -> Json<Value> {
     let catalog = st.engine.catalog();
@@ -25,6 +26,9 @@ pub async fn list(State(st): State<AppState>) -> Json<Value> {
                 "eventTypes": b.event_types,
                 "action": b.action.name(),
                 "workflowId": b.action.workflow(),
+                "filter": b.filter,
+                "inputs": b.inputs,
+                "actionConfig": serde_json::to_value(&b.action).unwrap_or(Value::Null),
                 "state": if revoked { "revoked" } else { "active" },
             })
         })

@@ -16,7 +16,8 @@ use crate::{wire, AppState};
 
 /// Query of list endpoints: `limit` (1..=500, default 50), `before` (cursor: the last id of the previous
 /// page), `state`, `subscription`, `from` / `to` (RFC 3339: created in that time range, both
-/// inclusive), and on receipts `providerEventId` (the sender's delivery id, e.g. `X-GitHub-Delivery`).
+/// inclusive), on receipts `providerEventId` (the sender's delivery id, e.g. `X-GitHub-Delivery`), on
+/// runs `workflow`.
 #[derive(Debug, Deserialize, Default)]
 pub struct ListParams {
     pub limit: Option<u32>,
@@ -28,6 +29,8 @@ pub struct ListParams {
     pub to: Option<String>,
     #[serde(rename = "providerEventId")]
     pub provider_event_id: Option<String>,
+    /// Runs only.
+    pub workflow: Option<String>,
 }
 
 fn rfc3339_ms(field: &str, v: &str) -> Result<i64, ApiError> {
@@ -99,6 +102,7 @@ impl ListParams {
             subscription_id: self.subscription,
             from_id: from.map(|f| tb_core::ids::floor(kind, f)),
             provider_event_id: self.provider_event_id.filter(|p| !p.is_empty()),
+            workflow_id: self.workflow.filter(|w| !w.is_empty()),
         })
     }
 }
@@ -273,4 +277,28 @@ pub async fn replay_delivery(
     metrics::counter!("tb_dead_letter_replays_total", "mode" => "single").increment(1);
     st.engine.work_ready.notify_one();
     Ok(Json(json!({"delivery": wire::delivery(&d)})))
+}
+
+/// `GET /v1/receipts/{id}/redacted-body` (scope `operator:bodies`) -> `{receiptId, contentType,
+/// bodyBytes, json: bool, redacted?}`: a JSON body with every credential- or contact-named value
+/// replaced (`tb_core::redact`); a body that is not JSON is not shown (`json: false`). Errors: 404
+/// (no such receipt, or its body expired with the retention).
+#[utoipa::path(get, path = "/v1/receipts/{id}/redacted-body", tag = "receipts", params(("id" = String, Path, description = "Receipt id")), responses((status = 200, description = "{receiptId, contentType, bodyBytes, json, redacted?}"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
+pub async fn redacted_body(
+    State(st): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let r = st.engine.store.get_receipt(&id).await?;
+    let body = st.engine.store.get_body(&id).await?;
+    let mut out = json!({
+        "receiptId": r.id,
+        "contentType": r.content_type,
+        "bodyBytes": body.len(),
+        "json": false,
+    });
+    if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+        out["json"] = json!(true);
+        out["redacted"] = tb_core::redact::json(&v);
+    }
+    Ok(Json(out))
 }

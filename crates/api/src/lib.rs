@@ -169,6 +169,12 @@ pub fn routes(state: AppState) -> routes::Routes {
         )
         .scoped(GET, "/v1/receipts", MANAGE, inspect::list_receipts)
         .scoped(GET, "/v1/receipts/{id}", MANAGE, inspect::get_receipt)
+        .scoped(
+            GET,
+            "/v1/receipts/{id}/redacted-body",
+            "operator:bodies",
+            inspect::redacted_body,
+        )
         .scoped(GET, "/v1/deliveries", MANAGE, inspect::list_deliveries)
         .scoped(GET, "/v1/deliveries/{id}", MANAGE, inspect::get_delivery)
         .scoped(

@@ -37,6 +37,8 @@ pub fn subscription(s: &SubscriptionRecord) -> Value {
 /// lastError?, lastSuccessAt?}`.
 pub fn subscription_state_detail(s: &SubscriptionRecord) -> Value {
     let mut m = json!({
+        "connector": s.connector,
+        "failureThreshold": s.failure_threshold,
         "stateSince": time(s.state_since),
         "failuresSinceSuccess": s.consecutive_failures,
     });

@@ -317,7 +317,8 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         },
     };
     let app = if role.serves_api() {
-        tb_api::router(state)
+        // The operator console (issue #13) is served beside the API, over the API's handlers.
+        tb_api::router(state.clone()).merge(tb_console::router(state))
     } else {
         ops_router(state)
     };

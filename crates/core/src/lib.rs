@@ -19,6 +19,7 @@ pub mod normalized;
 pub mod outbox;
 pub mod queue;
 pub mod receipt;
+pub mod redact;
 pub mod replay;
 pub mod retention;
 pub mod retry;

@@ -450,6 +450,7 @@ pub(crate) async fn commit_detached(
 ) -> Result<tb_store::StoreResult<IngestOutcome>, TbError> {
     let store = engine.store.clone();
     let ready = engine.work_ready.clone();
+    let changes = engine.changes.clone();
     let pending = receipt
         .deliveries
         .iter()
@@ -473,6 +474,9 @@ pub(crate) async fn commit_detached(
             after(&out, &tokio::sync::Notify::new());
         } else {
             after(&out, &ready);
+        }
+        if out.is_ok() {
+            changes.send_modify(|n| *n = n.wrapping_add(1));
         }
         out
     })

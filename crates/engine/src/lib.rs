@@ -95,6 +95,9 @@ pub struct Engine {
     /// Run ids of nats runs ended by their CompletionEvent on this replica, as they commit (for
     /// in-process observers such as `bench services`; nobody listening costs nothing).
     pub run_ends: tokio::sync::broadcast::Sender<String>,
+    /// Bumped after every receipt and attempt this replica commits: the console's live feed
+    /// (`tb_console::live`) wakes on it. A `watch` send with no receiver costs an atomic add.
+    pub changes: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -168,6 +171,7 @@ impl Engine {
             queue_bus: std::sync::atomic::AtomicBool::new(false),
             nats: std::sync::OnceLock::new(),
             run_ends: tokio::sync::broadcast::channel(4096).0,
+            changes: Arc::new(tokio::sync::watch::channel(0).0),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

@@ -362,6 +362,9 @@ async fn attempt_with(engine: &Engine, lease: Lease, known_event_type: Option<St
         (outcome, error_class, retrying, changed_session) = summary(&failed);
         committed = engine.store.commit_attempt(failed).await;
     }
+    if committed.is_ok() {
+        engine.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
     // A refused local effect replaced the result: its message no longer applies.
     let message_logged = if changed_session == had_effect {
         message.clone()

@@ -317,6 +317,8 @@ pub struct ListQuery {
     pub from_id: Option<String>,
     /// Receipts only: the provider's delivery id (`X-GitHub-Delivery`, `webhook-id` ...).
     pub provider_event_id: Option<String>,
+    /// Runs only: the workflow.
+    pub workflow_id: Option<String>,
 }
 
 /// Counts for metrics and health.

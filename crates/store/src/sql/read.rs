@@ -337,6 +337,10 @@ fn list_sql(cols: &str, table: &str, q: &ListQuery, state_col: bool) -> (String,
         args.push(p.clone());
         sql.push_str(&format!(" AND provider_event_id = ?{}", args.len()));
     }
+    if let (Some(w), "runs") = (&q.workflow_id, table) {
+        args.push(w.clone());
+        sql.push_str(&format!(" AND workflow_id = ?{}", args.len()));
+    }
     sql.push_str(&format!(
         " ORDER BY id DESC LIMIT {}",
         q.limit.clamp(1, 1000)

@@ -1,0 +1,293 @@
+//! The page shell and the small pieces every page uses: times (shown in the viewer's zone, UTC on
+//! hover), copyable ids, state badges, sparklines, the CSRF field, confirmation pages. All text is
+//! escaped by `maud`; nothing inbound is ever inserted unescaped.
+
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Response};
+use maud::{html, Markup, PreEscaped, DOCTYPE};
+use serde_json::Value;
+
+use crate::login::Operator;
+
+/// A rendered page.
+pub struct Page(pub Markup);
+
+impl IntoResponse for Page {
+    fn into_response(self) -> Response {
+        let mut r = Html(self.0.into_string()).into_response();
+        let h = r.headers_mut();
+        h.insert(
+            "content-security-policy",
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'"
+                .parse()
+                .expect("static header"),
+        );
+        h.insert("x-frame-options", "DENY".parse().expect("static header"));
+        h.insert(
+            "referrer-policy",
+            "same-origin".parse().expect("static header"),
+        );
+        h.insert("cache-control", "no-store".parse().expect("static header"));
+        r
+    }
+}
+
+/// The pages of the navigation: (path, label).
+const NAV: &[(&str, &str)] = &[
+    ("/ui", "Overview"),
+    ("/ui/subscriptions", "Subscriptions"),
+    ("/ui/receipts", "Receipts"),
+    ("/ui/dead-letters", "Dead letters"),
+    ("/ui/runs", "Runs & sessions"),
+    ("/ui/operations", "Schedules & services"),
+    ("/ui/audit", "Audit log"),
+];
+
+fn head(title: &str) -> Markup {
+    html! {
+        head {
+            meta charset="utf-8";
+            meta name="viewport" content="width=device-width, initial-scale=1";
+            title { (title) " · trigger-bridge" }
+            link rel="stylesheet" href="/ui/assets/console.css";
+            script src="/ui/assets/htmx.min.js" defer {}
+            script src="/ui/assets/console.js" defer {}
+        }
+    }
+}
+
+/// A whole page: navigation (the current entry marked), the viewer and logout, and `body`, whose
+/// `#live` region re-reads itself on every change (see [`live_region`]).
+pub fn page(title: &str, current: &str, op: &Operator, body: Markup) -> Page {
+    Page(html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head(title))
+            body data-csrf=(op.csrf) {
+                a.skip href="#main" { "Skip to content" }
+                header.top {
+                    a.brand href="/ui" { "trigger-bridge" }
+                    nav aria-label="Console" {
+                        ul {
+                            @for (path, label) in NAV {
+                                li {
+                                    @if *path == current {
+                                        a href=(path) aria-current="page" { (label) }
+                                    } @else {
+                                        a href=(path) { (label) }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    div.who {
+                        span #live-state .live-off title="live updates" { "live" }
+                        " "
+                        span { (op.name) @if !op.may_act() { " (read-only)" } }
+                        form method="post" action="/ui/logout" {
+                            (csrf_field(op))
+                            button.link type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main #main tabindex="-1" {
+                    h1 { (title) }
+                    (body)
+                }
+            }
+        }
+    })
+}
+
+/// A region that re-reads itself from `url` (the page's own URL) when the live feed says something
+/// changed, keeping whatever is outside it (forms being filled in) untouched.
+pub fn live_region(url: &str, body: Markup) -> Markup {
+    html! {
+        div #live hx-get=(url) hx-trigger="tb-change from:body" hx-select="#live" hx-swap="outerHTML" {
+            (body)
+        }
+    }
+}
+
+/// The hidden CSRF field of a form.
+pub fn csrf_field(op: &Operator) -> Markup {
+    html! { input type="hidden" name="csrf" value=(op.csrf); }
+}
+
+/// A time as `<time>`: the viewer's zone by the script, UTC in the text until then and on hover.
+pub fn time(rfc3339: Option<&str>) -> Markup {
+    match rfc3339 {
+        Some(t) if !t.is_empty() => html! { time datetime=(t) title=(t) { (t) } },
+        _ => html! { span.muted { "—" } },
+    }
+}
+
+/// A time from a JSON field.
+pub fn time_of(v: &Value) -> Markup {
+    time(v.as_str())
+}
+
+/// An id with a copy button; linked to `href` when given.
+pub fn id(value: &str, href: Option<&str>) -> Markup {
+    html! {
+        span.id {
+            @if let Some(h) = href { a href=(h) { code { (value) } } } @else { code { (value) } }
+            button.copy type="button" data-copy=(value) aria-label={ "Copy " (value) } title="Copy" { "⧉" }
+        }
+    }
+}
+
+/// A state, coloured and worded (the word carries the meaning; the colour only repeats it).
+pub fn state(s: &str) -> Markup {
+    let class = match s {
+        "active" | "delivered" | "consumed" | "completed" | "resolved" | "up" | "ok" | "acked" => {
+            "good"
+        }
+        "paused" | "pending" | "registered" | "queued" | "buffered" | "routed" | "draining"
+        | "armed" | "running" | "leased" => "neutral",
+        "retrying" | "failed" | "unmatched" | "waiting-input" | "waiting-external" | "expired"
+        | "dropped" => "warn",
+        "dead-lettered" | "dead_lettered" | "rejected" | "down" | "cancelled" => "bad",
+        _ => "neutral",
+    };
+    html! { span class={ "badge " (class) } { (s.replace('_', "-")) } }
+}
+
+/// A sparkline of per-minute counts (oldest first) with failures drawn over it; the numbers are in
+/// the label for screen readers.
+pub fn sparkline(counts: &[u64], failures: &[u64], label: &str) -> Markup {
+    let w = 120.0;
+    let h = 24.0;
+    let max = counts
+        .iter()
+        .chain(failures)
+        .copied()
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let n = counts.len().max(2) as f64 - 1.0;
+    let line = |xs: &[u64]| -> String {
+        xs.iter()
+            .enumerate()
+            .map(|(i, c)| {
+                format!(
+                    "{:.1},{:.1}",
+                    i as f64 * w / n,
+                    h - (*c as f64 / max) * (h - 2.0) - 1.0
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    html! {
+        svg.spark width="120" height="24" viewBox="0 0 120 24" role="img" aria-label=(label) {
+            title { (label) }
+            polyline.count points=(line(counts)) {}
+            @if failures.iter().any(|f| *f > 0) { polyline.fail points=(line(failures)) {} }
+        }
+    }
+}
+
+/// Percent-encodes a query value.
+pub fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// A JSON value as compact text (for small facts: inputs, a winner).
+pub fn json_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// An error page of its own (no navigation: the viewer may not be logged in).
+pub fn error_page(status: StatusCode, code: &str, message: &str) -> Page {
+    Page(html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head("Error"))
+            body {
+                main #main .narrow {
+                    h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
+                    p.error role="alert" { code { (code) } ": " (message) }
+                    p { a href="/ui" { "Back to the console" } }
+                }
+            }
+        }
+    })
+}
+
+/// The login form.
+pub fn login_page(next: &str, error: Option<&str>) -> Page {
+    Page(html! {
+        (DOCTYPE)
+        html lang="en" {
+            (head("Log in"))
+            body {
+                main #main .narrow {
+                    h1 { "trigger-bridge console" }
+                    p { "Log in with an API key of this server (one with the scope " code { "operator:read" } ", or " code { "*" } ")." }
+                    @if let Some(e) = error { p.error role="alert" { (e) } }
+                    form method="post" action="/ui/login" {
+                        input type="hidden" name="next" value=(next);
+                        label for="key" { "API key" }
+                        input #key type="password" name="key" autocomplete="current-password" required autofocus;
+                        button type="submit" { "Log in" }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// An API error shown inside a page.
+pub fn api_error(e: &tb_api::error::ApiError) -> Markup {
+    html! { p.error role="alert" { code { (e.0.code.as_str()) } ": " (e.0.message) } }
+}
+
+/// A confirmation: what will happen, in words, and the form that does it (`fields` are hidden inputs
+/// carried over; `confirmed=yes` is added).
+pub fn confirm(
+    op: &Operator,
+    action: &str,
+    what: Markup,
+    fields: &[(&str, String)],
+    button: &str,
+    cancel: &str,
+) -> Markup {
+    html! {
+        section.confirm role="alertdialog" aria-labelledby="confirm-title" {
+            h2 #confirm-title { "Confirm" }
+            (what)
+            form method="post" action=(action) {
+                (csrf_field(op))
+                @for (k, v) in fields { input type="hidden" name=(k) value=(v); }
+                input type="hidden" name="confirmed" value="yes";
+                button.danger type="submit" autofocus { (button) }
+                " "
+                a href=(cancel) { "Cancel" }
+            }
+        }
+    }
+}
+
+/// Inline JSON-free rendering of preformatted text.
+pub fn pre(text: &str) -> Markup {
+    html! { pre { (text) } }
+}
+
+/// Marks text as already-safe HTML (only for our own static strings).
+pub fn raw(s: &'static str) -> PreEscaped<&'static str> {
+    PreEscaped(s)
+}

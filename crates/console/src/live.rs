@@ -1,0 +1,108 @@
+//! Live pages: one change feed per replica, fanned out to every open page over SSE
+//! (`GET /ui/events`, `event: change`). A page's live region re-reads itself when told (htmx), so the
+//! store is read once per change per open page, never polled per viewer.
+//!
+//! The feed wakes on this replica's commits (receipts, attempts: [`tb_engine::Engine::changes`]; session
+//! changes; run ends) and on the store's cross-replica hints (PostgreSQL `NOTIFY` of due work, session
+//! changes and configuration changes). Changes are coalesced for [`COALESCE`], so a burst of a thousand
+//! webhooks is one refresh. Another replica's attempts raise no hint: while a page is open the feed
+//! also ticks every [`IDLE_TICK`].
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::{watch, Semaphore};
+
+use crate::Console;
+
+/// Changes closer together than this are one refresh.
+pub const COALESCE: Duration = Duration::from_millis(400);
+/// While a page is open, a refresh at least this often (other replicas' attempts raise no hint).
+pub const IDLE_TICK: Duration = Duration::from_secs(15);
+/// Open event streams per replica; more are answered 503.
+pub const MAX_STREAMS: usize = 256;
+
+/// The feed: a counter bumped once per coalesced change.
+#[derive(Clone)]
+pub struct Hub {
+    rx: watch::Receiver<u64>,
+    slots: Arc<Semaphore>,
+}
+
+impl Hub {
+    /// Starts the feed over `engine`'s change sources.
+    pub fn start(engine: Arc<tb_engine::Engine>) -> Hub {
+        let (tx, rx) = watch::channel(0u64);
+        tokio::spawn(feed(engine, tx));
+        Hub {
+            rx,
+            slots: Arc::new(Semaphore::new(MAX_STREAMS)),
+        }
+    }
+}
+
+async fn changed(rx: &mut Option<watch::Receiver<u64>>) {
+    match rx {
+        Some(r) => {
+            if r.changed().await.is_err() {
+                *rx = None;
+                std::future::pending::<()>().await
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+async fn feed(engine: Arc<tb_engine::Engine>, tx: watch::Sender<u64>) {
+    let mut local = Some(engine.changes.subscribe());
+    let mut sessions = Some(engine.sessions.subscribe());
+    let mut work = engine.store.wake_hints(tb_store::Wake::Work);
+    let mut session_hints = engine.store.wake_hints(tb_store::Wake::Sessions);
+    let mut config = engine.store.config_change_hints();
+    let mut ends = engine.run_ends.subscribe();
+    loop {
+        tokio::select! {
+            _ = changed(&mut local) => {}
+            _ = changed(&mut sessions) => {}
+            _ = changed(&mut work) => {}
+            _ = changed(&mut session_hints) => {}
+            _ = changed(&mut config) => {}
+            r = ends.recv() => {
+                if matches!(r, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                    ends = engine.run_ends.subscribe();
+                }
+            }
+            _ = tokio::time::sleep(IDLE_TICK), if tx.receiver_count() > 1 => {}
+        }
+        if tx.is_closed() {
+            return;
+        }
+        tokio::time::sleep(COALESCE).await;
+        tx.send_modify(|n| *n += 1);
+    }
+}
+
+/// `GET /ui/events`: `event: change` whenever something changed (coalesced), keep-alive comments every
+/// 15 s. 503 beyond [`MAX_STREAMS`] open streams.
+pub async fn events(State(c): State<Console>) -> Response {
+    let Ok(slot) = c.hub.slots.clone().try_acquire_owned() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "too many open live pages").into_response();
+    };
+    let mut rx = c.hub.rx.clone();
+    rx.mark_unchanged();
+    let stream = futures_util::stream::unfold((rx, slot), |(mut rx, slot)| async move {
+        rx.changed().await.ok()?;
+        let n = *rx.borrow_and_update();
+        let ev: Result<Event, Infallible> =
+            Ok(Event::default().event("change").data(n.to_string()));
+        Some((ev, (rx, slot)))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}

@@ -1,0 +1,476 @@
+//! Who is looking: API-key login, the login cookie, CSRF tokens and the per-route scope guard.
+//!
+//! - `POST /ui/login` takes an API key (the same keys as the API, `[[api_keys]]` /
+//!   `TRIGGER_BRIDGE_API_KEY`), checks it against the configured digests in constant time, and stores a
+//!   login row (`console_logins`: the SHA-256 of a random 256-bit token, the key's *name*, a random
+//!   CSRF token, 12 h expiry). The browser gets the token in cookie [`COOKIE`]: `HttpOnly`,
+//!   `SameSite=Strict`, `Path=/ui`, and `Secure` when the request came over TLS (`X-Forwarded-Proto:
+//!   https` from the proxy in front). Logins live in the store, so every replica knows them.
+//! - Every request re-reads the key's scopes from the configuration by its name: a key removed from
+//!   the configuration ends its logins at the next request; a key with fewer scopes sees less.
+//! - Every `POST` carries the login's CSRF token (form field `csrf` or header `X-CSRF-Token`),
+//!   compared in constant time; a missing or wrong one is 403 `csrf_failed` and nothing happens.
+//! - Scopes (declared per route in [`crate::router`]): `operator:read` to see, `operator:write` to act,
+//!   `operator:bodies` to open a receipt's redacted body; `*` holds all. The pages hide what the viewer
+//!   may not do.
+//! - With no key configured (development on loopback) the console is open like the API: the first
+//!   visit makes an `anonymous` login, so CSRF tokens still guard every form.
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tb_store::ConsoleLogin;
+
+use crate::html;
+use crate::Console;
+
+/// The login cookie's name.
+pub const COOKIE: &str = "tb_console";
+/// How long a login lasts, in ms: 12 hours.
+pub const LOGIN_TTL_MS: i64 = 12 * 3_600_000;
+/// Largest form a console `POST` may send, in bytes.
+pub const MAX_FORM: usize = 64 * 1024;
+
+/// The viewer of a page: the API key's name, its scopes now, and the login's CSRF token.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    /// The API key's name (`anonymous` on an open console).
+    pub name: String,
+    scopes: Vec<String>,
+    /// The CSRF token every form of this login carries.
+    pub csrf: String,
+    token_sha256: String,
+}
+
+impl Operator {
+    /// Whether the viewer holds `scope`.
+    pub fn may(&self, scope: &str) -> bool {
+        self.scopes.iter().any(|s| s == "*" || s == scope)
+    }
+    /// `operator:write`: pause / resume, replay, raise a signal.
+    pub fn may_act(&self) -> bool {
+        self.may(WRITE)
+    }
+    /// `operator:bodies`: open a receipt's redacted body.
+    pub fn may_read_bodies(&self) -> bool {
+        self.may(BODIES)
+    }
+    /// The principal the API's handlers see for this viewer.
+    pub fn principal(&self) -> tb_api::auth::Principal {
+        tb_api::auth::Principal(self.name.clone(), self.scopes.clone())
+    }
+}
+
+/// Scope to see the console.
+pub const READ: &str = "operator:read";
+/// Scope to act in it.
+pub const WRITE: &str = "operator:write";
+/// Scope to open redacted bodies.
+pub const BODIES: &str = "operator:bodies";
+
+fn sha_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    rand::fill(&mut b[..]);
+    hex::encode(b)
+}
+
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+        .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+fn behind_tls(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("https"))
+}
+
+fn set_cookie(token: &str, max_age_s: i64, secure: bool) -> String {
+    format!(
+        "{COOKIE}={token}; Path=/ui; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// The scopes of the key named `name` now; `None` when no such key is configured (any more).
+fn scopes_of(c: &Console, name: &str) -> Option<Vec<String>> {
+    if c.api.keys.0.is_empty() {
+        return (name == "anonymous").then(|| vec!["*".to_string()]);
+    }
+    c.api
+        .keys
+        .0
+        .iter()
+        .find(|k| k.name == name)
+        .map(|k| k.scopes.clone())
+}
+
+/// The viewer of a request, from its cookie; `None` without a live login.
+async fn operator(c: &Console, headers: &HeaderMap) -> Option<Operator> {
+    let token = cookie_value(headers)?;
+    let hash = sha_hex(&token);
+    let login = c
+        .api
+        .engine
+        .store
+        .console_login(&hash, tb_engine::clock::now_ms())
+        .await
+        .ok()??;
+    let scopes = scopes_of(c, &login.key_name)?;
+    Some(Operator {
+        name: login.key_name,
+        scopes,
+        csrf: login.csrf,
+        token_sha256: hash,
+    })
+}
+
+/// Stores a new login for the key `name`; returns the cookie's token and the operator.
+async fn new_login(c: &Console, name: &str) -> Result<(String, Operator), tb_store::StoreError> {
+    let token = random_hex(32);
+    let now = tb_engine::clock::now_ms();
+    let login = ConsoleLogin {
+        token_sha256: sha_hex(&token),
+        key_name: name.to_string(),
+        csrf: random_hex(16),
+        created_at: now,
+        expires_at: now + LOGIN_TTL_MS,
+    };
+    c.api
+        .engine
+        .store
+        .create_console_login(login.clone())
+        .await?;
+    let scopes = scopes_of(c, name).unwrap_or_default();
+    Ok((
+        token,
+        Operator {
+            name: name.to_string(),
+            scopes,
+            csrf: login.csrf,
+            token_sha256: login.token_sha256,
+        },
+    ))
+}
+
+/// What a route needs, declared where it is added ([`crate::router`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// `operator:read`.
+    Read,
+    /// `operator:write` (and a CSRF token: every such route is a `POST`).
+    Write,
+    /// `operator:bodies`.
+    Bodies,
+    /// A live login only, any scope, and the CSRF token (`POST /ui/logout`).
+    LoggedIn,
+}
+
+fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
+    (status, html::error_page(status, code, message)).into_response()
+}
+
+/// The guard of every console route but the login page and the assets: finds the [`Operator`], checks
+/// the route's [`Need`] and, on `POST`, the CSRF token; puts the operator in the request's extensions.
+/// A `GET` without a login is sent to `/ui/login?next=<path>`; a `POST` without one is 403
+/// `csrf_failed`.
+pub async fn guard(State((c, need)): State<(Console, Need)>, req: Request, next: Next) -> Response {
+    let post = req.method() == Method::POST;
+    let mut fresh_cookie = None;
+    let op = match operator(&c, req.headers()).await {
+        Some(op) => op,
+        None if c.api.keys.0.is_empty() && !post => match new_login(&c, "anonymous").await {
+            Ok((token, op)) => {
+                fresh_cookie = Some(set_cookie(
+                    &token,
+                    LOGIN_TTL_MS / 1000,
+                    behind_tls(req.headers()),
+                ));
+                op
+            }
+            Err(e) => {
+                return refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    &e.to_string(),
+                )
+            }
+        },
+        None if post => {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "csrf_failed",
+                "this form needs a live login: log in again and resend it",
+            )
+        }
+        None => {
+            let next_path = req
+                .uri()
+                .path_and_query()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_else(|| "/ui".into());
+            return Redirect::to(&format!("/ui/login?next={}", html::url_encode(&next_path)))
+                .into_response();
+        }
+    };
+    let allowed = match need {
+        Need::Read => op.may(READ),
+        Need::Write => op.may(READ) && op.may(WRITE),
+        Need::Bodies => op.may(READ) && op.may(BODIES),
+        Need::LoggedIn => true,
+    };
+    if !allowed {
+        let scope = match need {
+            Need::Write => WRITE,
+            Need::Bodies => BODIES,
+            _ => READ,
+        };
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            &format!("the API key {} lacks the scope {scope}", op.name),
+        );
+    }
+    let req = if post {
+        match check_csrf(req, &op.csrf).await {
+            Ok(r) => r,
+            Err(resp) => return resp,
+        }
+    } else {
+        req
+    };
+    let mut req = req;
+    req.extensions_mut().insert(op);
+    let mut res = next.run(req).await;
+    if let Some(cookie) = fresh_cookie {
+        if let Ok(v) = cookie.parse() {
+            res.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    res
+}
+
+/// Reads the form (at most [`MAX_FORM`] bytes) and checks its `csrf` field, or the `X-CSRF-Token`
+/// header, against the login's token; gives the request back with its body intact.
+async fn check_csrf(req: Request, expected: &str) -> Result<Request, Response> {
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_FORM).await.map_err(|_| {
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "the form is larger than 64 KiB",
+        )
+    })?;
+    let from_header = parts
+        .headers
+        .get("x-csrf-token")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let from_form = form_field(&bytes, "csrf");
+    let sent = from_header.or(from_form).unwrap_or_default();
+    if !bool::from(sent.as_bytes().ct_eq(expected.as_bytes())) {
+        tracing::warn!("console form refused: missing or wrong CSRF token");
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            "csrf_failed",
+            "this form's CSRF token is missing or not this login's: reload the page and try again",
+        ));
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
+}
+
+/// The first value of `name` in a URL-encoded form.
+fn form_field(body: &[u8], name: &str) -> Option<String> {
+    let pairs: Vec<(String, String)> = serde_urlencoded_pairs(body);
+    pairs.into_iter().find(|(k, _)| k == name).map(|(_, v)| v)
+}
+
+fn serde_urlencoded_pairs(body: &[u8]) -> Vec<(String, String)> {
+    serde_urlencoded::from_bytes(body).unwrap_or_default()
+}
+
+/// The login form.
+#[derive(Debug, Deserialize)]
+pub struct LoginForm {
+    key: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// Where to go after logging in: a console path only (never another site).
+fn safe_next(next: &str) -> String {
+    let ok = next.starts_with("/ui") && !next.contains("//") && !next.contains('\\');
+    if ok {
+        next.to_string()
+    } else {
+        "/ui".to_string()
+    }
+}
+
+/// `GET /ui/login?next=...`: the login form (public).
+pub async fn login_page(
+    State(c): State<Console>,
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let next = safe_next(q.get("next").map(String::as_str).unwrap_or("/ui"));
+    if c.api.keys.0.is_empty() {
+        return Redirect::to(&next).into_response();
+    }
+    html::login_page(&next, None).into_response()
+}
+
+/// `POST /ui/login` (public): checks the key, stores a login, sets the cookie, goes to `next`.
+/// Errors: 401 (unknown key: the form again, nothing stored), 403 (the key lacks `operator:read`).
+pub async fn login(
+    State(c): State<Console>,
+    headers: HeaderMap,
+    Form(f): Form<LoginForm>,
+) -> Response {
+    let next = safe_next(&f.next);
+    let digest = tb_api::auth::digest(f.key.trim());
+    let key = c
+        .api
+        .keys
+        .0
+        .iter()
+        .find(|k| bool::from(k.sha256.ct_eq(&digest)))
+        .cloned();
+    let Some(key) = key else {
+        tracing::info!("console login refused: unknown API key");
+        return (
+            StatusCode::UNAUTHORIZED,
+            html::login_page(&next, Some("That is not an API key of this server.")),
+        )
+            .into_response();
+    };
+    if !key.allows(READ) {
+        return (
+            StatusCode::FORBIDDEN,
+            html::login_page(
+                &next,
+                Some(&format!(
+                    "The key {} lacks the scope operator:read.",
+                    key.name
+                )),
+            ),
+        )
+            .into_response();
+    }
+    let (token, _op) = match new_login(&c, &key.name).await {
+        Ok(x) => x,
+        Err(e) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                &e.to_string(),
+            )
+        }
+    };
+    tb_api::audit::record(
+        &c.api,
+        &key.name,
+        "console.login",
+        String::new(),
+        StatusCode::OK,
+        &serde_json::Value::Null,
+        None,
+    )
+    .await;
+    let mut res = Redirect::to(&next).into_response();
+    if let Ok(v) = set_cookie(&token, LOGIN_TTL_MS / 1000, behind_tls(&headers)).parse() {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}
+
+/// `POST /ui/logout`: ends the login and clears the cookie.
+pub async fn logout(
+    State(c): State<Console>,
+    axum::Extension(op): axum::Extension<Operator>,
+    headers: HeaderMap,
+) -> Response {
+    let _ = c
+        .api
+        .engine
+        .store
+        .delete_console_login(&op.token_sha256)
+        .await;
+    tb_api::audit::record(
+        &c.api,
+        &op.name,
+        "console.logout",
+        String::new(),
+        StatusCode::OK,
+        &serde_json::Value::Null,
+        None,
+    )
+    .await;
+    let mut res = Redirect::to("/ui/login").into_response();
+    if let Ok(v) = set_cookie("", 0, behind_tls(&headers)).parse() {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_console_paths_are_followed_after_login() {
+        assert_eq!(
+            safe_next("/ui/receipts?state=consumed"),
+            "/ui/receipts?state=consumed"
+        );
+        assert_eq!(safe_next("https://evil.example/ui"), "/ui");
+        assert_eq!(safe_next("//evil.example"), "/ui");
+        assert_eq!(safe_next("/ui//evil.example"), "/ui");
+        assert_eq!(safe_next("/v1/runs"), "/ui");
+    }
+
+    #[test]
+    fn the_cookie_is_read_only_in_its_own_shape() {
+        let mut h = HeaderMap::new();
+        let t = "a".repeat(64);
+        h.insert(
+            header::COOKIE,
+            format!("x=1; {COOKIE}={t}").parse().unwrap(),
+        );
+        assert_eq!(cookie_value(&h), Some(t));
+        h.insert(header::COOKIE, format!("{COOKIE}=short").parse().unwrap());
+        assert_eq!(cookie_value(&h), None);
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_secure_behind_tls() {
+        let c = set_cookie("abc", 60, true);
+        assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.ends_with("; Secure"));
+        assert!(!set_cookie("abc", 60, false).contains("Secure"));
+    }
+
+    #[test]
+    fn form_fields_are_decoded() {
+        assert_eq!(
+            form_field(b"a=1&csrf=ab%20c", "csrf").as_deref(),
+            Some("ab c")
+        );
+        assert_eq!(form_field(b"a=1", "csrf"), None);
+    }
+}

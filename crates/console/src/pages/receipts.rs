@@ -1,0 +1,280 @@
+//! Receipts: search (receipt id, the sender's delivery id, subscription, state, time range); one
+//! receipt's timeline, the bindings it matched, its deliveries with every attempt, and the runs it
+//! reached (each linked, and each run links back). Bodies are never shown here; a viewer with
+//! `operator:bodies` may open the redacted view.
+
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Extension;
+use maud::{html, Markup};
+use serde_json::Value;
+
+use super::{opt, rfc3339, url_with, Filters};
+use crate::html::{self, Page};
+use crate::login::Operator;
+use crate::Console;
+
+const STATES: &[&str] = &[
+    "routed",
+    "queued",
+    "consumed",
+    "rejected",
+    "unmatched",
+    "rate_limited",
+    "disabled",
+    "expired",
+    "target_terminal",
+    "routing_failed",
+    "dead_lettered",
+];
+
+/// A table of receipts (`{receipts: [...]}` as the API lists them).
+pub fn table(v: &Value) -> Markup {
+    html! {
+        div.scroll { table {
+            thead { tr {
+                th scope="col" { "Received" } th scope="col" { "Receipt" } th scope="col" { "Subscription" }
+                th scope="col" { "Event" } th scope="col" .hide-narrow { "Sender's delivery id" } th scope="col" { "State" }
+                th scope="col" .hide-narrow { "Duplicates" }
+            } }
+            tbody {
+                @for r in v["receipts"].as_array().into_iter().flatten() {
+                    @let id = r["receiptId"].as_str().unwrap_or_default();
+                    tr {
+                        td { (html::time_of(&r["receivedAt"])) }
+                        td { (html::id(id, Some(&format!("/ui/receipts/{id}")))) }
+                        td { a href={ "/ui/subscriptions/" (r["subscriptionId"].as_str().unwrap_or_default()) } { (r["subscriptionId"].as_str().unwrap_or_default()) } }
+                        td { (r["eventType"].as_str().unwrap_or_default()) }
+                        td.hide-narrow { code { (r["providerEventId"].as_str().unwrap_or_default()) } }
+                        td { (html::state(r["state"].as_str().unwrap_or_default())) }
+                        td.hide-narrow { (r["duplicates"]) }
+                    }
+                }
+            }
+        } }
+        @if v["receipts"].as_array().is_some_and(|a| a.is_empty()) { p.muted { "No receipts match." } }
+    }
+}
+
+/// `GET /ui/receipts?q&subscription&state&from&to&before`: `q` is a receipt id (opens it) or the
+/// sender's delivery id.
+pub async fn list(
+    State(c): State<Console>,
+    Extension(op): Extension<Operator>,
+    Query(f): Query<Filters>,
+) -> Response {
+    let q = opt(&f.q);
+    if let Some(id) = q.as_deref().filter(|q| q.starts_with("rcpt_")) {
+        return Redirect::to(&format!("/ui/receipts/{}", html::url_encode(id))).into_response();
+    }
+    let (subscription, state, from, to, before) = (
+        opt(&f.subscription),
+        opt(&f.state),
+        rfc3339(&f.from),
+        rfc3339(&f.to),
+        opt(&f.before),
+    );
+    let params = tb_api::inspect::ListParams {
+        limit: Some(50),
+        before: before.clone(),
+        state: state.clone(),
+        subscription: subscription.clone(),
+        from: from.clone(),
+        to: to.clone(),
+        provider_event_id: q.clone(),
+        ..Default::default()
+    };
+    let answer = crate::read(tb_api::inspect::list_receipts(
+        State(c.api.clone()),
+        Ok(Query(params)),
+    ))
+    .await;
+    let base = [
+        ("q", q.clone()),
+        ("subscription", subscription.clone()),
+        ("state", state.clone()),
+        ("from", from.clone()),
+        ("to", to.clone()),
+    ];
+    let mut here = base.to_vec();
+    here.push(("before", before.clone()));
+    let url = url_with("/ui/receipts", &here);
+    let results = match answer {
+        Err(e) => html::api_error(&e),
+        Ok(v) => html! {
+            (table(&v))
+            @if let Some(next) = v["nextCursor"].as_str() {
+                @let mut older = base.to_vec();
+                @let _ = older.push(("before", Some(next.to_string())));
+                p { a href=(url_with("/ui/receipts", &older)) { "Older receipts →" } }
+            }
+        },
+    };
+    let form = html! {
+        form.filters method="get" action="/ui/receipts" role="search" {
+            label { "Receipt id or sender's delivery id" input type="search" name="q" value=(q.clone().unwrap_or_default()) size="38"; }
+            label { "Subscription" input name="subscription" value=(subscription.clone().unwrap_or_default()) size="14"; }
+            label { "State" select name="state" {
+                option value="" { "any" }
+                @for s in STATES { option value=(s) selected[state.as_deref() == Some(s)] { (s) } }
+            } }
+            label { "From (UTC)" input type="datetime-local" name="from" value=(f.from.clone().unwrap_or_default()); }
+            label { "To (UTC)" input type="datetime-local" name="to" value=(f.to.clone().unwrap_or_default()); }
+            button type="submit" { "Search" }
+        }
+    };
+    html::page(
+        "Receipts",
+        "/ui/receipts",
+        &op,
+        html! { (form) (html::live_region(&url, results)) },
+    )
+    .into_response()
+}
+
+/// `GET /ui/receipts/{id}`.
+pub async fn show(
+    State(c): State<Console>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Page {
+    let body = match crate::read(tb_api::inspect::get_receipt(
+        State(c.api.clone()),
+        Path(id.clone()),
+    ))
+    .await
+    {
+        Err(e) => html::api_error(&e),
+        Ok(v) => receipt_body(&c, &op, &v).await,
+    };
+    html::page(
+        &format!("Receipt {id}"),
+        "/ui/receipts",
+        &op,
+        html::live_region(&format!("/ui/receipts/{}", html::url_encode(&id)), body),
+    )
+}
+
+async fn receipt_body(c: &Console, op: &Operator, v: &Value) -> Markup {
+    let r = &v["receipt"];
+    let id = r["receiptId"].as_str().unwrap_or_default();
+    let matched: Vec<String> = v["timeline"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["state"] == "matched")
+        .flat_map(|t| t["bindings"].as_array().cloned().unwrap_or_default())
+        .map(|b| html::json_text(&b))
+        .collect();
+    let mut deliveries = Vec::new();
+    for d in v["deliveries"].as_array().into_iter().flatten() {
+        let did = d["deliveryId"].as_str().unwrap_or_default().to_string();
+        let full = crate::read(tb_api::inspect::get_delivery(
+            State(c.api.clone()),
+            Path(did),
+        ))
+        .await
+        .unwrap_or(Value::Null);
+        deliveries.push((d.clone(), full["attempts"].clone()));
+    }
+    html! {
+        dl.facts {
+            dt { "Receipt" } dd { (html::id(id, None)) }
+            dt { "State" } dd { (html::state(r["state"].as_str().unwrap_or_default())) }
+            dt { "Subscription" } dd { a href={ "/ui/subscriptions/" (r["subscriptionId"].as_str().unwrap_or_default()) } { (r["subscriptionId"].as_str().unwrap_or_default()) } }
+            dt { "Event type" } dd { (r["eventType"].as_str().unwrap_or_default()) }
+            dt { "Sender's delivery id" } dd { (html::id(r["providerEventId"].as_str().unwrap_or_default(), None)) }
+            dt { "Dedup key" } dd { code { (r["dedupKey"].as_str().unwrap_or_default()) } }
+            dt { "Duplicates answered" } dd { (r["duplicates"]) }
+            dt { "Body" } dd {
+                (r["bodyBytes"]) " bytes, " (r["contentType"].as_str().unwrap_or("no content type")) " · "
+                @if op.may_read_bodies() { a href={ "/ui/receipts/" (id) "/body" } { "Open the redacted body" } }
+                @else { span.muted { "not shown (needs operator:bodies)" } }
+            }
+        }
+        h2 { "Timeline" }
+        ol.timeline {
+            @for t in v["timeline"].as_array().into_iter().flatten() {
+                li {
+                    (html::time_of(&t["at"])) " — " strong { (t["state"].as_str().unwrap_or_default()) }
+                    @if let Some(b) = t["bindings"].as_array() { " · bindings " (b.iter().map(html::json_text).collect::<Vec<_>>().join(", ")) }
+                    @if let Some(a) = t["attempt"].as_u64() { " · attempt " (a) " of " code { (t["deliveryId"].as_str().unwrap_or_default()) } }
+                    @if let Some(o) = t["outcome"].as_str() { " · " (html::state(o)) }
+                    @if let Some(e) = t["errorClass"].as_str() { " · " code { (e) } }
+                }
+            }
+        }
+        h2 { "Bindings matched" }
+        @if matched.is_empty() { p.muted { "None: the receipt was kept as " (r["state"].as_str().unwrap_or_default()) "." } }
+        @else { ul { @for b in &matched { li { code { (b) } } } } }
+        h2 { "Deliveries" }
+        @for (d, attempts) in &deliveries {
+            @let did = d["deliveryId"].as_str().unwrap_or_default();
+            section id=(did) {
+                h3 { (html::id(did, None)) " " (html::state(d["state"].as_str().unwrap_or_default())) }
+                p {
+                    "Binding " code { (d["bindingId"].as_str().unwrap_or_default()) } " · " (d["action"].as_str().unwrap_or_default())
+                    @if let Some(w) = d["workflowId"].as_str() { " · workflow " code { (w) } }
+                    " · " (d["attempts"]) " attempts, " (d["replays"]) " replays"
+                    @if let Some(run) = d["runId"].as_str() { " · reached run " (html::id(run, Some(&format!("/ui/runs/{run}")))) }
+                    @if let Some(reason) = d["deadLetterReason"].as_str() { " · dead-lettered: " code { (reason) } }
+                }
+                div.scroll { table {
+                    thead { tr { th { "#" } th { "Started" } th { "Outcome" } th { "Error class" } th { "Message (sanitized)" } th { "Duration" } th.hide-narrow { "Attempt event id" } } }
+                    tbody {
+                        @for a in attempts.as_array().into_iter().flatten() {
+                            tr {
+                                td { (a["attempt"]) }
+                                td { (html::time_of(&a["startedAt"])) }
+                                td { (html::state(a["outcome"].as_str().unwrap_or_default())) }
+                                td { code { (a["errorClass"].as_str().unwrap_or("—")) } }
+                                td { small { (a["message"].as_str().unwrap_or("")) } }
+                                td { (a["durationMs"]) " ms" }
+                                td.hide-narrow { code { (a["eventId"].as_str().unwrap_or_default()) } }
+                            }
+                        }
+                    }
+                } }
+            }
+        }
+        @if deliveries.is_empty() { p.muted { "No deliveries." } }
+    }
+}
+
+/// `GET /ui/receipts/{id}/body` (needs `operator:bodies`): the redacted JSON body.
+pub async fn body(
+    State(c): State<Console>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Page {
+    let v = crate::read(tb_api::inspect::redacted_body(
+        State(c.api.clone()),
+        Path(id.clone()),
+    ))
+    .await;
+    let body = match v {
+        Err(e) => html::api_error(&e),
+        Ok(v) => html! {
+            p { a href={ "/ui/receipts/" (id) } { "← Receipt " (id) } }
+            p.muted { (v["bodyBytes"]) " bytes, " (v["contentType"].as_str().unwrap_or("no content type")) ". Values under credential- or contact-named keys are replaced by [redacted]; long strings are cut." }
+            @if v["json"] == true { (html::pre(&serde_json::to_string_pretty(&v["redacted"]).unwrap_or_default())) }
+            @else { p { "This body is not JSON, so it is not shown." } }
+        },
+    };
+    tb_api::audit::record(
+        &c.api,
+        &op.name,
+        "receipt.body_view",
+        id.clone(),
+        axum::http::StatusCode::OK,
+        &Value::Null,
+        Some(&serde_json::json!({"via": "console"})),
+    )
+    .await;
+    html::page(
+        &format!("Body of {id} (redacted)"),
+        "/ui/receipts",
+        &op,
+        body,
+    )
+}

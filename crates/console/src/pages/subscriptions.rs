@@ -1,0 +1,265 @@
+//! Subscriptions: health at a glance (state, receipts per minute and failures over the last hour,
+//! last error), pause / resume after a confirmation; one subscription's binding policy and recent
+//! receipts.
+
+use axum::extract::{Path, Query, State};
+use axum::http::Method;
+use axum::{Extension, Form};
+use maud::{html, Markup};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::html::{self, Page};
+use crate::login::Operator;
+use crate::Console;
+
+fn actions(op: &Operator, id: &str, state: &str) -> Markup {
+    html! {
+        @if op.may_act() {
+            @if state != "paused" {
+                form.inline method="post" action={ "/ui/subscriptions/" (id) "/pause" } {
+                    (html::csrf_field(op))
+                    button type="submit" { "Pause…" }
+                }
+            }
+            @if state != "active" {
+                " "
+                form.inline method="post" action={ "/ui/subscriptions/" (id) "/resume" } {
+                    (html::csrf_field(op))
+                    button type="submit" { "Resume…" }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /ui/subscriptions`.
+pub async fn list(State(c): State<Console>, Extension(op): Extension<Operator>) -> Page {
+    let subs = crate::read(tb_api::inspect::list_subscriptions(State(c.api.clone()))).await;
+    let activity = c.activity().await.ok();
+    let body = match subs {
+        Err(e) => html::api_error(&e),
+        Ok(v) => {
+            let details = &v["stateDetails"];
+            html! {
+                div.scroll { table {
+                    thead { tr {
+                        th scope="col" { "Subscription" } th scope="col" { "Source" } th scope="col" { "Connector" }
+                        th scope="col" { "State" } th scope="col" { "Last hour" } th scope="col" .hide-narrow { "Last error" }
+                        @if op.may_act() { th scope="col" { "Actions" } }
+                    } }
+                    tbody {
+                        @for s in v["subscriptions"].as_array().into_iter().flatten() {
+                            @let id = s["subscriptionId"].as_str().unwrap_or_default();
+                            @let d = &details[id];
+                            @let state = s["state"].as_str().unwrap_or_default();
+                            @let act = activity.as_ref().and_then(|a| a.subscriptions.iter().find(|x| x.subscription_id == id));
+                            tr data-subscription=(id) {
+                                td { a href={ "/ui/subscriptions/" (id) } { (id) } }
+                                td { (s["source"].as_str().unwrap_or_default()) }
+                                td { (d["connector"].as_str().unwrap_or_default()) }
+                                td { (html::state(state)) br; small.muted { "since " (html::time_of(&d["stateSince"])) } }
+                                td {
+                                    @if let Some(a) = act {
+                                        @let label = format!("{} receipts in the last hour, {} of {} attempts failed ({:.0} %)", a.receipts, a.failed_attempts, a.attempts, a.failure_rate * 100.0);
+                                        (html::sparkline(&a.receipts_per_minute, &a.failures_per_minute, &label))
+                                        br; small { (a.receipts) " receipts · " (format!("{:.0}", a.failure_rate * 100.0)) " % failed" }
+                                    }
+                                }
+                                td.hide-narrow { small { (d["lastError"].as_str().unwrap_or("")) } }
+                                @if op.may_act() { td { (actions(&op, id, state)) } }
+                            }
+                        }
+                    }
+                } }
+            }
+        }
+    };
+    html::page(
+        "Subscriptions",
+        "/ui/subscriptions",
+        &op,
+        html::live_region("/ui/subscriptions", body),
+    )
+}
+
+/// `GET /ui/subscriptions/{id}`: state, the binding policy (read-only) and the newest receipts.
+pub async fn show(
+    State(c): State<Console>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+) -> Page {
+    let body = subscription_body(&c, &op, &id, None).await;
+    html::page(
+        &format!("Subscription {id}"),
+        "/ui/subscriptions",
+        &op,
+        html::live_region(
+            &format!("/ui/subscriptions/{}", html::url_encode(&id)),
+            body,
+        ),
+    )
+}
+
+async fn subscription_body(c: &Console, op: &Operator, id: &str, notice: Option<Markup>) -> Markup {
+    let sub = crate::read(tb_api::inspect::get_subscription(
+        State(c.api.clone()),
+        Path(id.to_string()),
+    ))
+    .await;
+    let all = crate::read(tb_api::inspect::list_subscriptions(State(c.api.clone())))
+        .await
+        .unwrap_or(Value::Null);
+    let bindings = crate::outcome(tb_api::bindings::list(State(c.api.clone())).await)
+        .await
+        .body;
+    let receipts = crate::read(tb_api::inspect::list_receipts(
+        State(c.api.clone()),
+        Ok(Query(tb_api::inspect::ListParams {
+            subscription: Some(id.to_string()),
+            limit: Some(20),
+            ..Default::default()
+        })),
+    ))
+    .await;
+    let s = match sub {
+        Err(e) => return html::api_error(&e),
+        Ok(v) => v,
+    };
+    let s = if s["subscription"].is_object() {
+        s["subscription"].clone()
+    } else {
+        s
+    };
+    let d = &all["stateDetails"][id];
+    let state = s["state"].as_str().unwrap_or_default().to_string();
+    html! {
+        @if let Some(n) = notice { (n) }
+        dl.facts {
+            dt { "State" } dd { (html::state(&state)) " since " (html::time_of(&d["stateSince"])) }
+            dt { "Source" } dd { (s["source"].as_str().unwrap_or_default()) }
+            dt { "Connector" } dd { (d["connector"].as_str().unwrap_or_default()) }
+            dt { "Failures since last success" } dd { (d["failuresSinceSuccess"]) " (fails at " (d["failureThreshold"]) ")" }
+            dt { "Last success" } dd { (html::time_of(&d["lastSuccessAt"])) }
+            dt { "Last error" } dd { (d["lastError"].as_str().unwrap_or("—")) }
+            dt { "Retry policy" } dd { (s["retryPolicy"]["maxAttempts"]) " attempts, " (s["retryPolicy"]["backoff"].as_str().unwrap_or("")) }
+            dt { "Secret" } dd { code { (s["secretFingerprint"].as_str().unwrap_or("—")) } " (fingerprint only)" }
+        }
+        p { (actions(op, id, &state)) " " a href={ "/ui/dead-letters?subscription=" (html::url_encode(id)) } { "Dead letters of " (id) } }
+        h2 { "Bindings (the policy: read-only, set in the configuration)" }
+        div.scroll { table {
+            thead { tr { th { "Binding" } th { "Event types" } th { "Filter" } th { "Action" } th { "Target" } th { "State" } } }
+            tbody {
+                @for b in bindings["bindings"].as_array().into_iter().flatten().filter(|b| b["subscriptionId"] == id) {
+                    tr {
+                        td { code { (b["bindingId"].as_str().unwrap_or_default()) } }
+                        td { (b["eventTypes"].as_array().map(|a| a.iter().map(html::json_text).collect::<Vec<_>>().join(", ")).unwrap_or_default()) }
+                        td { code { (if b["filter"].as_object().is_some_and(|o| !o.is_empty()) { b["filter"].to_string() } else { "—".into() }) } }
+                        td { (b["action"].as_str().unwrap_or_default()) }
+                        td {
+                            (b["workflowId"].as_str().unwrap_or("—"))
+                            @if let Some(sig) = b["actionConfig"]["signal"].as_str() { " · signal " code { (sig) } }
+                        }
+                        td { (html::state(b["state"].as_str().unwrap_or_default())) }
+                    }
+                }
+            }
+        } }
+        h2 { "Newest receipts" }
+        @match receipts {
+            Err(e) => (html::api_error(&e)),
+            Ok(r) => (super::receipts::table(&r)),
+        }
+        p { a href={ "/ui/receipts?subscription=" (html::url_encode(id)) } { "All receipts of " (id) } }
+    }
+}
+
+/// The form of pause / resume: empty until confirmed.
+#[derive(Debug, Default, Deserialize)]
+pub struct Confirm {
+    #[serde(default)]
+    confirmed: String,
+}
+
+async fn operate(c: Console, op: Operator, id: String, f: Confirm, pause: bool) -> Page {
+    let verb = if pause { "pause" } else { "resume" };
+    let here = format!("/ui/subscriptions/{}", html::url_encode(&id));
+    if f.confirmed != "yes" {
+        let what = if pause {
+            html! {
+                p { "Pause " strong { (id) } "?" }
+                ul {
+                    li { "Its ingest endpoint answers " code { "409 subscription_not_active" } " to every new webhook until it is resumed: senders see a refusal and retry on their own schedule (some, like GitHub, do not retry)." }
+                    li { "Deliveries already accepted keep being attempted; nothing stored is lost." }
+                    li { "Recorded in the audit log as you." }
+                }
+            }
+        } else {
+            html! {
+                p { "Resume " strong { (id) } "?" }
+                ul {
+                    li { "Its state becomes " (html::state("active")) ": new webhooks are accepted and routed again." }
+                    li { "Dead letters stay dead-lettered until you replay them." }
+                    li { "Recorded in the audit log as you." }
+                }
+            }
+        };
+        let body = html::confirm(
+            &op,
+            &format!("{here}/{verb}"),
+            what,
+            &[],
+            &format!("Yes, {verb} {id}"),
+            &here,
+        );
+        return html::page(
+            &format!("{} {id}", if pause { "Pause" } else { "Resume" }),
+            "/ui/subscriptions",
+            &op,
+            body,
+        );
+    }
+    let route = if pause {
+        "/v1/trigger-subscriptions/{id}/pause"
+    } else {
+        "/v1/trigger-subscriptions/{id}/resume"
+    };
+    let answer = if pause {
+        tb_api::inspect::pause_subscription(State(c.api.clone()), Path(id.clone())).await
+    } else {
+        tb_api::inspect::resume_subscription(State(c.api.clone()), Path(id.clone())).await
+    };
+    let out = crate::act(&c, &op, Method::POST, route, &id, answer).await;
+    let notice = if out.ok() {
+        html! { p.ok role="status" { (id) " is now " (out.body["subscription"]["state"].as_str().or(out.body["state"].as_str()).unwrap_or(if pause { "paused" } else { "active" })) "." } }
+    } else {
+        html! { p.error role="alert" { (out.error_text()) } }
+    };
+    let body = subscription_body(&c, &op, &id, Some(notice)).await;
+    html::page(
+        &format!("Subscription {id}"),
+        "/ui/subscriptions",
+        &op,
+        html::live_region(&here, body),
+    )
+}
+
+/// `POST /ui/subscriptions/{id}/pause`: the confirmation, then the pause.
+pub async fn pause(
+    State(c): State<Console>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+    Form(f): Form<Confirm>,
+) -> Page {
+    operate(c, op, id, f, true).await
+}
+
+/// `POST /ui/subscriptions/{id}/resume`: the confirmation, then the resume.
+pub async fn resume(
+    State(c): State<Console>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+    Form(f): Form<Confirm>,
+) -> Page {
+    operate(c, op, id, f, false).await
+}
