@@ -33,7 +33,7 @@
   document.addEventListener("click", function (e) {
     var b = e.target.closest("[data-copy]");
     if (!b || !navigator.clipboard) return;
-    navigator.clipboard.writeText(b.getAttribute("data-copy")).then(function () { b.textContent = "✓"; setTimeout(function () { b.textContent = "⧉"; }, 1200); });
+    navigator.clipboard.writeText(b.getAttribute("data-copy")).then(function () { b.textContent = "copied"; setTimeout(function () { b.textContent = "copy"; }, 1200); });
   });
   document.addEventListener("change", function (e) {
     var all = e.target.closest("[data-select-all]");

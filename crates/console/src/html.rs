@@ -48,8 +48,11 @@ fn head(title: &str) -> Markup {
         head {
             meta charset="utf-8";
             meta name="viewport" content="width=device-width, initial-scale=1";
+            // htmx would add an inline <style>, which the content security policy refuses.
+            meta name="htmx-config" content=r#"{"includeIndicatorStyles":false}"#;
             title { (title) " · trigger-bridge" }
             link rel="stylesheet" href="/ui/assets/console.css";
+            link rel="icon" href="data:,";
             script src="/ui/assets/htmx.min.js" defer {}
             script src="/ui/assets/console.js" defer {}
         }
@@ -132,7 +135,7 @@ pub fn id(value: &str, href: Option<&str>) -> Markup {
     html! {
         span.id {
             @if let Some(h) = href { a href=(h) { code { (value) } } } @else { code { (value) } }
-            button.copy type="button" data-copy=(value) aria-label={ "Copy " (value) } title="Copy" { "⧉" }
+            button.copy type="button" data-copy=(value) aria-label={ "Copy " (value) } title="Copy to the clipboard" { "copy" }
         }
     }
 }

@@ -34,12 +34,15 @@ pub struct Console {
     /// The API's state: the console reads and acts through the API's handlers with it.
     pub api: AppState,
     hub: live::Hub,
-    activity:
-        Arc<tokio::sync::Mutex<Option<(std::time::Instant, Arc<tb_api::activity::Activity>)>>>,
+    activity: Arc<tokio::sync::Mutex<Option<CachedActivity>>>,
 }
 
-/// How long the overview's activity is reused by every viewer of this replica.
-const ACTIVITY_CACHE: std::time::Duration = std::time::Duration::from_secs(2);
+/// The activity as last read: when, at which change of the live feed, and what.
+type CachedActivity = (std::time::Instant, u64, Arc<tb_api::activity::Activity>);
+
+/// How long the overview's activity is reused by every viewer of this replica while the live feed
+/// reports no change (a change makes the next viewer read it again, once for all).
+const ACTIVITY_CACHE: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl Console {
     /// The console over the API's state; starts the live feed.
@@ -52,16 +55,18 @@ impl Console {
         }
     }
 
-    /// The last hour's activity, shared by every viewer for [`ACTIVITY_CACHE`].
+    /// The last hour's activity, shared by every viewer until the live feed reports a change or
+    /// [`ACTIVITY_CACHE`] passes; read once per change however many pages are open.
     pub(crate) async fn activity(&self) -> Result<Arc<tb_api::activity::Activity>, ApiError> {
         let mut slot = self.activity.lock().await;
-        if let Some((at, a)) = slot.as_ref() {
-            if at.elapsed() < ACTIVITY_CACHE {
+        let change = self.hub.current();
+        if let Some((at, seen, a)) = slot.as_ref() {
+            if *seen == change && at.elapsed() < ACTIVITY_CACHE {
                 return Ok(a.clone());
             }
         }
         let a = Arc::new(tb_api::activity::load(&self.api, Some(60)).await?);
-        *slot = Some((std::time::Instant::now(), a.clone()));
+        *slot = Some((std::time::Instant::now(), change, a.clone()));
         Ok(a)
     }
 }

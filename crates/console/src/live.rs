@@ -35,6 +35,11 @@ pub struct Hub {
 }
 
 impl Hub {
+    /// The feed's counter now (bumped once per coalesced change).
+    pub fn current(&self) -> u64 {
+        *self.rx.borrow()
+    }
+
     /// Starts the feed over `engine`'s change sources.
     pub fn start(engine: Arc<tb_engine::Engine>) -> Hub {
         let (tx, rx) = watch::channel(0u64);

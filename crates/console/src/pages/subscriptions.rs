@@ -63,7 +63,7 @@ pub async fn list(State(c): State<Console>, Extension(op): Extension<Operator>) 
                                     @if let Some(a) = act {
                                         @let label = format!("{} receipts in the last hour, {} of {} attempts failed ({:.0} %)", a.receipts, a.failed_attempts, a.attempts, a.failure_rate * 100.0);
                                         (html::sparkline(&a.receipts_per_minute, &a.failures_per_minute, &label))
-                                        br; small { (a.receipts) " receipts · " (format!("{:.0}", a.failure_rate * 100.0)) " % failed" }
+                                        br; small { (a.receipts) @if a.receipts == 1 { " receipt · " } @else { " receipts · " } (format!("{:.0}", a.failure_rate * 100.0)) " % failed" }
                                     }
                                 }
                                 td.hide-narrow { small { (d["lastError"].as_str().unwrap_or("")) } }
