@@ -46,6 +46,16 @@
     setInterval(countdowns, 1000);
     live();
     document.body.addEventListener("htmx:afterSwap", function () { localize(document); countdowns(); });
+    // A live refresh must not throw away what the viewer is doing: while a row is selected, or a
+    // control inside the live region has the focus, the region keeps its content (the next change
+    // after that refreshes it).
+    document.body.addEventListener("htmx:beforeRequest", function (e) {
+      var el = e.detail.elt;
+      if (el.id !== "live") return;
+      var busy = el.querySelector("input[name=ids]:checked") ||
+        (el.contains(document.activeElement) && document.activeElement.matches("input, select, textarea"));
+      if (busy) e.preventDefault();
+    });
     document.body.addEventListener("htmx:configRequest", function (e) {
       e.detail.headers["X-CSRF-Token"] = document.body.getAttribute("data-csrf") || "";
     });

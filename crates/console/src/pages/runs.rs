@@ -196,7 +196,7 @@ async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
                                     @if state == "armed" { " · " span data-deadline=(d) { (d) } }
                                 } @else { span.muted { "none" } }
                             }
-                            td { code { (html::json_text(&w["winner"])) } }
+                            td { (winner(&w["winner"])) }
                         }
                     }
                 }
@@ -234,6 +234,20 @@ async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
                 }
             }
         }
+    }
+}
+
+/// A wait's winner without its data (signal data is content: never shown by default): its kind, and
+/// the signal's name and id, the turn, or the deadline.
+fn winner(w: &Value) -> Markup {
+    if w.is_null() {
+        return html! { span.muted { "—" } };
+    }
+    html! {
+        (w["kind"].as_str().unwrap_or_default())
+        @if let Some(n) = w["signal"]["name"].as_str() { " " code { (n) } " " small.muted { (w["signal"]["signalId"].as_str().unwrap_or_default()) } }
+        @if let Some(t) = w["turnId"].as_str() { " " code { (t) } }
+        @if let Some(d) = w["deadline"].as_str() { " at " (html::time(Some(d))) }
     }
 }
 
