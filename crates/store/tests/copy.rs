@@ -199,6 +199,27 @@ async fn fill(dir: &Path) -> Filled {
         .service_heartbeat("svc", "2026-12-01T00:00:00Z", "sha256:00", false, 1_001)
         .await
         .unwrap());
+    // Audit entries and a console login (issue #13).
+    for i in 0..3 {
+        let e = tb_core::audit::NewEntry {
+            at: 1_000 + i,
+            actor: "ops".into(),
+            action: "subscription.pause".into(),
+            target: "gh".into(),
+            outcome: "ok".into(),
+            detail: "{}".into(),
+        };
+        s.append_audit(e).await.unwrap();
+    }
+    s.create_console_login(trigger_bridge_store::ConsoleLogin {
+        token_sha256: "ab".repeat(32),
+        key_name: "ops".into(),
+        csrf: "cd".repeat(16),
+        created_at: 1_000,
+        expires_at: i64::MAX / 2,
+    })
+    .await
+    .unwrap();
     let mut first = None;
     for i in 0..ROUTED + UNMATCHED {
         let r = receipt(i, i < ROUTED);
@@ -441,6 +462,35 @@ async fn a_filled_store_is_copied_whole_and_the_copy_works() {
     assert_eq!(count("webhooks"), 1);
     assert_eq!(count("capabilities"), 1);
     assert_eq!(count("binding_revocations"), 1);
+    assert_eq!(count("audit_log"), 3);
+    assert_eq!(count("audit_head"), 1);
+    // The audit chain survives the copy: the target's head is the source's, and appends go on from it.
+    let mut v = tb_core::audit::Verifier::default();
+    for e in target
+        .audit_entries(trigger_bridge_store::AuditQuery {
+            after_seq: Some(0),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+    {
+        v.feed(&e).unwrap();
+    }
+    let (head_seq, head_hash) = target.audit_head().await.unwrap();
+    assert_eq!(v.finish(head_seq, &head_hash), Ok(3));
+    let next = target
+        .append_audit(tb_core::audit::NewEntry {
+            at: 2_000,
+            actor: "ops".into(),
+            action: "subscription.resume".into(),
+            target: "gh".into(),
+            outcome: "ok".into(),
+            detail: "{}".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!((next.seq, next.prev_hash), (4, head_hash));
     assert_eq!(
         report.rows(),
         report.tables.iter().map(|t| t.source).sum::<u64>()

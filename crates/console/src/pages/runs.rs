@@ -207,13 +207,19 @@ async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
         @if signals["signals"].as_array().is_none_or(|s| s.is_empty()) { p.muted { "No signals." } }
         @else {
             table {
-                thead { tr { th { "#" } th { "Name" } th { "State" } th { "Signal id" } th { "Consumed by" } th { "Settled" } } }
+                thead { tr { th { "#" } th { "Name" } th { "State" } th { "Raised by" } th { "Signal id" } th { "Consumed by" } th { "Settled" } } }
                 tbody {
                     @for s in signals["signals"].as_array().into_iter().flatten() {
                         tr {
                             td { (s["seq"]) }
                             td { code { (s["signal"]["name"].as_str().unwrap_or_default()) } }
                             td { (html::state(s["state"].as_str().unwrap_or_default())) }
+                            td {
+                                @let src = &s["signal"]["source"];
+                                (src["kind"].as_str().unwrap_or_default())
+                                @if let Some(rc) = src["receiptId"].as_str() { " " a href={ "/ui/receipts/" (rc) } { "receipt" } }
+                                @if let Some(a) = src["actorId"].as_str() { " " (a) }
+                            }
                             td { code { (s["signal"]["signalId"].as_str().unwrap_or_default()) } }
                             td { code { (s["consumedBy"].as_str().unwrap_or("")) } }
                             td { (html::time_of(&s["settledAt"])) }

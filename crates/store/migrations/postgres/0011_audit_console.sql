@@ -15,7 +15,7 @@ CREATE TABLE audit_log (
 );
 CREATE INDEX audit_log_at ON audit_log (at);
 CREATE TABLE audit_head (
-    id   SMALLINT PRIMARY KEY CHECK (id = 1),
+    id   BIGINT PRIMARY KEY CHECK (id = 1),
     seq  BIGINT NOT NULL,
     hash TEXT NOT NULL
 );
