@@ -227,7 +227,7 @@ test("a subscription goes failed after a failing worker, live", async () => {
   // No reload: the live region re-reads itself when the attempts commit.
   await row.locator(".badge", { hasText: "failed" }).waitFor({ timeout: WAIT });
   assert.match(await row.textContent(), /http_500/);
-  await row.getByText("1 receipt · 100 % failed").waitFor({ timeout: WAIT }); // the sparkline's counts
+  await row.getByText("1 receipt · 2 of 2 attempts failed").waitFor({ timeout: WAIT }); // the sparkline's counts
   await shot(page, "subscriptions");
   await context.close();
 });
@@ -289,7 +289,7 @@ test("bulk replay of dead letters after the confirmation shows the new attempts"
   await page.goto(`/ui/receipts/${d.delivery.receiptId}`);
   const rows = page.locator(`section[id="${id}"] tbody tr`);
   assert.equal(await rows.count(), 3, "three attempts shown");
-  assert.match(await page.locator(`section[id="${id}"]`).textContent(), /1 replays/);
+  assert.match(await page.locator(`section[id="${id}"]`).textContent(), /3 attempts, 1 replay\b/);
   await context.close();
 });
 
@@ -325,6 +325,13 @@ test("raise a signal and see the wait resolve live", async () => {
   assert.match(await wait.textContent(), /signal ci\.done sig_/);
   assert.doesNotMatch(await wait.textContent(), /conclusion/, "signal data is not shown");
   await shot(page, "run-wait-resolved");
+  // The outcome stays through live refreshes, and a reload reads the page: it never raises again.
+  await other.waitForTimeout(1500); // longer than the live feed's coalescing, so a refresh has happened
+  assert.match(await other.getByRole("status").textContent(), /Signal ci\.done raised/);
+  assert.match(other.url(), new RegExp(`/ui/runs/${runId}$`));
+  await other.reload();
+  await other.getByRole("heading", { name: "Mailbox" }).waitFor();
+  assert.equal(await other.locator("h2:has-text('Mailbox') + p + table tbody tr").count(), 1, "one signal, not two");
   await context.close();
 });
 

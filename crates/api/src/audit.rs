@@ -51,6 +51,8 @@ pub fn action_of(method: &Method, path: &str) -> Option<&'static str> {
         ("POST", "/v1/schedules/{id}/resume") => "schedule.resume",
         ("POST", "/v1/bindings/{id}/revoke") => "binding.revoke",
         ("POST", "/v1/bindings/{id}/restore") => "binding.restore",
+        // Not mutating, but reading a body is an operator action worth a record.
+        ("GET", "/v1/receipts/{id}/redacted-body") => "receipt.body_view",
         _ => return None,
     })
 }
@@ -64,7 +66,7 @@ pub const NOT_AUDITED: &[(&str, &str)] = &[
 ];
 
 /// Largest answer the audit layer reads to find the outcome and the new record's id, in bytes; a
-/// larger one is passed on untouched and recorded with its status only.
+/// larger one (or one of unknown size) is passed on untouched and recorded with its status only.
 const MAX_READ: usize = 64 * 1024;
 
 /// The outcome of an answer: `ok` for 2xx, else the envelope's `error` code (or `http_<status>`).
@@ -151,15 +153,45 @@ pub async fn layer(
     let res = next.run(Request::from_parts(parts, body)).await;
     let (parts, body) = res.into_parts();
     let status = parts.status;
+    // A repeated `Idempotency-Key` answered from the record did nothing new: say so.
+    let replayed = parts.headers.contains_key("openwop-idempotent-replay");
+    let extra = replayed.then(|| serde_json::json!({"idempotentReplay": true}));
+    // Only an answer known to be small is read (to find the outcome and a new record's id); any
+    // other passes through untouched and is recorded with its status.
+    let small = http_body::Body::size_hint(&body)
+        .upper()
+        .is_some_and(|n| n <= MAX_READ as u64);
+    if !small {
+        record(
+            &st,
+            &actor,
+            action,
+            target,
+            status,
+            &Value::Null,
+            extra.as_ref(),
+        )
+        .await;
+        return Response::from_parts(parts, body);
+    }
     match axum::body::to_bytes(body, MAX_READ).await {
         Ok(bytes) => {
             let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            record(&st, &actor, action, target, status, &v, None).await;
+            record(&st, &actor, action, target, status, &v, extra.as_ref()).await;
             Response::from_parts(parts, axum::body::Body::from(bytes))
         }
-        Err(_) => {
-            record(&st, &actor, action, target, status, &Value::Null, None).await;
-            // The body could not be read whole (over MAX_READ): the client gets the status alone.
+        Err(e) => {
+            record(
+                &st,
+                &actor,
+                action,
+                target,
+                status,
+                &Value::Null,
+                extra.as_ref(),
+            )
+            .await;
+            tracing::error!(error = %e, "an answer's body failed while the audit layer read it");
             Response::from_parts(parts, axum::body::Body::empty())
         }
     }
@@ -305,7 +337,8 @@ const VERIFY_PAGE: u32 = 1000;
 /// (memory: one page), so appends made during the check do not count against it.
 pub async fn verify_chain(st: &AppState) -> Result<Verification, ApiError> {
     let store = &st.engine.store;
-    let (head_seq, head_hash) = store.audit_head().await?;
+    let head = store.audit_head().await?;
+    let (head_seq, head_hash) = (head.seq, head.hash.clone());
     let mut v = Verifier::default();
     let fail = |v: &Verifier, b: tb_core::audit::Break| Verification {
         ok: false,
@@ -334,7 +367,19 @@ pub async fn verify_chain(st: &AppState) -> Result<Verification, ApiError> {
             }
         }
     }
-    match v.finish(head_seq, &head_hash) {
+    // Rows past the head are judged by a second snapshot taken now: appends made during the check
+    // moved the head with them, so only rows added by hand lie past it.
+    let now = store.audit_head().await?;
+    if now.max_seq > now.seq {
+        return Ok(fail(
+            &v,
+            tb_core::audit::Break::BeyondHead {
+                head_seq: now.seq,
+                max_seq: now.max_seq,
+            },
+        ));
+    }
+    match v.finish(head_seq, &head_hash, head_seq) {
         Ok(checked) => Ok(Verification {
             ok: true,
             checked,

@@ -18,7 +18,9 @@ use crate::{wire, AppState};
 /// page), `state`, `subscription`, `from` / `to` (RFC 3339: created in that time range, both
 /// inclusive), on receipts `providerEventId` (the sender's delivery id, e.g. `X-GitHub-Delivery`), on
 /// runs `workflow`.
+/// A parameter that does not apply to the list (or an unknown one) is 400, never ignored.
 #[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 pub struct ListParams {
     pub limit: Option<u32>,
     pub before: Option<String>,
@@ -54,6 +56,30 @@ impl ListParams {
         valid: impl Fn(&str) -> bool,
         hint: &str,
     ) -> Result<ListQuery, ApiError> {
+        use tb_core::ids::IdKind;
+        let misplaced: &[(&str, bool)] = match kind {
+            IdKind::Receipt => &[
+                ("status", self.status.is_some()),
+                ("workflow", self.workflow.is_some()),
+            ],
+            IdKind::Delivery => &[
+                ("status", self.status.is_some()),
+                ("workflow", self.workflow.is_some()),
+                ("providerEventId", self.provider_event_id.is_some()),
+            ],
+            _ => &[
+                ("state", self.state.is_some()),
+                ("providerEventId", self.provider_event_id.is_some()),
+            ],
+        };
+        if let Some((name, _)) = misplaced.iter().find(|(_, set)| *set) {
+            return Err(ApiError::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "{name} does not apply to this list; see docs/http-api.md for its parameters"
+                ),
+            ));
+        }
         if filter.as_deref().is_some_and(|f| !valid(f)) {
             return Err(ApiError::new(ErrorCode::ValidationError, hint));
         }

@@ -94,12 +94,12 @@ impl Routes {
                 (self.state.clone(), path),
                 idempotency::layer,
             ));
-            if let Some(action) = audit::action_of(&method, path) {
-                mr = mr.route_layer(axum::middleware::from_fn_with_state(
-                    (self.state.clone(), action),
-                    audit::layer,
-                ));
-            }
+        }
+        if let Some(action) = audit::action_of(&method, path) {
+            mr = mr.route_layer(axum::middleware::from_fn_with_state(
+                (self.state.clone(), action),
+                audit::layer,
+            ));
         }
         mr = mr.route_layer(axum::middleware::from_fn_with_state(
             (self.state.clone(), scope),

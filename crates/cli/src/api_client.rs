@@ -10,7 +10,8 @@ use reqwest::Method;
 use serde_json::Value;
 /// Printed with connection errors.
 pub const SERVE_HINT: &str =
-    "is the server running? (trigger-bridge serve --config examples/quickstart.toml)";
+    "is the server running? (trigger-bridge serve --config examples/quickstart.toml); \
+     a server elsewhere: --server URL or TRIGGER_BRIDGE_SERVER";
 
 // Options shared by the client commands (plain comments on these types: a doc comment would replace
 // the help text main.rs gives the subcommand).

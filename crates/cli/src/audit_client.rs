@@ -32,8 +32,9 @@ pub enum AuditCmd {
         /// How many (1..=500)
         #[arg(long, default_value_t = 50)]
         limit: u32,
-        /// Check the chain of every entry (hash, link, no gap, ends at the recorded head)
-        #[arg(long)]
+        /// Check the chain of every entry (hash, link, no gap, ends at the recorded head); it checks
+        /// the whole log, so it takes no filter
+        #[arg(long, conflicts_with_all = ["actor", "action", "target", "before"])]
         verify: bool,
     },
 }

@@ -414,6 +414,7 @@ fn print_banner(engine: &Engine, addr: SocketAddr, store: &str, role: Role, repl
         println!("ingest and the API are served by the api replicas (this one: /health, /ready, /metrics)");
         return;
     }
+    println!("console: http://{addr}/ui");
     println!("ingest URLs:");
     let catalog = engine.catalog();
     let w = catalog

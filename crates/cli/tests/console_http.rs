@@ -304,6 +304,41 @@ fn login_scopes_csrf_confirmation_and_a_verified_audit_log() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("audit log verified: 6 entries"), "{out}");
 
+    // An unknown record is a 404 page, and an unknown run's page offers no form.
+    let (ops2, _) = b.login(OPS_KEY);
+    let r = b.get_raw("/ui/runs/run_00000000000000000000000000000000", Some(&ops2));
+    assert_eq!(r.status().as_u16(), 404);
+    assert!(!r.text().unwrap().contains("Raise…"));
+    let r = b.get_raw(
+        "/ui/receipts/rcpt_00000000000000000000000000000000",
+        Some(&ops2),
+    );
+    assert_eq!(r.status().as_u16(), 404);
+    // A crafted id cannot climb out of its path segment in a form's action.
+    let r = b.get_raw(
+        "/ui/runs/run_x%2F..%2F..%2Fsubscriptions%2Fgithub%2Fpause%3F",
+        Some(&ops2),
+    );
+    let page = r.text().unwrap();
+    assert!(!page.contains("action=\"/ui/runs/run_x/"), "{page}");
+
+    // The same key name with another key (a rotation) ends the old key's logins.
+    let cfg = std::fs::read_to_string(&s.config).unwrap();
+    let rotated = cfg.replace(
+        &hex::encode(Sha256::digest(OPS_KEY.as_bytes())),
+        &hex::encode(Sha256::digest(b"ops-key-rotated-000")),
+    );
+    std::fs::write(&s.config, rotated).unwrap();
+    let mut s = s;
+    s.kill9();
+    s.restart();
+    let b = browser(&s.base);
+    let r = b.get_raw("/ui", Some(&ops2));
+    assert_eq!(r.status().as_u16(), 303, "a rotated key's login is over");
+    std::fs::write(&s.config, cfg).unwrap();
+    s.kill9();
+    s.restart();
+
     // Someone with the database file edits an entry by hand (dropping the guard first).
     let db = rusqlite::Connection::open(data.join("trigger-bridge.db")).unwrap();
     let refused = db.execute(

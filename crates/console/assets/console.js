@@ -41,6 +41,9 @@
     document.querySelectorAll("input[name=ids]").forEach(function (c) { c.checked = all.checked; });
   });
   document.addEventListener("DOMContentLoaded", function () {
+    // The page an action answered: show its own address, so a reload reads it instead of acting again.
+    var back = document.body.getAttribute("data-replace-url");
+    if (back && window.history && history.replaceState) history.replaceState(null, "", back);
     localize(document);
     countdowns();
     setInterval(countdowns, 1000);

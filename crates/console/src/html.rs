@@ -9,12 +9,25 @@ use serde_json::Value;
 
 use crate::login::Operator;
 
-/// A rendered page.
-pub struct Page(pub Markup);
+/// A rendered page and its status (200 unless set: a missing record is 404, a refused form 400).
+pub struct Page(pub Markup, pub StatusCode);
+
+impl Page {
+    /// The same page answered with `status`.
+    pub fn status(mut self, status: StatusCode) -> Page {
+        self.1 = status;
+        self
+    }
+}
+
+/// The status an API error is answered with.
+pub fn status_of(e: &tb_api::error::ApiError) -> StatusCode {
+    StatusCode::from_u16(e.0.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
 
 impl IntoResponse for Page {
     fn into_response(self) -> Response {
-        let mut r = Html(self.0.into_string()).into_response();
+        let mut r = (self.1, Html(self.0.into_string())).into_response();
         let h = r.headers_mut();
         h.insert(
             "content-security-policy",
@@ -62,44 +75,62 @@ fn head(title: &str) -> Markup {
 /// A whole page: navigation (the current entry marked), the viewer and logout, and `body`, whose
 /// `#live` region re-reads itself on every change (see [`live_region`]).
 pub fn page(title: &str, current: &str, op: &Operator, body: Markup) -> Page {
-    Page(html! {
-        (DOCTYPE)
-        html lang="en" {
-            (head(title))
-            body data-csrf=(op.csrf) {
-                a.skip href="#main" { "Skip to content" }
-                header.top {
-                    a.brand href="/ui" { "trigger-bridge" }
-                    nav aria-label="Console" {
-                        ul {
-                            @for (path, label) in NAV {
-                                li {
-                                    @if *path == current {
-                                        a href=(path) aria-current="page" { (label) }
-                                    } @else {
-                                        a href=(path) { (label) }
+    page_after(title, current, op, None, None, body)
+}
+
+/// The page an action answers with: `notice` (the outcome) above the body, outside the live region
+/// so a refresh keeps it, and `url` (the page's own address) put in the address bar by the script,
+/// so a reload reads the page instead of repeating the action.
+pub fn page_after(
+    title: &str,
+    current: &str,
+    op: &Operator,
+    notice: Option<Markup>,
+    url: Option<&str>,
+    body: Markup,
+) -> Page {
+    Page(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                (head(title))
+                body data-csrf=(op.csrf) data-replace-url=[url] {
+                    a.skip href="#main" { "Skip to content" }
+                    header.top {
+                        a.brand href="/ui" { "trigger-bridge" }
+                        nav aria-label="Console" {
+                            ul {
+                                @for (path, label) in NAV {
+                                    li {
+                                        @if *path == current {
+                                            a href=(path) aria-current="page" { (label) }
+                                        } @else {
+                                            a href=(path) { (label) }
+                                        }
                                     }
                                 }
                             }
                         }
-                    }
-                    div.who {
-                        span #live-state .live-off title="live updates" { "live" }
-                        " "
-                        span { (op.name) @if !op.may_act() { " (read-only)" } }
-                        form method="post" action="/ui/logout" {
-                            (csrf_field(op))
-                            button.link type="submit" { "Log out" }
+                        div.who {
+                            span #live-state .live-off title="live updates" { "live" }
+                            " "
+                            span { (op.name) @if !op.may_act() { " (read-only)" } }
+                            form method="post" action="/ui/logout" {
+                                (csrf_field(op))
+                                button.link type="submit" { "Log out" }
+                            }
                         }
                     }
-                }
-                main #main tabindex="-1" {
-                    h1 { (title) }
-                    (body)
+                    main #main tabindex="-1" {
+                        h1 { (title) }
+                        @if let Some(n) = notice { div #notice { (n) } }
+                        (body)
+                    }
                 }
             }
-        }
-    })
+        },
+        StatusCode::OK,
+    )
 }
 
 /// A region that re-reads itself from `url` (the page's own URL) when the live feed says something
@@ -153,7 +184,7 @@ pub fn state(s: &str) -> Markup {
         "dead-lettered" | "dead_lettered" | "rejected" | "down" | "cancelled" => "bad",
         _ => "neutral",
     };
-    html! { span class={ "badge " (class) } { (s.replace('_', "-")) } }
+    html! { span class={ "badge " (class) } { (s) } }
 }
 
 /// A sparkline of per-minute counts (oldest first) with failures drawn over it; the numbers are in
@@ -191,6 +222,24 @@ pub fn sparkline(counts: &[u64], failures: &[u64], label: &str) -> Markup {
     }
 }
 
+/// Percent-encodes one path segment (an id placed in a link or a form's action): everything but the
+/// unreserved characters, `/` included, so an id can never change the path it is put in.
+pub fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    if out == "." || out == ".." {
+        out = out.replace('.', "%2E");
+    }
+    out
+}
+
 /// Percent-encodes a query value.
 pub fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -216,42 +265,50 @@ pub fn json_text(v: &Value) -> String {
 
 /// An error page of its own (no navigation: the viewer may not be logged in).
 pub fn error_page(status: StatusCode, code: &str, message: &str) -> Page {
-    Page(html! {
-        (DOCTYPE)
-        html lang="en" {
-            (head("Error"))
-            body {
-                main #main .narrow {
-                    h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
-                    p.error role="alert" { code { (code) } ": " (message) }
-                    p { a href="/ui" { "Back to the console" } }
+    let page = Page(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                (head("Error"))
+                body {
+                    main #main .narrow {
+                        h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
+                        p.error role="alert" { code { (code) } ": " (message) }
+                        p { a href="/ui" { "Back to the console" } }
+                    }
                 }
             }
-        }
-    })
+        },
+        status,
+    );
+    page
 }
 
 /// The login form.
 pub fn login_page(next: &str, error: Option<&str>) -> Page {
-    Page(html! {
-        (DOCTYPE)
-        html lang="en" {
-            (head("Log in"))
-            body {
-                main #main .narrow {
-                    h1 { "trigger-bridge console" }
-                    p { "Log in with an API key of this server (one with the scope " code { "operator:read" } ", or " code { "*" } ")." }
-                    @if let Some(e) = error { p.error role="alert" { (e) } }
-                    form method="post" action="/ui/login" {
-                        input type="hidden" name="next" value=(next);
-                        label for="key" { "API key" }
-                        input #key type="password" name="key" autocomplete="current-password" required autofocus;
-                        button type="submit" { "Log in" }
+    let page = Page(
+        html! {
+            (DOCTYPE)
+            html lang="en" {
+                (head("Log in"))
+                body {
+                    main #main .narrow {
+                        h1 { "trigger-bridge console" }
+                        p { "Log in with an API key of this server (one with the scope " code { "operator:read" } ", or " code { "*" } ")." }
+                        @if let Some(e) = error { p.error role="alert" { (e) } }
+                        form method="post" action="/ui/login" {
+                            input type="hidden" name="next" value=(next);
+                            label for="key" { "API key" }
+                            input #key type="password" name="key" autocomplete="current-password" required autofocus;
+                            button type="submit" { "Log in" }
+                        }
                     }
                 }
             }
-        }
-    })
+        },
+        StatusCode::OK,
+    );
+    page
 }
 
 /// An API error shown inside a page.

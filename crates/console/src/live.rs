@@ -87,7 +87,9 @@ async fn feed(engine: Arc<tb_engine::Engine>, tx: watch::Sender<u64>) {
         if tx.is_closed() {
             return;
         }
-        tokio::time::sleep(COALESCE).await;
+        if !engine.is_closing() {
+            tokio::time::sleep(COALESCE).await;
+        }
         tx.send_modify(|n| *n += 1);
     }
 }
@@ -100,13 +102,20 @@ pub async fn events(State(c): State<Console>) -> Response {
     };
     let mut rx = c.hub.rx.clone();
     rx.mark_unchanged();
-    let stream = futures_util::stream::unfold((rx, slot), |(mut rx, slot)| async move {
-        rx.changed().await.ok()?;
-        let n = *rx.borrow_and_update();
-        let ev: Result<Event, Infallible> =
-            Ok(Event::default().event("change").data(n.to_string()));
-        Some((ev, (rx, slot)))
-    });
+    let engine = c.api.engine.clone();
+    // On shutdown the stream ends (the feed wakes on the engine's close), so an open page neither
+    // holds the server's shutdown for its grace period nor shows "live" against a closed server.
+    let stream =
+        futures_util::stream::unfold((rx, slot, engine), |(mut rx, slot, engine)| async move {
+            rx.changed().await.ok()?;
+            if engine.is_closing() {
+                return None;
+            }
+            let n = *rx.borrow_and_update();
+            let ev: Result<Event, Infallible> =
+                Ok(Event::default().event("change").data(n.to_string()));
+            Some((ev, (rx, slot, engine)))
+        });
     Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()

@@ -109,16 +109,27 @@ fn set_cookie(token: &str, max_age_s: i64, secure: bool) -> String {
     )
 }
 
-/// The scopes of the key named `name` now; `None` when no such key is configured (any more).
-fn scopes_of(c: &Console, name: &str) -> Option<Vec<String>> {
+/// The digest an open console's `anonymous` login records (there is no key).
+const NO_KEY: &str = "-";
+
+/// The scopes now of the key named `name` whose digest is `sha256_hex`; `None` when no such key is
+/// configured any more: removed, or rotated (the same name, another key).
+fn scopes_of(c: &Console, name: &str, sha256_hex: &str) -> Option<Vec<String>> {
     if c.api.keys.0.is_empty() {
-        return (name == "anonymous").then(|| vec!["*".to_string()]);
+        return (name == "anonymous" && sha256_hex == NO_KEY).then(|| vec!["*".to_string()]);
     }
     c.api
         .keys
         .0
         .iter()
-        .find(|k| k.name == name)
+        .find(|k| {
+            k.name == name
+                && bool::from(
+                    hex::encode(k.sha256)
+                        .as_bytes()
+                        .ct_eq(sha256_hex.as_bytes()),
+                )
+        })
         .map(|k| k.scopes.clone())
 }
 
@@ -133,7 +144,7 @@ async fn operator(c: &Console, headers: &HeaderMap) -> Option<Operator> {
         .console_login(&hash, tb_engine::clock::now_ms())
         .await
         .ok()??;
-    let scopes = scopes_of(c, &login.key_name)?;
+    let scopes = scopes_of(c, &login.key_name, &login.key_sha256)?;
     Some(Operator {
         name: login.key_name,
         scopes,
@@ -142,13 +153,19 @@ async fn operator(c: &Console, headers: &HeaderMap) -> Option<Operator> {
     })
 }
 
-/// Stores a new login for the key `name`; returns the cookie's token and the operator.
-async fn new_login(c: &Console, name: &str) -> Result<(String, Operator), tb_store::StoreError> {
+/// Stores a new login for the key `name` with digest `key_sha256` (hex; [`NO_KEY`] on an open
+/// console); returns the cookie's token and the operator.
+async fn new_login(
+    c: &Console,
+    name: &str,
+    key_sha256: &str,
+) -> Result<(String, Operator), tb_store::StoreError> {
     let token = random_hex(32);
     let now = tb_engine::clock::now_ms();
     let login = ConsoleLogin {
         token_sha256: sha_hex(&token),
         key_name: name.to_string(),
+        key_sha256: key_sha256.to_string(),
         csrf: random_hex(16),
         created_at: now,
         expires_at: now + LOGIN_TTL_MS,
@@ -158,7 +175,7 @@ async fn new_login(c: &Console, name: &str) -> Result<(String, Operator), tb_sto
         .store
         .create_console_login(login.clone())
         .await?;
-    let scopes = scopes_of(c, name).unwrap_or_default();
+    let scopes = scopes_of(c, name, key_sha256).unwrap_or_default();
     Ok((
         token,
         Operator {
@@ -196,23 +213,25 @@ pub async fn guard(State((c, need)): State<(Console, Need)>, req: Request, next:
     let mut fresh_cookie = None;
     let op = match operator(&c, req.headers()).await {
         Some(op) => op,
-        None if c.api.keys.0.is_empty() && !post => match new_login(&c, "anonymous").await {
-            Ok((token, op)) => {
-                fresh_cookie = Some(set_cookie(
-                    &token,
-                    LOGIN_TTL_MS / 1000,
-                    behind_tls(req.headers()),
-                ));
-                op
+        None if c.api.keys.0.is_empty() && !post => {
+            match new_login(&c, "anonymous", NO_KEY).await {
+                Ok((token, op)) => {
+                    fresh_cookie = Some(set_cookie(
+                        &token,
+                        LOGIN_TTL_MS / 1000,
+                        behind_tls(req.headers()),
+                    ));
+                    op
+                }
+                Err(e) => {
+                    return refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "unavailable",
+                        &e.to_string(),
+                    )
+                }
             }
-            Err(e) => {
-                return refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "unavailable",
-                    &e.to_string(),
-                )
-            }
-        },
+        }
         None if post => {
             return refuse(
                 StatusCode::FORBIDDEN,
@@ -309,14 +328,26 @@ fn serde_urlencoded_pairs(body: &[u8]) -> Vec<(String, String)> {
 /// The login form.
 #[derive(Debug, Deserialize)]
 pub struct LoginForm {
+    #[serde(default)]
     key: String,
     #[serde(default)]
     next: String,
 }
 
-/// Where to go after logging in: a console path only (never another site).
+/// Where to go after logging in: a console path only (never another site, never a dot segment
+/// climbing out of `/ui`, never a control character).
 fn safe_next(next: &str) -> String {
-    let ok = next.starts_with("/ui") && !next.contains("//") && !next.contains('\\');
+    let path = next.split(['?', '#']).next().unwrap_or("");
+    let ok = (path == "/ui" || path.starts_with("/ui/"))
+        && !next.contains("//")
+        && !next.contains('\\')
+        && !path.split('/').any(|s| {
+            s == "."
+                || s == ".."
+                || s.eq_ignore_ascii_case("%2e")
+                || s.to_ascii_lowercase().contains("%2e%2e")
+        })
+        && next.bytes().all(|b| (0x21..0x7f).contains(&b));
     if ok {
         next.to_string()
     } else {
@@ -373,7 +404,7 @@ pub async fn login(
         )
             .into_response();
     }
-    let (token, _op) = match new_login(&c, &key.name).await {
+    let (token, _op) = match new_login(&c, &key.name, &hex::encode(key.sha256)).await {
         Ok(x) => x,
         Err(e) => {
             return refuse(
@@ -443,6 +474,10 @@ mod tests {
         assert_eq!(safe_next("//evil.example"), "/ui");
         assert_eq!(safe_next("/ui//evil.example"), "/ui");
         assert_eq!(safe_next("/v1/runs"), "/ui");
+        assert_eq!(safe_next("/ui/../../evil"), "/ui");
+        assert_eq!(safe_next("/ui/%2e%2e/evil"), "/ui");
+        assert_eq!(safe_next("/ui\r\nX: 1"), "/ui");
+        assert_eq!(safe_next("/uievil"), "/ui");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! [`GENESIS`] for the first) and its own `hash` = SHA-256 over `prevHash` and every field, each
 //! length-prefixed. Editing any field of a stored row, deleting a row or inserting one breaks the chain at
 //! that row, which [`Verifier`] reports with the row's `seq`. A chain whose newest rows were deleted is
-//! caught by comparing the last row with the head the store keeps beside the log ([`Verifier::finish`]).
+//! caught by comparing the last row with the head the store keeps beside the log, and a row inserted past
+//! the head by comparing the largest stored `seq` with it in the same snapshot ([`Verifier::finish`]).
 //! What the chain cannot catch is someone who rewrites every row after the edit *and* the head: the log
 //! is evidence against a hand edit, not against a database owner rewriting history.
 
@@ -104,6 +105,9 @@ pub enum Break {
     Gap { expected: i64, found: i64 },
     /// The last row is not the head the store recorded: newest rows were deleted (or the head edited).
     HeadMismatch { last_seq: i64, head_seq: i64 },
+    /// Rows exist past the head (read in the same snapshot, where every append moves the head with
+    /// its row): they were inserted by hand, or the head was moved back.
+    BeyondHead { head_seq: i64, max_seq: i64 },
 }
 
 impl std::fmt::Display for Break {
@@ -113,6 +117,7 @@ impl std::fmt::Display for Break {
             Break::Relinked { seq } => write!(f, "entry {seq} does not follow entry {}: its prevHash is not that entry's hash", seq - 1),
             Break::Gap { expected, found } => write!(f, "entries {expected}..{} are missing (the next stored entry is {found})", found - 1),
             Break::HeadMismatch { last_seq, head_seq } => write!(f, "the log ends at entry {last_seq} but its head says {head_seq}: entries were deleted or the head was edited"),
+            Break::BeyondHead { head_seq, max_seq } => write!(f, "entries {}..{max_seq} lie past the head (entry {head_seq}): they were inserted by hand or the head was moved back", head_seq + 1),
         }
     }
 }
@@ -166,8 +171,12 @@ impl Verifier {
         self.checked
     }
 
-    /// Ends the check against the head the store keeps: the last entry must be the head.
-    pub fn finish(&self, head_seq: i64, head_hash: &str) -> Result<u64, Break> {
+    /// Ends the check against the head the store keeps and the largest `seq` stored, both read in one
+    /// snapshot: no row may lie past the head, and the last entry checked must be the head.
+    pub fn finish(&self, head_seq: i64, head_hash: &str, max_seq: i64) -> Result<u64, Break> {
+        if max_seq > head_seq {
+            return Err(Break::BeyondHead { head_seq, max_seq });
+        }
         if self.seq != head_seq || self.hash != head_hash {
             return Err(Break::HeadMismatch {
                 last_seq: self.seq,
@@ -214,7 +223,7 @@ mod tests {
             .last()
             .map(|l| (l.seq, l.hash.clone()))
             .unwrap_or((0, GENESIS.into()));
-        v.finish(s, &h)
+        v.finish(s, &h, s)
     }
 
     #[test]
@@ -261,10 +270,22 @@ mod tests {
             v.feed(r).unwrap();
         }
         assert_eq!(
-            v.finish(5, &c[4].hash),
+            v.finish(5, &c[4].hash, 5),
             Err(Break::HeadMismatch {
                 last_seq: 3,
                 head_seq: 5
+            })
+        );
+        // A row inserted past the head, even a well-chained one, is found by the snapshot's bounds.
+        let mut v = Verifier::default();
+        for r in &c {
+            v.feed(r).unwrap();
+        }
+        assert_eq!(
+            v.finish(5, &c[4].hash, 6),
+            Err(Break::BeyondHead {
+                head_seq: 5,
+                max_seq: 6
             })
         );
     }

@@ -1,58 +1,146 @@
 //! The redacted view of a receipt's body (issue #13): what an operator with `operator:bodies` may
-//! see. Only JSON bodies are shown; every value under a key that names a credential or personal
-//! contact (see [`SENSITIVE`]) becomes `"[redacted]"`, at any depth; long strings are cut.
+//! see. Only JSON bodies are shown. At any depth:
+//! - a value under a key naming a credential or a personal contact ([`SENSITIVE`] as a part of the
+//!   key, [`SENSITIVE_WORDS`] as a whole word of it) becomes `"[redacted]"`;
+//! - a `{name|key: <such a name>, value: ...}` pair (headers as lists) has its `value` redacted;
+//! - a string holding JSON is redacted inside; `Bearer ...` / `Basic ...` strings and the user
+//!   information of URLs (`https://user:pw@host`) and their `token=`-like query values are redacted;
+//! - strings longer than [`MAX_STRING`] are cut.
+//!
+//! A list of names cannot know every secret a sender invents: the view is for finding out what was
+//! sent, and the role that may open it should be trusted with what slips through.
 
 use serde_json::Value;
 
-/// Parts of key names whose values are replaced (compared lowercase, `-` and `_` ignored).
+/// Parts of key names whose values are replaced (compared lowercase, `-`, `_` and `.` ignored).
 pub const SENSITIVE: &[&str] = &[
     "token",
     "secret",
     "password",
     "passwd",
+    "passphrase",
     "authorization",
     "apikey",
+    "accesskey",
+    "clientkey",
+    "privatekey",
     "signature",
     "cookie",
-    "privatekey",
     "credential",
     "email",
     "phone",
+    "mobile",
     "sessionid",
+    "bearer",
+    "jwt",
 ];
+
+/// Whole words of key names (split at `_`, `-`, `.` and lowercase-uppercase) whose values are
+/// replaced: too short to match as parts (`auth` is in `author`).
+pub const SENSITIVE_WORDS: &[&str] = &["auth", "key", "pin", "otp", "ssn", "pwd", "pass"];
 
 /// Longest string kept whole, in characters; longer ones end in `…`.
 pub const MAX_STRING: usize = 512;
+
+const REDACTED: &str = "[redacted]";
 
 /// Whether a key's value is hidden.
 pub fn sensitive(key: &str) -> bool {
     let k: String = key
         .chars()
-        .filter(|c| *c != '_' && *c != '-')
+        .filter(|c| *c != '_' && *c != '-' && *c != '.')
         .flat_map(char::to_lowercase)
         .collect();
-    SENSITIVE.iter().any(|s| k.contains(s))
+    if SENSITIVE.iter().any(|s| k.contains(s)) {
+        return true;
+    }
+    // Words: split at separators and at a lowercase-uppercase step (`clientKey`).
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut prev_lower = false;
+    for c in key.chars() {
+        if c == '_' || c == '-' || c == '.' || c == ' ' || (c.is_uppercase() && prev_lower) {
+            if !cur.is_empty() {
+                words.push(std::mem::take(&mut cur));
+            }
+        }
+        if c.is_alphanumeric() {
+            cur.extend(c.to_lowercase());
+        }
+        prev_lower = c.is_lowercase();
+    }
+    words.push(cur);
+    words.iter().any(|w| SENSITIVE_WORDS.contains(&w.as_str()))
+}
+
+/// A string with its credentials hidden: `Bearer` / `Basic` values, URL user information and
+/// credential-named query values; a string holding a JSON object or array is redacted inside.
+fn string(s: &str) -> Value {
+    let t = s.trim_start();
+    if t.starts_with('{') || t.starts_with('[') {
+        if let Ok(inner) = serde_json::from_str::<Value>(s) {
+            if inner.is_object() || inner.is_array() {
+                return Value::String(json(&inner).to_string());
+            }
+        }
+    }
+    let lower = t.to_ascii_lowercase();
+    if lower.starts_with("bearer ") || lower.starts_with("basic ") || lower.starts_with("token ") {
+        return Value::String(REDACTED.into());
+    }
+    let mut out = s.to_string();
+    // URL user information: scheme://user:pw@host -> scheme://[redacted]@host
+    if let Some(i) = out.find("://") {
+        let rest = &out[i + 3..];
+        let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        if let Some(at) = rest[..end].rfind('@') {
+            out = format!("{}://{REDACTED}{}", &out[..i], &rest[at..]);
+        }
+    }
+    // Query values under credential names: ?token=abc -> ?token=[redacted]
+    if let Some(q) = out.find('?') {
+        let (head, query) = out.split_at(q + 1);
+        let query: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if sensitive(k) => format!("{k}={REDACTED}"),
+                _ => kv.to_string(),
+            })
+            .collect();
+        out = format!("{head}{}", query.join("&"));
+    }
+    if out.chars().count() > MAX_STRING {
+        out = out.chars().take(MAX_STRING).chain(['…']).collect();
+    }
+    Value::String(out)
 }
 
 /// The redacted copy of `v`.
 pub fn json(v: &Value) -> Value {
     match v {
-        Value::Object(o) => Value::Object(
-            o.iter()
-                .map(|(k, v)| {
-                    let v = if sensitive(k) && !v.is_null() {
-                        Value::String("[redacted]".into())
-                    } else {
-                        json(v)
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(json).collect()),
-        Value::String(s) if s.chars().count() > MAX_STRING => {
-            Value::String(s.chars().take(MAX_STRING).chain(['…']).collect())
+        Value::Object(o) => {
+            // A `{name: "Authorization", value: ...}` pair names its own secret.
+            let named = ["name", "key", "header"]
+                .iter()
+                .any(|k| o.get(*k).and_then(Value::as_str).is_some_and(sensitive));
+            Value::Object(
+                o.iter()
+                    .map(|(k, v)| {
+                        let hide = (sensitive(k) || (named && k == "value")) && !v.is_null();
+                        (
+                            k.clone(),
+                            if hide {
+                                Value::String(REDACTED.into())
+                            } else {
+                                json(v)
+                            },
+                        )
+                    })
+                    .collect(),
+            )
         }
+        Value::Array(a) => Value::Array(a.iter().map(json).collect()),
+        Value::String(s) => string(s),
         other => other.clone(),
     }
 }
@@ -75,6 +163,35 @@ mod tests {
         assert_eq!(r["items"], j!([{"Access_Token": "[redacted]"}, {"id": 1}]));
         assert_eq!(r["X-Hub-Signature-256"], "[redacted]");
         assert_eq!(r["number"], 2);
+    }
+
+    #[test]
+    fn short_words_names_in_pairs_urls_and_nested_json() {
+        let v = j!({"author": {"name": "octo"}, "auth": "x", "access_key": "a", "clientKey": "k", "pin": 1234,
+            "keyboard": "kept", "passphrase": "p", "headers": [{"name": "Authorization", "value": "Basic abc"}, {"name": "Accept", "value": "json"}],
+            "url": "https://user:s3cret@example.com/x?token=abc&page=2", "note": "Bearer eyJ", "nested": "{\"password\":\"leaked\"}"});
+        let r = json(&v);
+        assert_eq!(r["author"], j!({"name": "octo"}), "author is not auth");
+        for k in [
+            "auth",
+            "access_key",
+            "clientKey",
+            "pin",
+            "passphrase",
+            "note",
+        ] {
+            assert_eq!(r[k], "[redacted]", "{k}");
+        }
+        assert_eq!(r["keyboard"], "kept");
+        assert_eq!(
+            r["headers"],
+            j!([{"name": "Authorization", "value": "[redacted]"}, {"name": "Accept", "value": "json"}])
+        );
+        assert_eq!(
+            r["url"],
+            "https://[redacted]@example.com/x?token=[redacted]&page=2"
+        );
+        assert_eq!(r["nested"], "{\"password\":\"[redacted]\"}");
     }
 
     #[test]

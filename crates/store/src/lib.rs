@@ -542,8 +542,9 @@ pub trait Store: Send + Sync + 'static {
         -> StoreResult<tb_core::audit::Entry>;
     /// Audit entries matching `q` (see [`AuditQuery`]).
     async fn audit_entries(&self, q: AuditQuery) -> StoreResult<Vec<tb_core::audit::Entry>>;
-    /// The audit log's head `(seq, hash)` as recorded beside it (`(0, GENESIS)` when empty).
-    async fn audit_head(&self) -> StoreResult<(i64, String)>;
+    /// The audit log's head as recorded beside it (`(0, GENESIS)` when empty) and the largest `seq`
+    /// stored, in one snapshot.
+    async fn audit_head(&self) -> StoreResult<AuditHead>;
     /// Stores a console login (issue #13), removing expired ones.
     async fn create_console_login(&self, login: ConsoleLogin) -> StoredResult;
     /// The unexpired console login whose token hashes to `token_sha256` at `now` (ms).

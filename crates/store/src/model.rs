@@ -540,6 +540,17 @@ pub struct AuditQuery {
     pub limit: u32,
 }
 
+/// The audit log's head and the largest `seq` stored, read in one snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditHead {
+    /// The newest entry's `seq` as the store recorded it (0 when empty).
+    pub seq: i64,
+    /// Its hash (`tb_core::audit::GENESIS` when empty).
+    pub hash: String,
+    /// The largest `seq` in the log (0 when empty); more than `seq` only if rows were added by hand.
+    pub max_seq: i64,
+}
+
 /// A console login (issue #13): the cookie's token is kept only as its SHA-256 (hex).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleLogin {
@@ -547,6 +558,8 @@ pub struct ConsoleLogin {
     pub token_sha256: String,
     /// The name of the API key that logged in (its scopes are looked up on every request).
     pub key_name: String,
+    /// The SHA-256 (hex) of that key: a key rotated under the same name ends its logins.
+    pub key_sha256: String,
     /// The login's CSRF token (random, hex), sent back in every mutating form.
     pub csrf: String,
     /// When the login was made (ms).

@@ -67,9 +67,12 @@ fn entry(actor: &str, i: usize) -> NewEntry {
     }
 }
 
+/// Checks the chain as `GET /v1/audit/verify` does: up to the head read first, then the bounds of a
+/// snapshot taken after.
 async fn verify(s: &dyn Store) -> Result<u64, Break> {
+    let head = s.audit_head().await.unwrap();
     let mut v = Verifier::default();
-    loop {
+    'pages: while v.last_seq() < head.seq {
         let page = s
             .audit_entries(AuditQuery {
                 after_seq: Some(v.last_seq()),
@@ -82,11 +85,20 @@ async fn verify(s: &dyn Store) -> Result<u64, Break> {
             break;
         }
         for e in &page {
+            if e.seq > head.seq {
+                break 'pages;
+            }
             v.feed(e)?;
         }
     }
-    let (seq, hash) = s.audit_head().await.unwrap();
-    v.finish(seq, &hash)
+    let now = s.audit_head().await.unwrap();
+    if now.max_seq > now.seq {
+        return Err(Break::BeyondHead {
+            head_seq: now.seq,
+            max_seq: now.max_seq,
+        });
+    }
+    v.finish(head.seq, &head.hash, head.seq)
 }
 
 #[tokio::test]
@@ -181,6 +193,18 @@ async fn a_deleted_tail_is_caught_by_the_head() {
             Raw::Postgres(_) => "DROP TRIGGER audit_log_append_only ON audit_log;",
         };
         raw.exec(drop_guard).unwrap();
+        // A row inserted past the head (no guard stops an INSERT) is found, well-chained or not.
+        raw.exec("INSERT INTO audit_log VALUES (9, 1, 'x', 'y', 'z', 'ok', '{}', 'bad', 'bad')")
+            .unwrap();
+        assert_eq!(
+            verify(&*s).await,
+            Err(Break::BeyondHead {
+                head_seq: 5,
+                max_seq: 9
+            }),
+            "{name}"
+        );
+        raw.exec("DELETE FROM audit_log WHERE seq = 9").unwrap();
         raw.exec("DELETE FROM audit_log WHERE seq >= 4").unwrap();
         assert_eq!(
             verify(&*s).await,
@@ -208,6 +232,7 @@ async fn console_logins_expire_and_end() {
         let login = |token: &str, at: i64| ConsoleLogin {
             token_sha256: token.into(),
             key_name: "ops".into(),
+            key_sha256: "ef".repeat(32),
             csrf: "c0ffee".into(),
             created_at: at,
             expires_at: at + 1_000,

@@ -214,6 +214,7 @@ async fn fill(dir: &Path) -> Filled {
     s.create_console_login(trigger_bridge_store::ConsoleLogin {
         token_sha256: "ab".repeat(32),
         key_name: "ops".into(),
+        key_sha256: "ef".repeat(32),
         csrf: "cd".repeat(16),
         created_at: 1_000,
         expires_at: i64::MAX / 2,
@@ -477,8 +478,9 @@ async fn a_filled_store_is_copied_whole_and_the_copy_works() {
     {
         v.feed(&e).unwrap();
     }
-    let (head_seq, head_hash) = target.audit_head().await.unwrap();
-    assert_eq!(v.finish(head_seq, &head_hash), Ok(3));
+    let head = target.audit_head().await.unwrap();
+    assert_eq!(v.finish(head.seq, &head.hash, head.max_seq), Ok(3));
+    let head_hash = head.hash;
     let next = target
         .append_audit(tb_core::audit::NewEntry {
             at: 2_000,

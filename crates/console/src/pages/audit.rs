@@ -76,7 +76,7 @@ pub async fn page(
     let form = html! {
         form.filters method="get" action="/ui/audit" {
             label { "Actor" input name="actor" value=(actor.clone().unwrap_or_default()) size="12"; }
-            label { "Action (or its prefix)" input name="action" value=(action.clone().unwrap_or_default()) size="18" placeholder="dead_letters"; }
+            label { "Action, or the actions under it" input name="action" value=(action.clone().unwrap_or_default()) size="18" placeholder="dead_letters"; }
             label { "Target" input name="target" value=(target.clone().unwrap_or_default()) size="18"; }
             button type="submit" { "Filter" }
             a href="/ui/audit?verify=1" { "Verify the chain" }

@@ -54,15 +54,14 @@ pub async fn list(
                 older.push(("before", Some(n.to_string())));
                 url_with("/ui/dead-letters", &older)
             });
-            html! {
-                form #selected method="post" action="/ui/dead-letters/replay" {
-                    (html::csrf_field(&op))
-                    input type="hidden" name="mode" value="selected";
+            let act = dead && op.may_act();
+            let table = html! {
                     div.scroll { table {
                         thead { tr {
                             @if dead && op.may_act() { th scope="col" { input type="checkbox" data-select-all aria-label="Select every row"; } }
                             th scope="col" { "Updated" } th scope="col" { "Delivery" } th scope="col" { "Subscription" } th scope="col" { "Binding" }
                             th scope="col" { "Last error" } th scope="col" { "Attempts" } th scope="col" .hide-narrow { "Replays" } th scope="col" { "Receipt" }
+                            @if act { th scope="col" { "Replay" } }
                         } }
                         tbody {
                             @for d in v["deliveries"].as_array().into_iter().flatten() {
@@ -71,20 +70,30 @@ pub async fn list(
                                 tr {
                                     @if dead && op.may_act() { td { input type="checkbox" name="ids" value=(id) aria-label={ "Select " (id) }; } }
                                     td { (html::time_of(&d["updatedAt"])) }
-                                    td { (html::id(id, Some(&format!("/ui/receipts/{rid}#{id}")))) }
+                                    td { (html::id(id, Some(&format!("/ui/receipts/{}#{}", html::seg(rid), html::seg(id))))) }
                                     td { (d["subscriptionId"].as_str().unwrap_or_default()) }
                                     td { code { (d["bindingId"].as_str().unwrap_or_default()) } }
                                     td { code { (d["lastError"].as_str().unwrap_or("—")) } }
                                     td { (d["attempts"]) }
                                     td.hide-narrow { (d["replays"]) }
-                                    td { a href={ "/ui/receipts/" (rid) } { "receipt" } }
+                                    td { a href={ "/ui/receipts/" (html::seg(rid)) } { "receipt" } }
+                                    @if act { td { button type="submit" name="only" value=(id) aria-label={ "Replay " (id) } { "Replay…" } } }
                                 }
                             }
                         }
                     } }
-                    @if v["deliveries"].as_array().is_some_and(|a| a.is_empty()) { p.muted { "Nothing " (state) "." } }
-                    @else if dead && op.may_act() { p { button type="submit" { "Replay selected…" } } }
-                }
+            };
+            let empty = v["deliveries"].as_array().is_some_and(|a| a.is_empty());
+            html! {
+                @if act {
+                    form #selected method="post" action="/ui/dead-letters/replay" {
+                        (html::csrf_field(&op))
+                        input type="hidden" name="mode" value="selected";
+                        (table)
+                        @if !empty { p { button type="submit" { "Replay selected…" } } }
+                    }
+                } @else { (table) }
+                @if empty { p.muted { "Nothing " (state) "." } }
                 @if let Some(n) = next { p { a href=(n) { "Older →" } } }
             }
         }
@@ -151,6 +160,8 @@ pub async fn replay(
 ) -> Page {
     let confirmed = field(&pairs, "confirmed").as_deref() == Some("yes");
     let back = "/ui/dead-letters";
+    let mut status = axum::http::StatusCode::OK;
+    let bad = axum::http::StatusCode::BAD_REQUEST;
     let body = match field(&pairs, "mode").as_deref() {
         Some("selected") => {
             let mut ids: Vec<String> = pairs
@@ -158,10 +169,17 @@ pub async fn replay(
                 .filter(|(k, _)| k == "ids")
                 .map(|(_, v)| v.clone())
                 .collect();
-            ids.dedup();
+            // A row's own button replays that row only.
+            if let Some(one) = field(&pairs, "only") {
+                ids = vec![one];
+            }
+            let mut seen = std::collections::HashSet::new();
+            ids.retain(|i| seen.insert(i.clone()));
             if ids.is_empty() {
+                status = bad;
                 html! { p.error role="alert" { "Select at least one dead letter." } p { a href=(back) { "Back" } } }
             } else if ids.len() > MAX_SELECTED {
+                status = bad;
                 html! { p.error role="alert" { "At most " (MAX_SELECTED) " at once; use the filter replay for more." } }
             } else if !confirmed {
                 let fields: Vec<(&str, String)> = std::iter::once(("mode", "selected".to_string()))
@@ -202,16 +220,19 @@ pub async fn replay(
                 }
                 let ok = results.iter().filter(|(_, o)| o.ok()).count();
                 html! {
-                    p.ok role="status" { (ok) " of " (results.len()) " replayed; each has a new attempt." }
+                    p.ok role="status" { (ok) " of " (results.len()) " replayed" @if ok > 0 { "; each replayed one is due for a new attempt now (its receipt page shows it)" } "." }
                     (results_table(&results))
                     p { a href=(back) { "Back to dead letters" } }
                 }
             }
         }
         Some("filter") => bulk(&c, &op, &pairs, confirmed).await,
-        _ => html! { p.error role="alert" { "Unknown replay form." } },
+        _ => {
+            status = bad;
+            html! { p.error role="alert" { "Unknown replay form." } }
+        }
     };
-    html::page("Replay dead letters", "/ui/dead-letters", &op, body)
+    html::page("Replay dead letters", "/ui/dead-letters", &op, body).status(status)
 }
 
 fn results_table(results: &[(String, crate::Outcome)]) -> Markup {

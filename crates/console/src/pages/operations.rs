@@ -23,7 +23,7 @@ pub async fn page(State(c): State<Console>, Extension(op): Extension<Operator>) 
                 tbody {
                     @for s in v["schedules"].as_array().into_iter().flatten() {
                         tr {
-                            td { a href={ "/ui/subscriptions/" (s["id"].as_str().unwrap_or_default()) } { (s["id"].as_str().unwrap_or_default()) } }
+                            td { a href={ "/ui/subscriptions/" (html::seg(s["id"].as_str().unwrap_or_default())) } { (s["id"].as_str().unwrap_or_default()) } }
                             td { code { (s["cron"].as_str().unwrap_or_default()) } }
                             td { (s["timezone"].as_str().unwrap_or("UTC")) }
                             td { (html::state(s["state"].as_str().unwrap_or_default())) }

@@ -62,7 +62,7 @@ pub async fn page(State(c): State<Console>, Extension(op): Extension<Operator>) 
                 h2 { "Deliveries" }
                 div.cards {
                     (card(delivered, "delivered, last hour", "/ui/receipts?state=consumed", ""))
-                    (card(failed, "failed attempts, last hour", "/ui/dead-letters?state=retrying", if failed > 0 { "warn" } else { "" }))
+                    (card(failed, "failed attempts, last hour (per subscription)", "/ui/subscriptions", if failed > 0 { "warn" } else { "" }))
                     (card(a.pending, "pending now", "/ui/dead-letters?state=pending", ""))
                     (card(a.retrying, "retrying now", "/ui/dead-letters?state=retrying", if a.retrying > 0 { "warn" } else { "" }))
                     (card(a.dead_lettered, "dead letters", "/ui/dead-letters", if a.dead_lettered > 0 { "bad" } else { "" }))

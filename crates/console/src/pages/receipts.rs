@@ -42,8 +42,8 @@ pub fn table(v: &Value) -> Markup {
                     @let id = r["receiptId"].as_str().unwrap_or_default();
                     tr {
                         td { (html::time_of(&r["receivedAt"])) }
-                        td { (html::id(id, Some(&format!("/ui/receipts/{id}")))) }
-                        td { a href={ "/ui/subscriptions/" (r["subscriptionId"].as_str().unwrap_or_default()) } { (r["subscriptionId"].as_str().unwrap_or_default()) } }
+                        td { (html::id(id, Some(&format!("/ui/receipts/{}", html::seg(id))))) }
+                        td { a href={ "/ui/subscriptions/" (html::seg(r["subscriptionId"].as_str().unwrap_or_default())) } { (r["subscriptionId"].as_str().unwrap_or_default()) } }
                         td { (r["eventType"].as_str().unwrap_or_default()) }
                         td.hide-narrow { code { (r["providerEventId"].as_str().unwrap_or_default()) } }
                         td { (html::state(r["state"].as_str().unwrap_or_default())) }
@@ -65,7 +65,7 @@ pub async fn list(
 ) -> Response {
     let q = opt(&f.q);
     if let Some(id) = q.as_deref().filter(|q| q.starts_with("rcpt_")) {
-        return Redirect::to(&format!("/ui/receipts/{}", html::url_encode(id))).into_response();
+        return Redirect::to(&format!("/ui/receipts/{}", html::seg(id))).into_response();
     }
     let (subscription, state, from, to, before) = (
         opt(&f.subscription),
@@ -138,21 +138,22 @@ pub async fn show(
     Extension(op): Extension<Operator>,
     Path(id): Path<String>,
 ) -> Page {
-    let body = match crate::read(tb_api::inspect::get_receipt(
+    let (body, status) = match crate::read(tb_api::inspect::get_receipt(
         State(c.api.clone()),
         Path(id.clone()),
     ))
     .await
     {
-        Err(e) => html::api_error(&e),
-        Ok(v) => receipt_body(&c, &op, &v).await,
+        Err(e) => (html::api_error(&e), html::status_of(&e)),
+        Ok(v) => (receipt_body(&c, &op, &v).await, axum::http::StatusCode::OK),
     };
     html::page(
         &format!("Receipt {id}"),
         "/ui/receipts",
         &op,
-        html::live_region(&format!("/ui/receipts/{}", html::url_encode(&id)), body),
+        html::live_region(&format!("/ui/receipts/{}", html::seg(&id)), body),
     )
+    .status(status)
 }
 
 async fn receipt_body(c: &Console, op: &Operator, v: &Value) -> Markup {
@@ -181,14 +182,14 @@ async fn receipt_body(c: &Console, op: &Operator, v: &Value) -> Markup {
         dl.facts {
             dt { "Receipt" } dd { (html::id(id, None)) }
             dt { "State" } dd { (html::state(r["state"].as_str().unwrap_or_default())) }
-            dt { "Subscription" } dd { a href={ "/ui/subscriptions/" (r["subscriptionId"].as_str().unwrap_or_default()) } { (r["subscriptionId"].as_str().unwrap_or_default()) } }
+            dt { "Subscription" } dd { a href={ "/ui/subscriptions/" (html::seg(r["subscriptionId"].as_str().unwrap_or_default())) } { (r["subscriptionId"].as_str().unwrap_or_default()) } }
             dt { "Event type" } dd { (r["eventType"].as_str().unwrap_or_default()) }
             dt { "Sender's delivery id" } dd { (html::id(r["providerEventId"].as_str().unwrap_or_default(), None)) }
             dt { "Dedup key" } dd { code { (r["dedupKey"].as_str().unwrap_or_default()) } }
             dt { "Duplicates answered" } dd { (r["duplicates"]) }
             dt { "Body" } dd {
                 (r["bodyBytes"]) " bytes, " (r["contentType"].as_str().unwrap_or("no content type")) " · "
-                @if op.may_read_bodies() { a href={ "/ui/receipts/" (id) "/body" } { "Open the redacted body" } }
+                @if op.may_read_bodies() { a href={ "/ui/receipts/" (html::seg(id)) "/body" } { "Open the redacted body" } }
                 @else { span.muted { "not shown (needs operator:bodies)" } }
             }
         }
@@ -215,9 +216,18 @@ async fn receipt_body(c: &Console, op: &Operator, v: &Value) -> Markup {
                 p {
                     "Binding " code { (d["bindingId"].as_str().unwrap_or_default()) } " · " (d["action"].as_str().unwrap_or_default())
                     @if let Some(w) = d["workflowId"].as_str() { " · workflow " code { (w) } }
-                    " · " (d["attempts"]) " attempts, " (d["replays"]) " replays"
-                    @if let Some(run) = d["runId"].as_str() { " · reached run " (html::id(run, Some(&format!("/ui/runs/{run}")))) }
+                    " · " (d["attempts"]) @if d["attempts"] == 1 { " attempt, " } @else { " attempts, " } (d["replays"]) @if d["replays"] == 1 { " replay" } @else { " replays" }
+                    @if let Some(run) = d["runId"].as_str() { " · reached run " (html::id(run, Some(&format!("/ui/runs/{}", html::seg(run))))) }
                     @if let Some(reason) = d["deadLetterReason"].as_str() { " · dead-lettered: " code { (reason) } }
+                    @if op.may_act() && d["state"] == "dead-lettered" {
+                        " "
+                        form.inline method="post" action="/ui/dead-letters/replay" {
+                            (html::csrf_field(op))
+                            input type="hidden" name="mode" value="selected";
+                            input type="hidden" name="ids" value=(did);
+                            button type="submit" { "Replay…" }
+                        }
+                    }
                 }
                 div.scroll { table {
                     thead { tr { th { "#" } th { "Started" } th { "Outcome" } th { "Error class" } th { "Message (sanitized)" } th { "Duration" } th.hide-narrow { "Attempt event id" } } }
@@ -241,40 +251,39 @@ async fn receipt_body(c: &Console, op: &Operator, v: &Value) -> Markup {
     }
 }
 
-/// `GET /ui/receipts/{id}/body` (needs `operator:bodies`): the redacted JSON body.
+/// `GET /ui/receipts/{id}/body` (needs `operator:bodies`): the redacted JSON body. Recorded in the
+/// audit log like the API's `GET /v1/receipts/{id}/redacted-body`, with its outcome.
 pub async fn body(
     State(c): State<Console>,
     Extension(op): Extension<Operator>,
     Path(id): Path<String>,
 ) -> Page {
-    let v = crate::read(tb_api::inspect::redacted_body(
-        State(c.api.clone()),
-        Path(id.clone()),
-    ))
-    .await;
-    let body = match v {
-        Err(e) => html::api_error(&e),
-        Ok(v) => html! {
-            p { a href={ "/ui/receipts/" (id) } { "← Receipt " (id) } }
-            p.muted { (v["bodyBytes"]) " bytes, " (v["contentType"].as_str().unwrap_or("no content type")) ". Values under credential- or contact-named keys are replaced by [redacted]; long strings are cut." }
-            @if v["json"] == true { (html::pre(&serde_json::to_string_pretty(&v["redacted"]).unwrap_or_default())) }
-            @else { p { "This body is not JSON, so it is not shown." } }
-        },
-    };
-    tb_api::audit::record(
-        &c.api,
-        &op.name,
-        "receipt.body_view",
-        id.clone(),
-        axum::http::StatusCode::OK,
-        &Value::Null,
-        Some(&serde_json::json!({"via": "console"})),
+    let answer = tb_api::inspect::redacted_body(State(c.api.clone()), Path(id.clone())).await;
+    let out = crate::act(
+        &c,
+        &op,
+        axum::http::Method::GET,
+        "/v1/receipts/{id}/redacted-body",
+        &id,
+        answer,
     )
     .await;
+    let v = out.body.clone();
+    let body = if !out.ok() {
+        html! { p.error role="alert" { (out.error_text()) } }
+    } else {
+        html! {
+            p { a href={ "/ui/receipts/" (html::seg(&id)) } { "← Receipt " (id) } }
+            p.muted { (v["bodyBytes"]) " bytes, " (v["contentType"].as_str().unwrap_or("no content type")) ". Values under credential- or contact-named keys, credentials in URLs and Bearer/Basic values are replaced by [redacted]; long strings are cut. This view is recorded in the audit log." }
+            @if v["json"] == true { (html::pre(&serde_json::to_string_pretty(&v["redacted"]).unwrap_or_default())) }
+            @else { p { "This body is not JSON, so it is not shown." } }
+        }
+    };
     html::page(
         &format!("Body of {id} (redacted)"),
         "/ui/receipts",
         &op,
         body,
     )
+    .status(out.status)
 }

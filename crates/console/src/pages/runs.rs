@@ -3,7 +3,7 @@
 //! down and their winners, its turns; raising a signal by hand after a confirmation.
 
 use axum::extract::{Path, Query, State};
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::{Extension, Form, Json};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -66,10 +66,10 @@ pub async fn list(
                             @let id = r["runId"].as_str().unwrap_or_default();
                             tr {
                                 td { (html::time_of(&r["createdAt"])) }
-                                td { (html::id(id, Some(&format!("/ui/runs/{id}")))) }
+                                td { (html::id(id, Some(&format!("/ui/runs/{}", html::seg(id))))) }
                                 td { (r["workflowId"].as_str().unwrap_or_default()) }
                                 td { (html::state(r["status"].as_str().unwrap_or_default())) }
-                                td { @if let Some(rc) = r["trigger"]["receiptId"].as_str() { a href={ "/ui/receipts/" (rc) } { "receipt" } " of " (r["trigger"]["subscriptionId"].as_str().unwrap_or_default()) } @else { span.muted { "API" } } }
+                                td { @if let Some(rc) = r["trigger"]["receiptId"].as_str() { a href={ "/ui/receipts/" (html::seg(rc)) } { "receipt" } " of " (r["trigger"]["subscriptionId"].as_str().unwrap_or_default()) } @else { span.muted { "API" } } }
                                 td.hide-narrow { code { (r["causationId"].as_str().unwrap_or("")) } }
                             }
                         }
@@ -107,25 +107,40 @@ pub async fn show(
     run_page(&c, &op, &id, None, None).await
 }
 
+/// A run's page; `notice` (an action's outcome) above it, outside the live region. 404 without the
+/// raise form for an unknown run.
 async fn run_page(
     c: &Console,
     op: &Operator,
     id: &str,
-    notice: Option<Markup>,
+    notice: Option<(Markup, StatusCode)>,
     form_state: Option<(&str, &str, &str)>,
 ) -> Page {
-    let live = run_body(c, id, notice).await;
-    let raise = if op.may_act() {
+    let here = format!("/ui/runs/{}", html::seg(id));
+    let (live, found) = match run_body(c, id).await {
+        Ok(m) => (m, StatusCode::OK),
+        Err((m, status)) => (m, status),
+    };
+    let raise = if op.may_act() && found.is_success() {
         raise_form(op, id, form_state)
     } else {
         html! {}
     };
-    html::page(
+    let status = match (&notice, form_state) {
+        (Some((_, s)), _) => *s,
+        (None, Some(_)) => StatusCode::BAD_REQUEST,
+        (None, None) => found,
+    };
+    let replace = notice.is_some().then_some(here.as_str());
+    html::page_after(
         &format!("Run {id}"),
         "/ui/runs",
         op,
-        html! { (html::live_region(&format!("/ui/runs/{}", html::url_encode(id)), live)) (raise) },
+        notice.map(|(n, _)| n),
+        replace,
+        html! { (html::live_region(&here, live)) (raise) },
     )
+    .status(status)
 }
 
 fn raise_form(op: &Operator, id: &str, state: Option<(&str, &str, &str)>) -> Markup {
@@ -133,7 +148,7 @@ fn raise_form(op: &Operator, id: &str, state: Option<(&str, &str, &str)>) -> Mar
     html! {
         h2 { "Raise a signal" }
         @if !error.is_empty() { p.error role="alert" #raise-error { (error) } }
-        form.stack method="post" action={ "/ui/runs/" (id) "/signals" } {
+        form.stack method="post" action={ "/ui/runs/" (html::seg(id)) "/signals" } {
             (html::csrf_field(op))
             label { "Signal name (a-z 0-9 _ . -, at most 64)" input name="name" value=(name) required pattern="[a-z0-9_.\\-]{1,64}"; }
             label { "Data (JSON, optional)" textarea name="data" rows="4" { (data) } }
@@ -142,10 +157,10 @@ fn raise_form(op: &Operator, id: &str, state: Option<(&str, &str, &str)>) -> Mar
     }
 }
 
-async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
+async fn run_body(c: &Console, id: &str) -> Result<Markup, (Markup, StatusCode)> {
     let api = || State(c.api.clone());
     let run = match crate::read(tb_api::runs::get_run(api(), Path(id.to_string()))).await {
-        Err(e) => return html::api_error(&e),
+        Err(e) => return Err((html::api_error(&e), html::status_of(&e))),
         Ok(v) => v,
     };
     let signals = crate::read(tb_api::sessions::list_signals(
@@ -162,8 +177,7 @@ async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
         .await
         .unwrap_or(Value::Null);
     let t = &run["trigger"];
-    html! {
-        @if let Some(n) = notice { (n) }
+    Ok(html! {
         dl.facts {
             dt { "Run" } dd { (html::id(id, None)) }
             dt { "Status" } dd { (html::state(run["status"].as_str().unwrap_or_default())) }
@@ -171,8 +185,8 @@ async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
             dt { "Created" } dd { (html::time_of(&run["createdAt"])) " · updated " (html::time_of(&run["updatedAt"])) }
             dt { "Started by" } dd {
                 @if let Some(rc) = t["receiptId"].as_str() {
-                    "receipt " (html::id(rc, Some(&format!("/ui/receipts/{rc}")))) " of " a href={ "/ui/subscriptions/" (t["subscriptionId"].as_str().unwrap_or_default()) } { (t["subscriptionId"].as_str().unwrap_or_default()) }
-                    @if let Some(d) = t["deliveryId"].as_str() { ", delivery " a href={ "/ui/receipts/" (rc) "#" (d) } { code { (d) } } }
+                    "receipt " (html::id(rc, Some(&format!("/ui/receipts/{}", html::seg(rc))))) " of " a href={ "/ui/subscriptions/" (html::seg(t["subscriptionId"].as_str().unwrap_or_default())) } { (t["subscriptionId"].as_str().unwrap_or_default()) }
+                    @if let Some(d) = t["deliveryId"].as_str() { ", delivery " a href={ "/ui/receipts/" (html::seg(rc)) "#" (d) } { code { (d) } } }
                 } @else { "the API" }
             }
             dt { "causationId" } dd { code { (run["causationId"].as_str().unwrap_or("—")) } " (the delivered attempt's event id)" }
@@ -217,7 +231,7 @@ async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
                             td {
                                 @let src = &s["signal"]["source"];
                                 (src["kind"].as_str().unwrap_or_default())
-                                @if let Some(rc) = src["receiptId"].as_str() { " " a href={ "/ui/receipts/" (rc) } { "receipt" } }
+                                @if let Some(rc) = src["receiptId"].as_str() { " " a href={ "/ui/receipts/" (html::seg(rc)) } { "receipt" } }
                                 @if let Some(a) = src["actorId"].as_str() { " " (a) }
                             }
                             td { code { (s["signal"]["signalId"].as_str().unwrap_or_default()) } }
@@ -240,7 +254,7 @@ async fn run_body(c: &Console, id: &str, notice: Option<Markup>) -> Markup {
                 }
             }
         }
-    }
+    })
 }
 
 /// A wait's winner without its data (signal data is content: never shown by default): its kind, and
@@ -320,7 +334,7 @@ pub async fn raise(
             .unwrap_or_else(|| "no data".into());
         let body = html::confirm(
             &op,
-            &format!("/ui/runs/{id}/signals"),
+            &format!("/ui/runs/{}/signals", html::seg(&id)),
             html! {
                 p { "Raise signal " code { (name) } " on run " code { (id) } " with " code { (shown) } "?" }
                 ul {
@@ -330,7 +344,7 @@ pub async fn raise(
             },
             &[("name", name.clone()), ("data", f.data.clone())],
             &format!("Yes, raise {name}"),
-            &format!("/ui/runs/{id}"),
+            &format!("/ui/runs/{}", html::seg(&id)),
         );
         return html::page("Raise a signal", "/ui/runs", &op, body);
     }
@@ -353,5 +367,5 @@ pub async fn raise(
     } else {
         html! { p.error role="alert" { (out.error_text()) } }
     };
-    run_page(&c, &op, &id, Some(notice), None).await
+    run_page(&c, &op, &id, Some((notice, out.status)), None).await
 }

@@ -3,7 +3,7 @@
 //! receipts.
 
 use axum::extract::{Path, Query, State};
-use axum::http::Method;
+use axum::http::{Method, StatusCode};
 use axum::{Extension, Form};
 use maud::{html, Markup};
 use serde::Deserialize;
@@ -17,14 +17,14 @@ fn actions(op: &Operator, id: &str, state: &str) -> Markup {
     html! {
         @if op.may_act() {
             @if state != "paused" {
-                form.inline method="post" action={ "/ui/subscriptions/" (id) "/pause" } {
+                form.inline method="post" action={ "/ui/subscriptions/" (html::seg(id)) "/pause" } {
                     (html::csrf_field(op))
                     button type="submit" { "Pause…" }
                 }
             }
             @if state != "active" {
                 " "
-                form.inline method="post" action={ "/ui/subscriptions/" (id) "/resume" } {
+                form.inline method="post" action={ "/ui/subscriptions/" (html::seg(id)) "/resume" } {
                     (html::csrf_field(op))
                     button type="submit" { "Resume…" }
                 }
@@ -55,7 +55,7 @@ pub async fn list(State(c): State<Console>, Extension(op): Extension<Operator>) 
                             @let state = s["state"].as_str().unwrap_or_default();
                             @let act = activity.as_ref().and_then(|a| a.subscriptions.iter().find(|x| x.subscription_id == id));
                             tr data-subscription=(id) {
-                                td { a href={ "/ui/subscriptions/" (id) } { (id) } }
+                                td { a href={ "/ui/subscriptions/" (html::seg(id)) } { (id) } }
                                 td { (s["source"].as_str().unwrap_or_default()) }
                                 td { (d["connector"].as_str().unwrap_or_default()) }
                                 td { (html::state(state)) br; small.muted { "since " (html::time_of(&d["stateSince"])) } }
@@ -63,7 +63,7 @@ pub async fn list(State(c): State<Console>, Extension(op): Extension<Operator>) 
                                     @if let Some(a) = act {
                                         @let label = format!("{} receipts in the last hour, {} of {} attempts failed ({:.0} %)", a.receipts, a.failed_attempts, a.attempts, a.failure_rate * 100.0);
                                         (html::sparkline(&a.receipts_per_minute, &a.failures_per_minute, &label))
-                                        br; small { (a.receipts) @if a.receipts == 1 { " receipt · " } @else { " receipts · " } (format!("{:.0}", a.failure_rate * 100.0)) " % failed" }
+                                        br; small { (a.receipts) @if a.receipts == 1 { " receipt · " } @else { " receipts · " } (a.failed_attempts) " of " (a.attempts) @if a.attempts == 1 { " attempt failed" } @else { " attempts failed" } }
                                     }
                                 }
                                 td.hide-narrow { small { (d["lastError"].as_str().unwrap_or("")) } }
@@ -89,19 +89,18 @@ pub async fn show(
     Extension(op): Extension<Operator>,
     Path(id): Path<String>,
 ) -> Page {
-    let body = subscription_body(&c, &op, &id, None).await;
+    let (body, status) = subscription_body(&c, &op, &id).await;
     html::page(
         &format!("Subscription {id}"),
         "/ui/subscriptions",
         &op,
-        html::live_region(
-            &format!("/ui/subscriptions/{}", html::url_encode(&id)),
-            body,
-        ),
+        html::live_region(&format!("/ui/subscriptions/{}", html::seg(&id)), body),
     )
+    .status(status)
 }
 
-async fn subscription_body(c: &Console, op: &Operator, id: &str, notice: Option<Markup>) -> Markup {
+/// The page's live part, and its status (404 for an unknown subscription).
+async fn subscription_body(c: &Console, op: &Operator, id: &str) -> (Markup, StatusCode) {
     let sub = crate::read(tb_api::inspect::get_subscription(
         State(c.api.clone()),
         Path(id.to_string()),
@@ -123,7 +122,7 @@ async fn subscription_body(c: &Console, op: &Operator, id: &str, notice: Option<
     ))
     .await;
     let s = match sub {
-        Err(e) => return html::api_error(&e),
+        Err(e) => return (html::api_error(&e), html::status_of(&e)),
         Ok(v) => v,
     };
     let s = if s["subscription"].is_object() {
@@ -133,19 +132,18 @@ async fn subscription_body(c: &Console, op: &Operator, id: &str, notice: Option<
     };
     let d = &all["stateDetails"][id];
     let state = s["state"].as_str().unwrap_or_default().to_string();
-    html! {
-        @if let Some(n) = notice { (n) }
+    let page = html! {
         dl.facts {
             dt { "State" } dd { (html::state(&state)) " since " (html::time_of(&d["stateSince"])) }
             dt { "Source" } dd { (s["source"].as_str().unwrap_or_default()) }
             dt { "Connector" } dd { (d["connector"].as_str().unwrap_or_default()) }
-            dt { "Failures since last success" } dd { (d["failuresSinceSuccess"]) " (fails at " (d["failureThreshold"]) ")" }
+            dt { "Failures since last success" } dd { (d["failuresSinceSuccess"]) " (the breaker turns it failed at " (d["failureThreshold"]) " in a row)" }
             dt { "Last success" } dd { (html::time_of(&d["lastSuccessAt"])) }
             dt { "Last error" } dd { (d["lastError"].as_str().unwrap_or("—")) }
             dt { "Retry policy" } dd { (s["retryPolicy"]["maxAttempts"]) " attempts, " (s["retryPolicy"]["backoff"].as_str().unwrap_or("")) }
             dt { "Secret" } dd { code { (s["secretFingerprint"].as_str().unwrap_or("—")) } " (fingerprint only)" }
         }
-        p { (actions(op, id, &state)) " " a href={ "/ui/dead-letters?subscription=" (html::url_encode(id)) } { "Dead letters of " (id) } }
+        p { (actions(op, id, &state)) " " a href={ "/ui/dead-letters?subscription=" (html::seg(id)) } { "Dead letters of " (id) } }
         h2 { "Bindings (the policy: read-only, set in the configuration)" }
         div.scroll { table {
             thead { tr { th { "Binding" } th { "Event types" } th { "Filter" } th { "Action" } th { "Target" } th { "State" } } }
@@ -170,8 +168,9 @@ async fn subscription_body(c: &Console, op: &Operator, id: &str, notice: Option<
             Err(e) => (html::api_error(&e)),
             Ok(r) => (super::receipts::table(&r)),
         }
-        p { a href={ "/ui/receipts?subscription=" (html::url_encode(id)) } { "All receipts of " (id) } }
-    }
+        p { a href={ "/ui/receipts?subscription=" (html::seg(id)) } { "All receipts of " (id) } }
+    };
+    (page, StatusCode::OK)
 }
 
 /// The form of pause / resume: empty until confirmed.
@@ -183,7 +182,7 @@ pub struct Confirm {
 
 async fn operate(c: Console, op: Operator, id: String, f: Confirm, pause: bool) -> Page {
     let verb = if pause { "pause" } else { "resume" };
-    let here = format!("/ui/subscriptions/{}", html::url_encode(&id));
+    let here = format!("/ui/subscriptions/{}", html::seg(&id));
     if f.confirmed != "yes" {
         let what = if pause {
             html! {
@@ -235,13 +234,16 @@ async fn operate(c: Console, op: Operator, id: String, f: Confirm, pause: bool) 
     } else {
         html! { p.error role="alert" { (out.error_text()) } }
     };
-    let body = subscription_body(&c, &op, &id, Some(notice)).await;
-    html::page(
+    let (body, _) = subscription_body(&c, &op, &id).await;
+    html::page_after(
         &format!("Subscription {id}"),
         "/ui/subscriptions",
         &op,
+        Some(notice),
+        Some(&here),
         html::live_region(&here, body),
     )
+    .status(out.status)
 }
 
 /// `POST /ui/subscriptions/{id}/pause`: the confirmation, then the pause.

@@ -27,11 +27,12 @@ CREATE TRIGGER audit_log_no_delete BEFORE DELETE ON audit_log
 BEGIN SELECT RAISE(ABORT, 'audit_log is append-only'); END;
 
 -- Console logins (issue #13): one row per browser login; the cookie holds a random token whose
--- SHA-256 is the key. The API key's name is kept, never the key; its scopes are read from the
--- configuration on every request, so removing a key ends its logins.
+-- SHA-256 is the key. The API key's name and digest are kept, never the key; its scopes are read from
+-- the configuration on every request, so removing or rotating a key ends its logins.
 CREATE TABLE console_logins (
     token_sha256 TEXT PRIMARY KEY,
     key_name     TEXT NOT NULL,
+    key_sha256   TEXT NOT NULL,
     csrf         TEXT NOT NULL,
     created_at   INTEGER NOT NULL,
     expires_at   INTEGER NOT NULL

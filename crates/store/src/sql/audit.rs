@@ -25,12 +25,24 @@ fn entry(r: &super::Row) -> StoreResult<Entry> {
     })
 }
 
-/// The head `(seq, hash)`: the newest entry as the store recorded it (`(0, GENESIS)` when empty).
-pub(crate) fn head(c: &dyn Db) -> StoreResult<(i64, String)> {
-    head_locked(c, false)
+/// The head `(seq, hash)` (the newest entry as the store recorded it; `(0, GENESIS)` when empty) and
+/// the largest `seq` stored, in one statement (one snapshot on both backends).
+pub(crate) fn head(c: &dyn Db) -> StoreResult<crate::model::AuditHead> {
+    c.row(
+        "SELECT h.seq, h.hash, COALESCE((SELECT MAX(seq) FROM audit_log), 0) FROM audit_head h WHERE h.id = 1",
+        p![],
+        |r| {
+            Ok(crate::model::AuditHead {
+                seq: r.get(0)?,
+                hash: r.get(1)?,
+                max_seq: r.get(2)?,
+            })
+        },
+    )?
+    .ok_or_else(|| StoreError::Database("audit_head has no row (migration 0017/0011 not applied?)".into()))
 }
 
-/// [`head`], locking the row for an append when `lock` (PostgreSQL `FOR UPDATE`).
+/// The head `(seq, hash)`, its row locked for an append (PostgreSQL `FOR UPDATE`).
 fn head_locked(c: &dyn Db, lock: bool) -> StoreResult<(i64, String)> {
     let clause = if lock { c.dialect().for_update() } else { "" };
     c.row(
@@ -83,7 +95,7 @@ pub(crate) fn list(c: &dyn Db, q: &AuditQuery) -> StoreResult<Vec<Entry>> {
     c.rows(
         &format!(
             "SELECT {COLUMNS} FROM audit_log WHERE seq {cmp} ?1 \
-             AND (?2 = '' OR actor = ?2) AND (?3 = '' OR action = ?3 OR action LIKE ?3 || '.%') \
+             AND (?2 = '' OR actor = ?2) AND (?3 = '' OR action = ?3 OR substr(action, 1, length(?3) + 1) = ?3 || '.') \
              AND (?4 = '' OR target = ?4) AND at >= ?5 AND at <= ?6 \
              ORDER BY seq {order} LIMIT ?7"
         ),
@@ -107,11 +119,12 @@ pub(crate) fn create_login(c: &dyn Db, l: &ConsoleLogin) -> StoreResult<()> {
         p![l.created_at],
     )?;
     c.exec(
-        "INSERT INTO console_logins (token_sha256, key_name, csrf, created_at, expires_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO console_logins (token_sha256, key_name, key_sha256, csrf, created_at, expires_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         p![
             l.token_sha256.as_str(),
             l.key_name.as_str(),
+            l.key_sha256.as_str(),
             l.csrf.as_str(),
             l.created_at,
             l.expires_at
@@ -127,16 +140,17 @@ pub(crate) fn get_login(
     now: i64,
 ) -> StoreResult<Option<ConsoleLogin>> {
     c.row(
-        "SELECT token_sha256, key_name, csrf, created_at, expires_at FROM console_logins \
+        "SELECT token_sha256, key_name, key_sha256, csrf, created_at, expires_at FROM console_logins \
          WHERE token_sha256 = ?1 AND expires_at >= ?2",
         p![token_sha256, now],
         |r| {
             Ok(ConsoleLogin {
                 token_sha256: r.get(0)?,
                 key_name: r.get(1)?,
-                csrf: r.get(2)?,
-                created_at: r.get(3)?,
-                expires_at: r.get(4)?,
+                key_sha256: r.get(2)?,
+                csrf: r.get(3)?,
+                created_at: r.get(4)?,
+                expires_at: r.get(5)?,
             })
         },
     )

@@ -717,7 +717,7 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn audit_entries(&self, q: crate::AuditQuery) -> StoreResult<Vec<tb_core::audit::Entry>> {
         self.backend.read(move |c| super::audit::list(c, &q)).await
     }
-    async fn audit_head(&self) -> StoreResult<(i64, String)> {
+    async fn audit_head(&self) -> StoreResult<crate::AuditHead> {
         self.backend.read(super::audit::head).await
     }
     async fn create_console_login(&self, login: crate::ConsoleLogin) -> StoredResult {
