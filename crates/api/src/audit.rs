@@ -161,40 +161,22 @@ pub async fn layer(
     let small = http_body::Body::size_hint(&body)
         .upper()
         .is_some_and(|n| n <= MAX_READ as u64);
-    if !small {
-        record(
-            &st,
-            &actor,
-            action,
-            target,
-            status,
-            &Value::Null,
-            extra.as_ref(),
-        )
-        .await;
-        return Response::from_parts(parts, body);
-    }
-    match axum::body::to_bytes(body, MAX_READ).await {
-        Ok(bytes) => {
-            let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            record(&st, &actor, action, target, status, &v, extra.as_ref()).await;
-            Response::from_parts(parts, axum::body::Body::from(bytes))
+    let (seen, body) = if !small {
+        (Value::Null, body)
+    } else {
+        match axum::body::to_bytes(body, MAX_READ).await {
+            Ok(bytes) => (
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+                axum::body::Body::from(bytes),
+            ),
+            Err(e) => {
+                tracing::error!(error = %e, "an answer's body failed while the audit layer read it");
+                (Value::Null, axum::body::Body::empty())
+            }
         }
-        Err(e) => {
-            record(
-                &st,
-                &actor,
-                action,
-                target,
-                status,
-                &Value::Null,
-                extra.as_ref(),
-            )
-            .await;
-            tracing::error!(error = %e, "an answer's body failed while the audit layer read it");
-            Response::from_parts(parts, axum::body::Body::empty())
-        }
-    }
+    };
+    record(&st, &actor, action, target, status, &seen, extra.as_ref()).await;
+    Response::from_parts(parts, body)
 }
 
 /// Query of `GET /v1/audit`.

@@ -4,7 +4,7 @@ use axum::extract::{Query, State};
 use axum::Extension;
 use maud::html;
 
-use super::{opt, url_with, Filters};
+use super::{opt, Filters, Pager};
 use crate::html::{self, Page};
 use crate::login::Operator;
 use crate::Console;
@@ -31,14 +31,16 @@ pub async fn page(
         None
     };
     let page = tb_api::audit::page(&c.api, params).await;
-    let base = [
-        ("actor", actor.clone()),
-        ("action", action.clone()),
-        ("target", target.clone()),
-    ];
-    let mut here = base.to_vec();
-    here.push(("before", before.map(|b| b.to_string())));
-    let url = url_with("/ui/audit", &here);
+    let pager = Pager::new(
+        "/ui/audit",
+        vec![
+            ("actor", actor.clone()),
+            ("action", action.clone()),
+            ("target", target.clone()),
+        ],
+        &before.map(|b| b.to_string()),
+    );
+    let url = pager.here.clone();
     let body = html! {
         @match verification {
             Some(Ok(v)) if v.ok => p.ok role="status" { "The chain holds: " (v.checked) " entries verified up to seq " (v.head_seq) "." },
@@ -67,8 +69,7 @@ pub async fn page(
                 } }
                 @if p.entries.is_empty() { p.muted { "No entries match." } }
                 @if let Some(n) = p.next {
-                    @let mut older = base.to_vec();
-                    p { a href=(url_with("/ui/audit", &{ older.push(("before", Some(n.to_string()))); older })) { "Older →" } }
+                    @if let Some(older) = pager.older(Some(&n.to_string())) { p { a href=(older) { "Older →" } } }
                 }
             }
         }

@@ -9,7 +9,7 @@ use axum::{Extension, Form, Json};
 use maud::{html, Markup};
 use serde_json::{json, Value};
 
-use super::{opt, rfc3339, url_with, Filters};
+use super::{opt, rfc3339, Filters, Pager};
 use crate::html::{self, Page};
 use crate::login::Operator;
 use crate::Console;
@@ -38,22 +38,20 @@ pub async fn list(
         Ok(Query(params)),
     ))
     .await;
-    let base = [
-        ("subscription", subscription.clone()),
-        ("state", Some(state.clone())),
-    ];
-    let mut here = base.to_vec();
-    here.push(("before", before.clone()));
-    let url = url_with("/ui/dead-letters", &here);
+    let pager = Pager::new(
+        "/ui/dead-letters",
+        vec![
+            ("subscription", subscription.clone()),
+            ("state", Some(state.clone())),
+        ],
+        &before,
+    );
+    let url = pager.here.clone();
     let dead = state == "dead-lettered";
     let rows = match answer {
         Err(e) => html::api_error(&e),
         Ok(v) => {
-            let next = v["nextCursor"].as_str().map(|n| {
-                let mut older = base.to_vec();
-                older.push(("before", Some(n.to_string())));
-                url_with("/ui/dead-letters", &older)
-            });
+            let next = pager.older(v["nextCursor"].as_str());
             let act = dead && op.may_act();
             let table = html! {
                     div.scroll { table {

@@ -70,3 +70,34 @@ pub fn url_with(path: &str, pairs: &[(&str, Option<String>)]) -> String {
         format!("{path}?{}", q.join("&"))
     }
 }
+
+/// A list page's own URL (its filters and cursor) and the URL of the page after a `nextCursor`.
+pub struct Pager {
+    path: &'static str,
+    base: Vec<(&'static str, Option<String>)>,
+    /// This page's URL, for its live region.
+    pub here: String,
+}
+
+impl Pager {
+    /// The pager of `path` with the filters `base` and the cursor `before`.
+    pub fn new(
+        path: &'static str,
+        base: Vec<(&'static str, Option<String>)>,
+        before: &Option<String>,
+    ) -> Pager {
+        let mut here = base.clone();
+        here.push(("before", before.clone()));
+        let here = url_with(path, &here);
+        Pager { path, base, here }
+    }
+
+    /// The URL of the next (older) page, from the answer's `nextCursor`.
+    pub fn older(&self, next: Option<&str>) -> Option<String> {
+        next.map(|n| {
+            let mut older = self.base.clone();
+            older.push(("before", Some(n.to_string())));
+            url_with(self.path, &older)
+        })
+    }
+}

@@ -9,7 +9,7 @@ use axum::Extension;
 use maud::{html, Markup};
 use serde_json::Value;
 
-use super::{opt, rfc3339, url_with, Filters};
+use super::{opt, rfc3339, Filters, Pager};
 use crate::html::{self, Page};
 use crate::login::Operator;
 use crate::Console;
@@ -89,24 +89,24 @@ pub async fn list(
         Ok(Query(params)),
     ))
     .await;
-    let base = [
-        ("q", q.clone()),
-        ("subscription", subscription.clone()),
-        ("state", state.clone()),
-        ("from", from.clone()),
-        ("to", to.clone()),
-    ];
-    let mut here = base.to_vec();
-    here.push(("before", before.clone()));
-    let url = url_with("/ui/receipts", &here);
+    let pager = Pager::new(
+        "/ui/receipts",
+        vec![
+            ("q", q.clone()),
+            ("subscription", subscription.clone()),
+            ("state", state.clone()),
+            ("from", from.clone()),
+            ("to", to.clone()),
+        ],
+        &before,
+    );
+    let url = pager.here.clone();
     let results = match answer {
         Err(e) => html::api_error(&e),
         Ok(v) => html! {
             (table(&v))
-            @if let Some(next) = v["nextCursor"].as_str() {
-                @let mut older = base.to_vec();
-                @let _ = older.push(("before", Some(next.to_string())));
-                p { a href=(url_with("/ui/receipts", &older)) { "Older receipts →" } }
+            @if let Some(older) = pager.older(v["nextCursor"].as_str()) {
+                p { a href=(older) { "Older receipts →" } }
             }
         },
     };

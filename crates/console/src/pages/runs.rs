@@ -9,7 +9,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::{opt, url_with, Filters};
+use super::{opt, Filters, Pager};
 use crate::html::{self, Page};
 use crate::login::Operator;
 use crate::Console;
@@ -46,18 +46,16 @@ pub async fn list(
         Ok(Query(params)),
     ))
     .await;
-    let base = [("status", status.clone()), ("workflow", workflow.clone())];
-    let mut here = base.to_vec();
-    here.push(("before", before.clone()));
-    let url = url_with("/ui/runs", &here);
+    let pager = Pager::new(
+        "/ui/runs",
+        vec![("status", status.clone()), ("workflow", workflow.clone())],
+        &before,
+    );
+    let url = pager.here.clone();
     let rows = match answer {
         Err(e) => html::api_error(&e),
         Ok(v) => {
-            let next = v["nextCursor"].as_str().map(|n| {
-                let mut older = base.to_vec();
-                older.push(("before", Some(n.to_string())));
-                url_with("/ui/runs", &older)
-            });
+            let next = pager.older(v["nextCursor"].as_str());
             html! {
                 div.scroll { table {
                     thead { tr { th { "Created" } th { "Run" } th { "Workflow" } th { "Status" } th { "Started by" } th.hide-narrow { "causationId" } } }
