@@ -7,7 +7,7 @@ use axum::response::{Html, IntoResponse, Response};
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 use serde_json::Value;
 
-use crate::login::Operator;
+use crate::operator::Operator;
 
 /// A rendered page and its status (200 unless set: a missing record is 404, a refused form 400).
 pub struct Page(pub Markup, pub StatusCode);

@@ -7,13 +7,14 @@
 //! action goes through the API's handler and is recorded in the audit log with the same action name
 //! the API's route records (`tb_api::audit::action_of`), marked `"via": "console"`.
 //!
-//! Layout: [`login`] (who), [`live`] (the change feed), [`assets`] (embedded files), [`html`] (shell
+//! Layout: [`operator`] (the viewer), [`login`] (login, cookie, CSRF, the scope guard), [`live`] (the change feed), [`assets`] (embedded files), [`html`] (shell
 //! and pieces), `pages::*` (one module per page).
 
 pub mod assets;
 pub mod html;
 pub mod live;
 pub mod login;
+pub mod operator;
 mod pages;
 
 use std::sync::Arc;

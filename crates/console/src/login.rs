@@ -27,6 +27,7 @@ use subtle::ConstantTimeEq;
 use tb_store::ConsoleLogin;
 
 use crate::html;
+pub use crate::operator::{Operator, BODIES, READ, WRITE};
 use crate::Console;
 
 /// The login cookie's name.
@@ -35,43 +36,6 @@ pub const COOKIE: &str = "tb_console";
 pub const LOGIN_TTL_MS: i64 = 12 * 3_600_000;
 /// Largest form a console `POST` may send, in bytes.
 pub const MAX_FORM: usize = 64 * 1024;
-
-/// The viewer of a page: the API key's name, its scopes now, and the login's CSRF token.
-#[derive(Debug, Clone)]
-pub struct Operator {
-    /// The API key's name (`anonymous` on an open console).
-    pub name: String,
-    scopes: Vec<String>,
-    /// The CSRF token every form of this login carries.
-    pub csrf: String,
-    token_sha256: String,
-}
-
-impl Operator {
-    /// Whether the viewer holds `scope`.
-    pub fn may(&self, scope: &str) -> bool {
-        self.scopes.iter().any(|s| s == "*" || s == scope)
-    }
-    /// `operator:write`: pause / resume, replay, raise a signal.
-    pub fn may_act(&self) -> bool {
-        self.may(WRITE)
-    }
-    /// `operator:bodies`: open a receipt's redacted body.
-    pub fn may_read_bodies(&self) -> bool {
-        self.may(BODIES)
-    }
-    /// The principal the API's handlers see for this viewer.
-    pub fn principal(&self) -> tb_api::auth::Principal {
-        tb_api::auth::Principal(self.name.clone(), self.scopes.clone())
-    }
-}
-
-/// Scope to see the console.
-pub const READ: &str = "operator:read";
-/// Scope to act in it.
-pub const WRITE: &str = "operator:write";
-/// Scope to open redacted bodies.
-pub const BODIES: &str = "operator:bodies";
 
 fn sha_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))

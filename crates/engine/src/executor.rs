@@ -2,50 +2,15 @@
 //! triggers.v2 service (crate::nats_executor); `http` makes a Standard Webhooks-signed
 //! POST to the workflow's worker URL with the delivery id as the idempotency key.
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tb_core::delivery::ActionResult;
 use tb_core::run::RunStatus;
 use tb_core::workflow::{Executor, Workflow};
 
 use crate::clock;
 
-/// What a run's executor is handed.
-#[derive(Debug, Clone)]
-pub struct StartRequest<'a> {
-    pub run_id: &'a str,
-    pub delivery_id: &'a str,
-    /// Id of the attempt's `trigger.delivery.attempted` event (the run's `causationId`).
-    pub causation_id: &'a str,
-    pub inputs: &'a Value,
-    pub subscription_id: &'a str,
-    pub event_type: &'a str,
-    pub receipt_id: &'a str,
-    /// This attempt's number, 1-based.
-    pub attempt: u32,
-}
-
-/// A failed start: the attempt's result and its short, sanitized message (issue #9 defect 6): `HTTP
-/// <status>[: <first bytes of the body, printable only, <= 256 bytes>]`, or a plain sentence for
-/// connect / timeout / request errors. Never a header value, a URL or a secret.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StartFailure {
-    /// The failed result (`error_class`, `Retry-After`, permanence) the retry decision reads.
-    pub result: ActionResult,
-    /// Stored as the attempt's `message`, shown as `attempts[].message`, logged at `warn`.
-    pub message: String,
-}
-
-/// A retryable failure of class `error_class` with `message`.
-pub(crate) fn failure(error_class: &str, message: String) -> StartFailure {
-    StartFailure {
-        result: ActionResult::Failed {
-            error_class: error_class.into(),
-            retry_after_ms: None,
-            permanent: false,
-        },
-        message,
-    }
-}
+pub(crate) use crate::start::failure;
+pub use crate::start::{StartFailure, StartRequest};
 
 /// Largest `Retry-After` honoured before clamping by the retry policy: 1 day, in seconds.
 const MAX_RETRY_AFTER_S: u64 = 86_400;

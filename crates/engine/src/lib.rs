@@ -28,6 +28,7 @@ pub mod sealing;
 pub mod service_dlq;
 pub mod sessions;
 pub mod ssrf;
+pub mod start;
 pub mod sweeper;
 pub mod sync;
 pub mod testing;

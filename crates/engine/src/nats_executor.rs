@@ -17,7 +17,7 @@ use tb_wire::manifest::Manifest;
 use tb_wire::time::WireTime;
 use tb_wire::{json, Envelope};
 
-use crate::executor::{failure, StartFailure, StartRequest};
+use crate::start::{failure, StartFailure, StartRequest};
 use crate::{clock, Engine};
 
 /// How long a PubAck is awaited before the attempt fails (`timeout`).
