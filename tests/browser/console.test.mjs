@@ -90,6 +90,21 @@ async function shot(page, name) {
   if (DOC_SHOTS && DOC_NAMES.has(name)) await page.screenshot({ path: join(repo, DOC_SHOTS, `${name}.png`) });
 }
 
+// Every visible form control has a name a screen reader can say (a <label> around it or for it, or
+// aria-label), and every image-like element a text: checked on the pages the tests visit.
+async function labelled(page) {
+  const missing = await page.evaluate(() =>
+    [...document.querySelectorAll("input:not([type=hidden]), select, textarea, button, svg[role=img]")]
+      .filter((el) => {
+        if (el.getAttribute("aria-label")) return false;
+        if (el.tagName === "BUTTON") return !el.textContent.trim();
+        if (el.tagName.toLowerCase() === "svg") return !el.querySelector("title");
+        return !(el.closest("label") || (el.id && document.querySelector(`label[for="${el.id}"]`)));
+      })
+      .map((el) => el.outerHTML.slice(0, 120)));
+  assert.deepEqual(missing, [], `unlabelled controls on ${page.url()}`);
+}
+
 async function login(key, viewport = { width: 1280, height: 800 }) {
   const context = await browser.newContext({ viewport, baseURL: base, timezoneId: "Europe/Berlin" });
   const page = await context.newPage();
@@ -228,6 +243,7 @@ test("a subscription goes failed after a failing worker, live", async () => {
   await row.locator(".badge", { hasText: "failed" }).waitFor({ timeout: WAIT });
   assert.match(await row.textContent(), /http_500/);
   await row.getByText("1 receipt · 2 of 2 attempts failed").waitFor({ timeout: WAIT }); // the sparkline's counts
+  await labelled(page);
   await shot(page, "subscriptions");
   await context.close();
 });
@@ -248,6 +264,11 @@ test("a GitHub delivery's receipt leads to its run and back", async () => {
   // The timeline runs from received to consumed, and names the binding it matched.
   await page.locator("ol.timeline li", { hasText: "consumed" }).first().waitFor({ timeout: WAIT });
   assert.match(await page.locator("ol.timeline").textContent(), /received[\s\S]*matched[\s\S]*pr-opened[\s\S]*attempted/);
+  await labelled(page);
+  // Times are in the viewer's zone (Europe/Berlin here), with the UTC time on hover.
+  const t = page.locator("ol.timeline time").first();
+  assert.match(await t.getAttribute("title"), / UTC$/);
+  assert.notEqual(await t.textContent(), await t.getAttribute("datetime"));
   await shot(page, "receipt");
   await page.locator("a", { hasText: /^run_/ }).first().click();
   await page.getByRole("heading", { name: /^Run run_/ }).waitFor();
@@ -272,6 +293,7 @@ test("bulk replay of dead letters after the confirmation shows the new attempts"
   const n = await boxes.count();
   assert.ok(n >= 3, `${n} dead letters listed`);
   await page.getByLabel("Select every row").check();
+  await labelled(page);
   await shot(page, "dead-letters");
   await page.getByRole("button", { name: "Replay selected…" }).click();
   const dialog = page.getByRole("alertdialog");
@@ -308,6 +330,7 @@ test("raise a signal and see the wait resolve live", async () => {
   await wait.locator(".badge", { hasText: "armed" }).waitFor();
   assert.match(await wait.locator("[data-deadline]").textContent(), /^in \d+ min/);
   await page.locator("#live-state.live-on").waitFor({ timeout: WAIT });
+  await labelled(page);
   await shot(page, "run-wait-armed");
   // A second window raises the signal; the first one is never reloaded.
   const other = await context.newPage();
@@ -379,6 +402,7 @@ test("the audit log holds every action of these tests and its chain verifies", a
   await page.goto("/ui/audit?verify=1");
   await page.getByRole("status").filter({ hasText: "The chain holds" }).waitFor();
   assert.ok((await page.locator("tbody tr").count()) >= 10);
+  await labelled(page);
   await shot(page, "audit");
   await page.goto("/ui");
   await page.getByRole("heading", { name: "Overview" }).waitFor();
