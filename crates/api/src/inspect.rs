@@ -232,22 +232,22 @@ pub async fn list_receipts(
 }
 
 /// `GET /v1/receipts/{id}` -> `{receipt, deliveries, timeline}`; the timeline is redacted (states, ids, times).
-#[utoipa::path(get, path = "/v1/receipts/{id}", tag = "receipts", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{receipt, deliveries, timeline}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
+#[utoipa::path(get, path = "/v1/receipts/{id}", tag = "receipts", params(("id" = String, Path, description = "Resource id")), responses((status = 200, body = wire::ReceiptDetail), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_receipt(
     State(st): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<wire::ReceiptDetail>, ApiError> {
     let r = st.engine.store.get_receipt(&id).await?;
     let ds = st.engine.store.deliveries_of_receipt(&id).await?;
     let mut with_attempts = Vec::with_capacity(ds.len());
     for d in &ds {
         with_attempts.push((d.clone(), st.engine.store.attempts(&d.id).await?));
     }
-    Ok(Json(json!({
-        "receipt": wire::receipt(&r),
-        "deliveries": ds.iter().map(wire::delivery).collect::<Vec<_>>(),
-        "timeline": crate::timeline::timeline(&r, &with_attempts),
-    })))
+    Ok(Json(wire::ReceiptDetail {
+        receipt: wire::receipt_view(&r),
+        deliveries: ds.iter().map(wire::delivery_view).collect(),
+        timeline: crate::timeline::timeline(&r, &with_attempts),
+    }))
 }
 
 /// `GET /v1/deliveries` -> `{deliveries, nextCursor?}`. Errors: 400 for an unknown `state`.
@@ -275,16 +275,17 @@ pub async fn list_deliveries(
 }
 
 /// `GET /v1/deliveries/{id}` -> `{delivery, attempts}`.
-#[utoipa::path(get, path = "/v1/deliveries/{id}", tag = "deliveries", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{delivery, attempts}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
+#[utoipa::path(get, path = "/v1/deliveries/{id}", tag = "deliveries", params(("id" = String, Path, description = "Resource id")), responses((status = 200, body = wire::DeliveryDetail), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_delivery(
     State(st): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<wire::DeliveryDetail>, ApiError> {
     let d = st.engine.store.get_delivery(&id).await?;
     let a = st.engine.store.attempts(&id).await?;
-    Ok(Json(
-        json!({"delivery": wire::delivery(&d), "attempts": a.iter().map(wire::attempt).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(wire::DeliveryDetail {
+        delivery: wire::delivery_view(&d),
+        attempts: a.iter().map(wire::attempt_view).collect(),
+    }))
 }
 
 /// `POST /v1/deliveries/{id}/replay` -> `{delivery}`: puts a dead-lettered delivery back in the queue

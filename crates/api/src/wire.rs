@@ -1,6 +1,7 @@
 //! Wire shapes (camelCase JSON, RFC 3339 times) built from store records. Domain and store types never
 //! reach the wire directly.
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use tb_store::*;
 
@@ -52,91 +53,189 @@ pub fn subscription_state_detail(s: &SubscriptionRecord) -> Value {
     m
 }
 
-/// A receipt (no body, no headers).
+/// A receipt on the wire (no body, no headers): `GET /v1/receipts`, `/v1/receipts/{id}`. Read by the
+/// CLI's tables and the console's receipt pages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptView {
+    pub receipt_id: String,
+    pub subscription_id: String,
+    pub dedup_key: String,
+    /// The sender's delivery id (`X-GitHub-Delivery`, `webhook-id` ...).
+    pub provider_event_id: String,
+    pub event_type: String,
+    /// A stored receipt state (`consumed`, `unmatched`, `dead_lettered` ...).
+    pub state: String,
+    /// Bytes of the raw body.
+    pub body_bytes: u64,
+    /// RFC 3339 UTC, ms.
+    pub received_at: String,
+    pub updated_at: String,
+    /// Repeated deliveries of its dedup key answered as duplicates.
+    pub duplicates: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_duplicate_at: Option<String>,
+}
+
+/// A receipt's wire view.
+pub fn receipt_view(r: &ReceiptRecord) -> ReceiptView {
+    ReceiptView {
+        receipt_id: r.id.clone(),
+        subscription_id: r.subscription_id.clone(),
+        dedup_key: r.dedup_key.clone(),
+        provider_event_id: r.provider_event_id.clone(),
+        event_type: r.event_type.clone(),
+        state: r.state.as_str().to_string(),
+        body_bytes: r.body_bytes,
+        received_at: time(r.received_at),
+        updated_at: time(r.updated_at),
+        duplicates: r.duplicates,
+        content_type: r.content_type.clone(),
+        last_duplicate_at: r.last_duplicate_at.map(time),
+    }
+}
+
+/// A receipt as JSON ([`ReceiptView`]).
 pub fn receipt(r: &ReceiptRecord) -> Value {
-    let mut m = json!({
-        "receiptId": r.id,
-        "subscriptionId": r.subscription_id,
-        "dedupKey": r.dedup_key,
-        "providerEventId": r.provider_event_id,
-        "eventType": r.event_type,
-        "state": r.state.as_str(),
-        "bodyBytes": r.body_bytes,
-        "receivedAt": time(r.received_at),
-        "updatedAt": time(r.updated_at),
-        "duplicates": r.duplicates,
-    });
-    let o = m.as_object_mut().expect("object");
-    put(o, "contentType", r.content_type.clone().map(Value::String));
-    put(
-        o,
-        "lastDuplicateAt",
-        r.last_duplicate_at.map(|t| Value::String(time(t))),
-    );
-    m
+    serde_json::to_value(receipt_view(r)).expect("a plain struct")
 }
 
-/// A delivery. `state` is [`tb_core::delivery::shown_state`]: `in-flight` (with `leaseOwner` and
+/// A delivery on the wire: `GET /v1/deliveries`, `/v1/deliveries/{id}`, a receipt's deliveries.
+/// `state` is [`tb_core::delivery::shown_state`]: `in-flight` (with `leaseOwner` and
 /// `leaseExpiresAt`, no `nextAttemptAt`) while a worker holds it, else the stored state.
-pub fn delivery(d: &DeliveryRecord) -> Value {
-    let state = tb_core::delivery::shown_state(d.state, d.lease_until, tb_engine::clock::now_ms());
-    let mut m = json!({
-        "deliveryId": d.id,
-        "receiptId": d.receipt_id,
-        "subscriptionId": d.subscription_id,
-        "bindingId": d.binding_id,
-        "dedupKey": d.dedup_key,
-        "action": d.action,
-        "state": state,
-        "attempts": d.attempts,
-        "replays": d.replays,
-        "createdAt": time(d.created_at),
-        "updatedAt": time(d.updated_at),
-    });
-    let o = m.as_object_mut().expect("object");
-    put(o, "workflowId", d.workflow_id.clone().map(Value::String));
-    // A dead-lettered delivery started no run: show no run id.
-    if d.state != tb_core::delivery::DeliveryState::DeadLettered {
-        put(o, "runId", d.run_id.clone().map(Value::String));
-    }
-    if state == "in-flight" {
-        // A worker holds it: who, and until when (after that it is due again).
-        put(o, "leaseOwner", d.lease_owner.clone().map(Value::String));
-        put(
-            o,
-            "leaseExpiresAt",
-            d.lease_until.map(|t| Value::String(time(t))),
-        );
-    } else if !d.state.is_terminal() {
-        put(o, "nextAttemptAt", d.due_at.map(|t| Value::String(time(t))));
-    }
-    put(o, "lastError", d.last_error.clone().map(Value::String));
-    put(
-        o,
-        "deadLetterReason",
-        d.dead_letter_reason.clone().map(Value::String),
-    );
-    m
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeliveryView {
+    pub delivery_id: String,
+    pub receipt_id: String,
+    pub subscription_id: String,
+    pub binding_id: String,
+    pub dedup_key: String,
+    /// `start_run`, `raise_signal`, `enqueue_prompt` ...
+    pub action: String,
+    /// `pending`, `in-flight`, `retrying`, `delivered`, `dead-lettered`.
+    pub state: String,
+    /// Attempts made so far.
+    pub attempts: u32,
+    /// Operator replays (each grants one more attempt).
+    pub replays: u32,
+    /// RFC 3339 UTC, ms.
+    pub created_at: String,
+    pub updated_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+    /// The run it started or reached; absent while dead-lettered (no run was started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+    /// The last attempt's error class (`http_500`, `timeout` ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_reason: Option<String>,
 }
 
-/// One attempt.
+/// A delivery's wire view.
+pub fn delivery_view(d: &DeliveryRecord) -> DeliveryView {
+    let state = tb_core::delivery::shown_state(d.state, d.lease_until, tb_engine::clock::now_ms());
+    let in_flight = state == "in-flight";
+    DeliveryView {
+        delivery_id: d.id.clone(),
+        receipt_id: d.receipt_id.clone(),
+        subscription_id: d.subscription_id.clone(),
+        binding_id: d.binding_id.clone(),
+        dedup_key: d.dedup_key.clone(),
+        action: d.action.clone(),
+        state: state.to_string(),
+        attempts: d.attempts,
+        replays: d.replays,
+        created_at: time(d.created_at),
+        updated_at: time(d.updated_at),
+        workflow_id: d.workflow_id.clone(),
+        // A dead-lettered delivery started no run: show no run id.
+        run_id: (d.state != tb_core::delivery::DeliveryState::DeadLettered)
+            .then(|| d.run_id.clone())
+            .flatten(),
+        // A worker holds it: who, and until when (after that it is due again).
+        lease_owner: in_flight.then(|| d.lease_owner.clone()).flatten(),
+        lease_expires_at: in_flight.then(|| d.lease_until.map(time)).flatten(),
+        next_attempt_at: (!in_flight && !d.state.is_terminal())
+            .then(|| d.due_at.map(time))
+            .flatten(),
+        last_error: d.last_error.clone(),
+        dead_letter_reason: d.dead_letter_reason.clone(),
+    }
+}
+
+/// A delivery as JSON ([`DeliveryView`]).
+pub fn delivery(d: &DeliveryRecord) -> Value {
+    serde_json::to_value(delivery_view(d)).expect("a plain struct")
+}
+
+/// One attempt on the wire: `GET /v1/deliveries/{id}`'s `attempts`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptView {
+    /// 1-based.
+    pub attempt: u32,
+    /// The `trigger.delivery.attempted` event's id (a run it started has it as `causationId`).
+    pub event_id: String,
+    /// `delivered`, `retrying`, `dead-lettered`.
+    pub outcome: String,
+    /// RFC 3339 UTC, ms.
+    pub started_at: String,
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<String>,
+    /// Short and sanitized (`HTTP 500: <first printable bytes>`); never a header, URL or secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_attempt_at: Option<String>,
+}
+
+/// One attempt's wire view.
+pub fn attempt_view(a: &AttemptRecord) -> AttemptView {
+    AttemptView {
+        attempt: a.attempt,
+        event_id: a.event_id.clone(),
+        outcome: a.outcome.as_str().to_string(),
+        started_at: time(a.started_at),
+        duration_ms: a.duration_ms,
+        error_class: a.error_class.clone(),
+        message: a.message.clone(),
+        next_attempt_at: a.next_due_at.map(time),
+    }
+}
+
+/// One attempt as JSON ([`AttemptView`]).
 pub fn attempt(a: &AttemptRecord) -> Value {
-    let mut m = json!({
-        "attempt": a.attempt,
-        "eventId": a.event_id,
-        "outcome": a.outcome.as_str(),
-        "startedAt": time(a.started_at),
-        "durationMs": a.duration_ms,
-    });
-    let o = m.as_object_mut().expect("object");
-    put(o, "errorClass", a.error_class.clone().map(Value::String));
-    put(o, "message", a.message.clone().map(Value::String));
-    put(
-        o,
-        "nextAttemptAt",
-        a.next_due_at.map(|t| Value::String(time(t))),
-    );
-    m
+    serde_json::to_value(attempt_view(a)).expect("a plain struct")
+}
+
+/// `GET /v1/receipts/{id}`: the receipt, its deliveries and its redacted timeline (states, ids, times;
+/// `crate::timeline`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReceiptDetail {
+    pub receipt: ReceiptView,
+    pub deliveries: Vec<DeliveryView>,
+    /// `[{at, state, ...}]` from `received` to its terminal state.
+    #[schema(value_type = Vec<Object>)]
+    pub timeline: Vec<Value>,
+}
+
+/// `GET /v1/deliveries/{id}`: the delivery and every attempt, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct DeliveryDetail {
+    pub delivery: DeliveryView,
+    pub attempts: Vec<AttemptView>,
 }
 
 /// A run.

@@ -3,7 +3,7 @@
 //! Responses are read as `serde_json::Value` so extra fields are tolerated; `--json` prints the server's
 //! body as sent (re-indented, key order kept).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::api_client::{print_kv, print_list, render, seg, Api, ClientOpts};
 use reqwest::Method;
@@ -220,6 +220,9 @@ pub async fn receipts(o: &ClientOpts, c: ReceiptsCmd) -> Result<()> {
         }
         ReceiptsCmd::Show { id } => {
             if let Some(v) = api.get(&format!("/v1/receipts/{}", seg(&id)), &[]).await? {
+                // The API's own wire type: an answer of another shape (another version) is an error.
+                let _: tb_api::wire::ReceiptDetail = serde_json::from_value(v.clone())
+                    .context("the server's answer is not a receipt as this version knows it (another version?)")?;
                 print_kv(&v["receipt"], RECEIPT_KV);
                 println!();
                 print_list(&v, "timeline", TIMELINE, "no timeline");
@@ -267,6 +270,8 @@ pub async fn deliveries(o: &ClientOpts, c: DeliveriesCmd) -> Result<()> {
                 .get(&format!("/v1/deliveries/{}", seg(&id)), &[])
                 .await?
             {
+                let _: tb_api::wire::DeliveryDetail = serde_json::from_value(v.clone())
+                    .context("the server's answer is not a delivery as this version knows it (another version?)")?;
                 print_kv(&v["delivery"], DELIVERY_KV);
                 println!();
                 print_list(&v, "attempts", ATTEMPTS, "no attempts yet");

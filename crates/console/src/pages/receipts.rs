@@ -4,10 +4,13 @@
 //! `operator:bodies` may open the redacted view.
 
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Extension;
+use axum::Json;
 use maud::{html, Markup};
 use serde_json::Value;
+use tb_api::wire::{AttemptView, DeliveryView, ReceiptDetail};
 
 use super::{opt, rfc3339, Filters, Pager};
 use crate::html::{self, Page};
@@ -138,15 +141,12 @@ pub async fn show(
     Extension(op): Extension<Operator>,
     Path(id): Path<String>,
 ) -> Page {
-    let (body, status) = match crate::read(tb_api::inspect::get_receipt(
-        State(c.api.clone()),
-        Path(id.clone()),
-    ))
-    .await
-    {
-        Err(e) => (html::api_error(&e), html::status_of(&e)),
-        Ok(v) => (receipt_body(&c, &op, &v).await, axum::http::StatusCode::OK),
-    };
+    // The API's typed answer, as `GET /v1/receipts/{id}` serializes it.
+    let (body, status) =
+        match tb_api::inspect::get_receipt(State(c.api.clone()), Path(id.clone())).await {
+            Err(e) => (html::api_error(&e), html::status_of(&e)),
+            Ok(Json(detail)) => (receipt_body(&c, &op, &detail).await, StatusCode::OK),
+        };
     html::page(
         &format!("Receipt {id}"),
         "/ui/receipts",
@@ -156,46 +156,43 @@ pub async fn show(
     .status(status)
 }
 
-async fn receipt_body(c: &Console, op: &Operator, v: &Value) -> Markup {
-    let r = &v["receipt"];
-    let id = r["receiptId"].as_str().unwrap_or_default();
-    let matched: Vec<String> = v["timeline"]
-        .as_array()
-        .into_iter()
-        .flatten()
+async fn receipt_body(c: &Console, op: &Operator, v: &ReceiptDetail) -> Markup {
+    let r = &v.receipt;
+    let id = r.receipt_id.as_str();
+    let matched: Vec<String> = v
+        .timeline
+        .iter()
         .filter(|t| t["state"] == "matched")
         .flat_map(|t| t["bindings"].as_array().cloned().unwrap_or_default())
         .map(|b| html::json_text(&b))
         .collect();
-    let mut deliveries = Vec::new();
-    for d in v["deliveries"].as_array().into_iter().flatten() {
-        let did = d["deliveryId"].as_str().unwrap_or_default().to_string();
-        let full = crate::read(tb_api::inspect::get_delivery(
-            State(c.api.clone()),
-            Path(did),
-        ))
-        .await
-        .unwrap_or(Value::Null);
-        deliveries.push((d.clone(), full["attempts"].clone()));
+    let mut deliveries: Vec<(&DeliveryView, Vec<AttemptView>)> = Vec::new();
+    for d in &v.deliveries {
+        let attempts =
+            tb_api::inspect::get_delivery(State(c.api.clone()), Path(d.delivery_id.clone()))
+                .await
+                .map(|Json(full)| full.attempts)
+                .unwrap_or_default();
+        deliveries.push((d, attempts));
     }
     html! {
         dl.facts {
             dt { "Receipt" } dd { (html::id(id, None)) }
-            dt { "State" } dd { (html::state(r["state"].as_str().unwrap_or_default())) }
-            dt { "Subscription" } dd { a href={ "/ui/subscriptions/" (html::seg(r["subscriptionId"].as_str().unwrap_or_default())) } { (r["subscriptionId"].as_str().unwrap_or_default()) } }
-            dt { "Event type" } dd { (r["eventType"].as_str().unwrap_or_default()) }
-            dt { "Sender's delivery id" } dd { (html::id(r["providerEventId"].as_str().unwrap_or_default(), None)) }
-            dt { "Dedup key" } dd { code { (r["dedupKey"].as_str().unwrap_or_default()) } }
-            dt { "Duplicates answered" } dd { (r["duplicates"]) }
+            dt { "State" } dd { (html::state(&r.state)) }
+            dt { "Subscription" } dd { a href={ "/ui/subscriptions/" (html::seg(&r.subscription_id)) } { (r.subscription_id) } }
+            dt { "Event type" } dd { (r.event_type) }
+            dt { "Sender's delivery id" } dd { (html::id(&r.provider_event_id, None)) }
+            dt { "Dedup key" } dd { code { (r.dedup_key) } }
+            dt { "Duplicates answered" } dd { (r.duplicates) }
             dt { "Body" } dd {
-                (r["bodyBytes"]) " bytes, " (r["contentType"].as_str().unwrap_or("no content type")) " · "
+                (r.body_bytes) " bytes, " (r.content_type.as_deref().unwrap_or("no content type")) " · "
                 @if op.may_read_bodies() { a href={ "/ui/receipts/" (html::seg(id)) "/body" } { "Open the redacted body" } }
                 @else { span.muted { "not shown (needs operator:bodies)" } }
             }
         }
         h2 { "Timeline" }
         ol.timeline {
-            @for t in v["timeline"].as_array().into_iter().flatten() {
+            @for t in &v.timeline {
                 li {
                     (html::time_of(&t["at"])) " — " strong { (t["state"].as_str().unwrap_or_default()) }
                     @if let Some(b) = t["bindings"].as_array() { " · bindings " (b.iter().map(html::json_text).collect::<Vec<_>>().join(", ")) }
@@ -206,41 +203,41 @@ async fn receipt_body(c: &Console, op: &Operator, v: &Value) -> Markup {
             }
         }
         h2 { "Bindings matched" }
-        @if matched.is_empty() { p.muted { "None: the receipt was kept as " (r["state"].as_str().unwrap_or_default()) "." } }
+        @if matched.is_empty() { p.muted { "None: the receipt was kept as " (r.state) "." } }
         @else { ul { @for b in &matched { li { code { (b) } } } } }
         h2 { "Deliveries" }
         @for (d, attempts) in &deliveries {
-            @let did = d["deliveryId"].as_str().unwrap_or_default();
+            @let did = d.delivery_id.as_str();
             section id=(did) {
-                h3 { (html::id(did, None)) " " (html::state(d["state"].as_str().unwrap_or_default())) }
+                h3 { (html::id(did, None)) " " (html::state(&d.state)) }
                 p {
-                    "Binding " code { (d["bindingId"].as_str().unwrap_or_default()) } " · " (d["action"].as_str().unwrap_or_default())
-                    @if let Some(w) = d["workflowId"].as_str() { " · workflow " code { (w) } }
-                    " · " (d["attempts"]) @if d["attempts"] == 1 { " attempt, " } @else { " attempts, " } (d["replays"]) @if d["replays"] == 1 { " replay" } @else { " replays" }
-                    @if let Some(run) = d["runId"].as_str() { " · reached run " (html::id(run, Some(&format!("/ui/runs/{}", html::seg(run))))) }
-                    @if let Some(reason) = d["deadLetterReason"].as_str() { " · dead-lettered: " code { (reason) } }
-                    @if op.may_act() && d["state"] == "dead-lettered" {
+                    "Binding " code { (d.binding_id) } " · " (d.action)
+                    @if let Some(w) = &d.workflow_id { " · workflow " code { (w) } }
+                    " · " (d.attempts) @if d.attempts == 1 { " attempt, " } @else { " attempts, " } (d.replays) @if d.replays == 1 { " replay" } @else { " replays" }
+                    @if let Some(run) = &d.run_id { " · reached run " (html::id(run, Some(&format!("/ui/runs/{}", html::seg(run))))) }
+                    @if let Some(reason) = &d.dead_letter_reason { " · dead-lettered: " code { (reason) } }
+                    @if op.may_act() && d.state == "dead-lettered" {
                         " "
                         form.inline method="post" action="/ui/dead-letters/replay" {
                             (html::csrf_field(op))
                             input type="hidden" name="mode" value="selected";
                             input type="hidden" name="ids" value=(did);
-                            button type="submit" { "Replay…" }
+                            button type="submit" aria-label={ "Replay " (did) } { "Replay…" }
                         }
                     }
                 }
                 div.scroll { table {
                     thead { tr { th { "#" } th { "Started" } th { "Outcome" } th { "Error class" } th { "Message (sanitized)" } th { "Duration" } th.hide-narrow { "Attempt event id" } } }
                     tbody {
-                        @for a in attempts.as_array().into_iter().flatten() {
+                        @for a in attempts {
                             tr {
-                                td { (a["attempt"]) }
-                                td { (html::time_of(&a["startedAt"])) }
-                                td { (html::state(a["outcome"].as_str().unwrap_or_default())) }
-                                td { code { (a["errorClass"].as_str().unwrap_or("—")) } }
-                                td { small { (a["message"].as_str().unwrap_or("")) } }
-                                td { (a["durationMs"]) " ms" }
-                                td.hide-narrow { code { (a["eventId"].as_str().unwrap_or_default()) } }
+                                td { (a.attempt) }
+                                td { (html::time(Some(&a.started_at))) }
+                                td { (html::state(&a.outcome)) }
+                                td { code { (a.error_class.as_deref().unwrap_or("—")) } }
+                                td { small { (a.message.as_deref().unwrap_or("")) } }
+                                td { (a.duration_ms) " ms" }
+                                td.hide-narrow { code { (a.event_id) } }
                             }
                         }
                     }
