@@ -60,8 +60,11 @@ async fn receipts_are_found_by_the_senders_delivery_id_and_by_time() {
         .len(),
         2
     );
+    // The runs are made by the deliveries' attempts, a moment after the answers.
     let v = s
-        .get(&format!("/v1/runs?from={}&workflow=wf", t(-hour)))
+        .wait_for(&format!("/v1/runs?from={}&workflow=wf", t(-hour)), |v| {
+            v["runs"].as_array().is_some_and(|r| r.len() == 2)
+        })
         .await;
     assert_eq!(v["runs"].as_array().unwrap().len(), 2, "{v}");
     assert!(s.get("/v1/runs?workflow=other").await["runs"]
@@ -93,7 +96,9 @@ async fn activity_counts_the_last_hour_per_subscription() {
         assert_eq!(st, StatusCode::ACCEPTED);
     }
     let v = s
-        .wait_for("/v1/activity", |v| v["attemptsByOutcome"]["delivered"] == 3)
+        .wait_for("/v1/activity", |v| {
+            v["attemptsByOutcome"]["delivered"] == 3 && v["receiptsByState"]["consumed"] == 3
+        })
         .await;
     assert_eq!(v["minutes"], 60);
     assert_eq!(v["receiptsByState"]["consumed"], 3, "{v}");
