@@ -1471,6 +1471,17 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             ));
         }
     }
+    // A key is known by its digest and named by its name: two entries sharing either would let one
+    // key act under the other's name and scopes (the audit log would name the wrong key).
+    for (i, a) in api_keys.iter().enumerate() {
+        for b in &api_keys[..i] {
+            if a.sha256 == b.sha256 {
+                errs.push(format!("api_keys: {:?} and {:?} are the same key (the same sha256); give each its own key", b.name, a.name));
+            } else if a.name == b.name {
+                errs.push(format!("api_keys: two keys are named {:?}; names must be unique (the audit log records the name)", a.name));
+            }
+        }
+    }
     if errs.is_empty() {
         Ok(Loaded {
             api_keys,

@@ -306,6 +306,14 @@ fn hash_key_prints_the_config_line_and_bad_key_entries_are_named() {
         out.contains("api_keys[0] (ci): unknown scope \"root\""),
         "{out}"
     );
+    // The same key twice, or one name twice, is refused (one key would act as the other).
+    let h = "2c70e12b7a0646f92279f427c7b38e7334d8e5389cff167a1dc30e73f826b683";
+    let h2 = "3c70e12b7a0646f92279f427c7b38e7334d8e5389cff167a1dc30e73f826b683";
+    let twice = format!("{GOOD}\n[[api_keys]]\nname = \"a\"\nsha256 = \"{h}\"\nscopes = [\"*\"]\n[[api_keys]]\nname = \"b\"\nsha256 = \"{h}\"\nscopes = [\"runs:read\"]\n[[api_keys]]\nname = \"a\"\nsha256 = \"{h2}\"\nscopes = [\"runs:read\"]\n");
+    let (code, out) = check(&twice, &[("TB_TEST_SECRET", "s")]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("\"a\" and \"b\" are the same key"), "{out}");
+    assert!(out.contains("two keys are named \"a\""), "{out}");
 }
 
 #[test]

@@ -338,6 +338,13 @@ fn login_scopes_csrf_confirmation_and_a_verified_audit_log() {
     std::fs::write(&s.config, cfg).unwrap();
     s.kill9();
     s.restart();
+    let b = browser(&s.base);
+    let r = b.get_raw("/ui", Some(&ops2));
+    assert_eq!(
+        r.status().as_u16(),
+        303,
+        "putting the old key back does not revive its login"
+    );
 
     // Someone with the database file edits an entry by hand (dropping the guard first).
     let db = rusqlite::Connection::open(data.join("trigger-bridge.db")).unwrap();

@@ -49,6 +49,21 @@ impl Console {
     /// The console over the API's state; starts the live feed.
     pub fn new(api: AppState) -> Console {
         let hub = live::Hub::start(api.engine.clone());
+        // Logins of keys no longer configured (removed, or rotated under the same name) end now, so
+        // putting an old key back later does not revive a cookie stolen meanwhile.
+        let (store, keep) = (api.engine.store.clone(), login::valid_logins(&api.keys));
+        tokio::spawn(async move {
+            match store.prune_console_logins(keep).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(
+                    logins = n,
+                    "console logins of keys no longer configured ended"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "ending the console logins of removed keys failed")
+                }
+            }
+        });
         Console {
             api,
             hub,

@@ -108,13 +108,30 @@ async fn operator(c: &Console, headers: &HeaderMap) -> Option<Operator> {
         .console_login(&hash, tb_engine::clock::now_ms())
         .await
         .ok()??;
-    let scopes = scopes_of(c, &login.key_name, &login.key_sha256)?;
+    let Some(scopes) = scopes_of(c, &login.key_name, &login.key_sha256) else {
+        // Its key was removed or rotated: the login ends for good (a key put back later does not
+        // bring it back).
+        let _ = c.api.engine.store.delete_console_login(&hash).await;
+        return None;
+    };
     Some(Operator {
         name: login.key_name,
         scopes,
         csrf: login.csrf,
         token_sha256: hash,
     })
+}
+
+/// The logins that may stay, as `name:sha256-hex`: one per configured key (`anonymous:-` on an
+/// open console).
+pub fn valid_logins(keys: &tb_api::auth::ApiKeys) -> Vec<String> {
+    if keys.0.is_empty() {
+        return vec![format!("anonymous:{NO_KEY}")];
+    }
+    keys.0
+        .iter()
+        .map(|k| format!("{}:{}", k.name, hex::encode(k.sha256)))
+        .collect()
 }
 
 /// Stores a new login for the key `name` with digest `key_sha256` (hex; [`NO_KEY`] on an open

@@ -555,6 +555,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Option<ConsoleLogin>>;
     /// Ends a console login; false when there was none.
     async fn delete_console_login(&self, token_sha256: &str) -> StoreResult<bool>;
+    /// Ends every console login whose key (`name:sha256-hex`) is not in `keep`; returns how many.
+    async fn prune_console_logins(&self, keep: Vec<String>) -> StoreResult<u64>;
     /// Every schedule cursor (issue #11), ordered by subscription id.
     async fn schedule_cursors(&self) -> StoreResult<Vec<ScheduleCursorRecord>>;
     /// One schedule's cursor, `None` before its first pass.

@@ -256,5 +256,17 @@ async fn console_logins_expire_and_end() {
             "{name}: ended once"
         );
         assert_eq!(s.console_login("t2", 5_001).await.unwrap(), None, "{name}");
+        // Logins of keys no longer configured end; the others stay.
+        let mut other = login("t3", 6_000);
+        other.key_name = "gone".into();
+        s.create_console_login(login("t4", 6_000)).await.unwrap();
+        s.create_console_login(other).await.unwrap();
+        let keep = vec![format!("ops:{}", "ef".repeat(32))];
+        assert_eq!(s.prune_console_logins(keep).await.unwrap(), 1, "{name}");
+        assert!(
+            s.console_login("t4", 6_001).await.unwrap().is_some(),
+            "{name}"
+        );
+        assert_eq!(s.console_login("t3", 6_001).await.unwrap(), None, "{name}");
     }
 }

@@ -163,3 +163,21 @@ pub(crate) fn delete_login(c: &dyn Db, token_sha256: &str) -> StoreResult<bool> 
         p![token_sha256],
     )? > 0)
 }
+
+/// Removes every login whose key (`name:sha256-hex`) is not in `keep`: a key removed or rotated in the
+/// configuration ends its logins for good, even if it comes back later. Returns how many went.
+pub(crate) fn prune_logins(c: &dyn Db, keep: &[String]) -> StoreResult<u64> {
+    if keep.is_empty() {
+        return c.exec("DELETE FROM console_logins", p![]);
+    }
+    let marks: Vec<String> = (1..=keep.len()).map(|i| format!("?{i}")).collect();
+    let params: Vec<crate::sql::Param<'_>> =
+        keep.iter().map(|k| crate::sql::Param::Text(k)).collect();
+    c.exec(
+        &format!(
+            "DELETE FROM console_logins WHERE (key_name || ':' || key_sha256) NOT IN ({})",
+            marks.join(", ")
+        ),
+        &params,
+    )
+}

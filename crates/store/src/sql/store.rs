@@ -735,6 +735,11 @@ impl<B: Backend> Store for SqlStore<B> {
             .read(move |c| super::audit::get_login(c, &t, now))
             .await
     }
+    async fn prune_console_logins(&self, keep: Vec<String>) -> StoreResult<u64> {
+        self.backend
+            .write(move |c| super::audit::prune_logins(c, &keep))
+            .await
+    }
     async fn delete_console_login(&self, token_sha256: &str) -> StoreResult<bool> {
         let t = token_sha256.to_string();
         self.backend
