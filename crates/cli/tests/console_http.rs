@@ -365,3 +365,70 @@ fn login_scopes_csrf_confirmation_and_a_verified_audit_log() {
     assert_eq!(code, 1, "{out} {err}");
     assert!(err.contains(&format!("entry {seq} was edited")), "{err}");
 }
+
+#[test]
+fn an_open_console_makes_one_login_and_live_streams_are_capped_per_login() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // The same configuration without its keys: the console is open (loopback).
+    let cfg = std::fs::read_to_string(config(dir.path())).unwrap();
+    let open: String = cfg
+        .split("[[subscriptions]]")
+        .skip(1)
+        .collect::<Vec<_>>()
+        .join("[[subscriptions]]");
+    let path = dir.path().join("open.toml");
+    std::fs::write(&path, format!("[[subscriptions]]{open}")).unwrap();
+    let s = Server::spawn(&path, &data, free_port());
+    let b = browser(&s.base);
+    // Cookieless visits share the one anonymous login: one row, one cookie.
+    let mut cookies = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let r = b.get_raw("/ui", None);
+        assert_eq!(r.status().as_u16(), 200);
+        cookies.insert(
+            r.headers()["set-cookie"]
+                .to_str()
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    let db = rusqlite::Connection::open(data.join("trigger-bridge.db")).unwrap();
+    let rows: i64 = db
+        .query_row("SELECT COUNT(*) FROM console_logins", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 1);
+    // One login holds at most 8 live streams; a closed one gives its place back.
+    let cookie = cookies.into_iter().next().unwrap();
+    let open_stream = || {
+        b.rt.block_on(
+            b.inner
+                .get(format!("{}/ui/events", s.base))
+                .header("cookie", &cookie)
+                .send(),
+        )
+        .unwrap()
+    };
+    let mut streams: Vec<reqwest::Response> = (0..8).map(|_| open_stream()).collect();
+    assert!(streams.iter().all(|r| r.status().as_u16() == 200));
+    assert_eq!(
+        open_stream().status().as_u16(),
+        429,
+        "the ninth stream of one login"
+    );
+    drop(streams.pop());
+    let again = tokio::time::Duration::from_millis(20);
+    let mut status = 0;
+    for _ in 0..100 {
+        status = open_stream().status().as_u16();
+        if status == 200 {
+            break;
+        }
+        std::thread::sleep(again);
+    }
+    assert_eq!(status, 200, "a closed stream gives its place back");
+}

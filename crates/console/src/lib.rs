@@ -36,6 +36,8 @@ pub struct Console {
     pub api: AppState,
     hub: live::Hub,
     activity: Arc<tokio::sync::Mutex<Option<CachedActivity>>>,
+    /// The cookie token of the open console's one `anonymous` login (no keys configured).
+    anonymous: Arc<tokio::sync::Mutex<Option<String>>>,
 }
 
 /// The activity as last read: when, at which change of the live feed, and what.
@@ -68,6 +70,7 @@ impl Console {
             api,
             hub,
             activity: Default::default(),
+            anonymous: Default::default(),
         }
     }
 

@@ -26,12 +26,49 @@ pub const COALESCE: Duration = Duration::from_millis(400);
 pub const IDLE_TICK: Duration = Duration::from_secs(15);
 /// Open event streams per replica; more are answered 503.
 pub const MAX_STREAMS: usize = 256;
+/// Open event streams per login (one per open tab); more are answered 429, so one login cannot take
+/// every stream of the replica.
+pub const MAX_STREAMS_PER_LOGIN: usize = 8;
 
 /// The feed: a counter bumped once per coalesced change.
 #[derive(Clone)]
 pub struct Hub {
     rx: watch::Receiver<u64>,
     slots: Arc<Semaphore>,
+    per_login: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// A login's share of the open streams, given back when its stream ends.
+struct LoginSlot {
+    per_login: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    login: String,
+}
+
+impl LoginSlot {
+    fn take(hub: &Hub, login: &str) -> Option<LoginSlot> {
+        let mut m = hub.per_login.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(login.to_string()).or_default();
+        if *n >= MAX_STREAMS_PER_LOGIN {
+            return None;
+        }
+        *n += 1;
+        Some(LoginSlot {
+            per_login: hub.per_login.clone(),
+            login: login.to_string(),
+        })
+    }
+}
+
+impl Drop for LoginSlot {
+    fn drop(&mut self) {
+        let mut m = self.per_login.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.login) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.login);
+            }
+        }
+    }
 }
 
 impl Hub {
@@ -47,6 +84,7 @@ impl Hub {
         Hub {
             rx,
             slots: Arc::new(Semaphore::new(MAX_STREAMS)),
+            per_login: Default::default(),
         }
     }
 }
@@ -95,11 +133,22 @@ async fn feed(engine: Arc<tb_engine::Engine>, tx: watch::Sender<u64>) {
 }
 
 /// `GET /ui/events`: `event: change` whenever something changed (coalesced), keep-alive comments every
-/// 15 s. 503 beyond [`MAX_STREAMS`] open streams.
-pub async fn events(State(c): State<Console>) -> Response {
-    let Ok(slot) = c.hub.slots.clone().try_acquire_owned() else {
+/// 15 s. 429 beyond [`MAX_STREAMS_PER_LOGIN`] streams of one login, 503 beyond [`MAX_STREAMS`] in all.
+pub async fn events(
+    State(c): State<Console>,
+    axum::Extension(op): axum::Extension<crate::operator::Operator>,
+) -> Response {
+    let Some(mine) = LoginSlot::take(&c.hub, &op.token_sha256) else {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many open live pages for this login",
+        )
+            .into_response();
+    };
+    let Ok(all) = c.hub.slots.clone().try_acquire_owned() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "too many open live pages").into_response();
     };
+    let slot = (mine, all);
     let mut rx = c.hub.rx.clone();
     rx.mark_unchanged();
     let engine = c.api.engine.clone();

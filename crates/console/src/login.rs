@@ -122,6 +122,24 @@ async fn operator(c: &Console, headers: &HeaderMap) -> Option<Operator> {
     })
 }
 
+/// The open console's one `anonymous` login of this process (made at the first visit, shared by every
+/// visitor without a cookie), so cookieless requests cost no store write each.
+async fn anonymous_login(c: &Console) -> Result<(String, Operator), tb_store::StoreError> {
+    let mut slot = c.anonymous.lock().await;
+    if let Some(token) = slot.as_ref() {
+        let mut h = HeaderMap::new();
+        if let Ok(v) = format!("{COOKIE}={token}").parse() {
+            h.insert(header::COOKIE, v);
+        }
+        if let Some(op) = operator(c, &h).await {
+            return Ok((token.clone(), op));
+        }
+    }
+    let (token, op) = new_login(c, "anonymous", NO_KEY).await?;
+    *slot = Some(token.clone());
+    Ok((token, op))
+}
+
 /// The logins that may stay, as `name:sha256-hex`: one per configured key (`anonymous:-` on an
 /// open console).
 pub fn valid_logins(keys: &tb_api::auth::ApiKeys) -> Vec<String> {
@@ -194,25 +212,23 @@ pub async fn guard(State((c, need)): State<(Console, Need)>, req: Request, next:
     let mut fresh_cookie = None;
     let op = match operator(&c, req.headers()).await {
         Some(op) => op,
-        None if c.api.keys.0.is_empty() && !post => {
-            match new_login(&c, "anonymous", NO_KEY).await {
-                Ok((token, op)) => {
-                    fresh_cookie = Some(set_cookie(
-                        &token,
-                        LOGIN_TTL_MS / 1000,
-                        behind_tls(req.headers()),
-                    ));
-                    op
-                }
-                Err(e) => {
-                    return refuse(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        "unavailable",
-                        &e.to_string(),
-                    )
-                }
+        None if c.api.keys.0.is_empty() && !post => match anonymous_login(&c).await {
+            Ok((token, op)) => {
+                fresh_cookie = Some(set_cookie(
+                    &token,
+                    LOGIN_TTL_MS / 1000,
+                    behind_tls(req.headers()),
+                ));
+                op
             }
-        }
+            Err(e) => {
+                return refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    &e.to_string(),
+                )
+            }
+        },
         None if post => {
             return refuse(
                 StatusCode::FORBIDDEN,
