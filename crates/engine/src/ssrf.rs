@@ -11,7 +11,10 @@ use std::net::{IpAddr, SocketAddr};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejected(pub &'static str);
 
-/// True for addresses an outbound call must never reach.
+/// True for addresses an outbound call must never reach. IPv6 forms that carry an IPv4 address
+/// (IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d`, NAT64 `64:ff9b::/96` and the local-use
+/// `64:ff9b:1::/48`, 6to4 `2002::/16`) are judged by the address they carry; Teredo (`2001::/32`, whose
+/// client address is obscured) is refused whole.
 pub fn forbidden_ip(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -24,20 +27,59 @@ pub fn forbidden_ip(ip: IpAddr) -> bool {
                 || v4.is_multicast()
                 || v4.is_documentation()
                 || o[0] == 0
+                // CGNAT 100.64/10
                 || (o[0] == 100 && (64..128).contains(&o[1]))
+                // IETF protocol assignments 192.0.0/24 (DS-Lite, NAT64 discovery ...)
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                // benchmarking 198.18/15
+                || (o[0] == 198 && (o[1] & 0xfe) == 18)
+                // reserved 240/4
+                || o[0] >= 240
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            if let Some(v4) = embedded_v4(v6) {
                 return forbidden_ip(IpAddr::V4(v4));
             }
             let s = v6.segments();
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
+                // ULA fc00::/7 (AWS's metadata fd00:ec2::254 is one)
                 || (s[0] & 0xfe00) == 0xfc00
+                // link-local fe80::/10 and the deprecated site-local fec0::/10
                 || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] & 0xffc0) == 0xfec0
+                // Teredo 2001::/32
+                || (s[0] == 0x2001 && s[1] == 0)
+                // discard-only 100::/64
+                || (s[0] == 0x100 && s[1] == 0 && s[2] == 0 && s[3] == 0)
+                // documentation 2001:db8::/32
+                || (s[0] == 0x2001 && s[1] == 0xdb8)
         }
     }
+}
+
+/// The IPv4 address an IPv6 address carries, if it is one of the forms that carry one.
+fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    let s = v6.segments();
+    let o = v6.octets();
+    let tail = std::net::Ipv4Addr::new(o[12], o[13], o[14], o[15]);
+    // IPv4-compatible ::a.b.c.d (not :: and ::1, which are judged as IPv6)
+    if s[..6].iter().all(|x| *x == 0) && (s[6] != 0 || s[7] > 1) {
+        return Some(tail);
+    }
+    // NAT64: 64:ff9b::/96 and 64:ff9b:1::/48 (RFC 6052, RFC 8215)
+    if s[0] == 0x64 && s[1] == 0xff9b && (s[2..6].iter().all(|x| *x == 0) || s[2] == 1) {
+        return Some(tail);
+    }
+    // 6to4: 2002:a.b.c.d::/48
+    if s[0] == 0x2002 {
+        return Some(std::net::Ipv4Addr::new(o[2], o[3], o[4], o[5]));
+    }
+    None
 }
 
 /// Checks `url` and resolves it. Returns the host and the addresses to connect to.
@@ -98,10 +140,37 @@ mod tests {
             "fe80::1",
             "::ffff:127.0.0.1",
             "224.0.0.1",
+            // IPv6 forms carrying a forbidden IPv4 address
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b::a9fe:a9fe",
+            "64:ff9b::7f00:1",
+            "64:ff9b:1::c0a8:101",
+            "2002:7f00:1::",
+            "2002:a9fe:a9fe::1",
+            // Teredo, site-local, ULA metadata, reserved and special IPv4 ranges
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "fec0::1",
+            "fd00:ec2::254",
+            "2001:db8::1",
+            "100::1",
+            "192.0.0.170",
+            "198.18.0.1",
+            "240.0.0.1",
+            "255.255.255.255",
         ] {
             assert!(forbidden_ip(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"] {
+        // The same forms carrying a public address are allowed.
+        for ip in [
+            "93.184.216.34",
+            "2606:4700::1111",
+            "8.8.8.8",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             assert!(!forbidden_ip(ip.parse().unwrap()), "{ip}");
         }
     }
