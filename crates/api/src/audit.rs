@@ -100,8 +100,28 @@ fn detail(status: StatusCode, body: &Value, extra: Option<&Value>) -> String {
     Value::Object(d).to_string()
 }
 
-/// Records one action. `target` is the path's ids joined by `/`, or else the new record's `id` from
-/// the answer. A failed append is logged and counted (`tb_audit_append_failed_total`); the answer is
+/// Where the answers of the creating routes (no id in the path) carry the new record's id:
+/// `/v1/capabilities` (`endpointId`, before the `runId` it signals), `POST /v1/runs` (`runId`),
+/// `/v1/webhooks` (`webhookId`),
+/// `/v1/trigger-subscriptions` (`subscription.subscriptionId`), `/v1/schedules` (`id`).
+const CREATED_ID: &[&str] = &[
+    "/endpointId",
+    "/runId",
+    "/webhookId",
+    "/subscription/subscriptionId",
+    "/schedule/id",
+    "/id",
+];
+
+/// The id of the record an answer created, if it names one.
+fn created_id(body: &Value) -> Option<&str> {
+    CREATED_ID
+        .iter()
+        .find_map(|p| body.pointer(p).and_then(Value::as_str))
+}
+
+/// Records one action. `target` is the path's ids joined by `/`, or else the new record's id from
+/// the answer ([`CREATED_ID`]). A failed append is logged and counted (`tb_audit_append_failed_total`); the answer is
 /// not changed: the action already happened.
 pub async fn record(
     st: &AppState,
@@ -113,7 +133,7 @@ pub async fn record(
     extra: Option<&Value>,
 ) {
     let target = if target.is_empty() {
-        body["id"].as_str().unwrap_or_default().to_string()
+        created_id(body).unwrap_or_default().to_string()
     } else {
         target
     };
@@ -378,4 +398,36 @@ pub async fn verify_chain(st: &AppState) -> Result<Verification, ApiError> {
 #[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, body = Verification), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden")))]
 pub async fn verify(State(st): State<AppState>) -> Result<Json<Verification>, ApiError> {
     Ok(Json(verify_chain(&st).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_created_record_is_found_in_each_creating_answer() {
+        assert_eq!(
+            created_id(&json!({"runId": "run_1", "status": "running"})),
+            Some("run_1")
+        );
+        assert_eq!(
+            created_id(&json!({"webhookId": "wh_1", "secret": "s"})),
+            Some("wh_1")
+        );
+        assert_eq!(
+            created_id(&json!({"endpointId": "sgep_1", "runId": "run_2"})),
+            Some("sgep_1"),
+            "a capability, not the run it signals"
+        );
+        assert_eq!(
+            created_id(&json!({"subscription": {"subscriptionId": "gh"}, "binding": {}})),
+            Some("gh")
+        );
+        assert_eq!(
+            created_id(&json!({"id": "nightly", "state": "active"})),
+            Some("nightly")
+        );
+        assert_eq!(created_id(&json!({"error": "conflict"})), None);
+    }
 }

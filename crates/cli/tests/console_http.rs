@@ -319,8 +319,14 @@ fn login_scopes_csrf_confirmation_and_a_verified_audit_log() {
         "/ui/runs/run_x%2F..%2F..%2Fsubscriptions%2Fgithub%2Fpause%3F",
         Some(&ops2),
     );
+    assert_eq!(r.status().as_u16(), 404);
     let page = r.text().unwrap();
     assert!(!page.contains("action=\"/ui/runs/run_x/"), "{page}");
+    // The id stays one encoded segment in the live region's address.
+    assert!(
+        page.contains("hx-get=\"/ui/runs/run_x%2F..%2F..%2Fsubscriptions%2Fgithub%2Fpause%3F\""),
+        "{page}"
+    );
 
     // The same key name with another key (a rotation) ends the old key's logins.
     let cfg = std::fs::read_to_string(&s.config).unwrap();

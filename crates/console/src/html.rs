@@ -263,52 +263,50 @@ pub fn json_text(v: &Value) -> String {
     }
 }
 
-/// An error page of its own (no navigation: the viewer may not be logged in).
-pub fn error_page(status: StatusCode, code: &str, message: &str) -> Page {
-    let page = Page(
+/// A page without the navigation (the viewer may not be logged in): the login form and error pages.
+fn bare_page(title: &str, status: StatusCode, body: Markup) -> Page {
+    Page(
         html! {
             (DOCTYPE)
             html lang="en" {
-                (head("Error"))
-                body {
-                    main #main .narrow {
-                        h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
-                        p.error role="alert" { code { (code) } ": " (message) }
-                        p { a href="/ui" { "Back to the console" } }
-                    }
-                }
+                (head(title))
+                body { main #main .narrow { (body) } }
             }
         },
         status,
-    );
-    page
+    )
+}
+
+/// An error page of its own (no navigation: the viewer may not be logged in).
+pub fn error_page(status: StatusCode, code: &str, message: &str) -> Page {
+    bare_page(
+        "Error",
+        status,
+        html! {
+            h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
+            p.error role="alert" { code { (code) } ": " (message) }
+            p { a href="/ui" { "Back to the console" } }
+        },
+    )
 }
 
 /// The login form.
 pub fn login_page(next: &str, error: Option<&str>) -> Page {
-    let page = Page(
+    bare_page(
+        "Log in",
+        StatusCode::OK,
         html! {
-            (DOCTYPE)
-            html lang="en" {
-                (head("Log in"))
-                body {
-                    main #main .narrow {
-                        h1 { "trigger-bridge console" }
-                        p { "Log in with an API key of this server (one with the scope " code { "operator:read" } ", or " code { "*" } ")." }
-                        @if let Some(e) = error { p.error role="alert" { (e) } }
-                        form method="post" action="/ui/login" {
-                            input type="hidden" name="next" value=(next);
-                            label for="key" { "API key" }
-                            input #key type="password" name="key" autocomplete="current-password" required autofocus;
-                            button type="submit" { "Log in" }
-                        }
-                    }
-                }
+            h1 { "trigger-bridge console" }
+            p { "Log in with an API key of this server (one with the scope " code { "operator:read" } ", or " code { "*" } ")." }
+            @if let Some(e) = error { p.error role="alert" { (e) } }
+            form method="post" action="/ui/login" {
+                input type="hidden" name="next" value=(next);
+                label for="key" { "API key" }
+                input #key type="password" name="key" autocomplete="current-password" required autofocus;
+                button type="submit" { "Log in" }
             }
         },
-        StatusCode::OK,
-    );
-    page
+    )
 }
 
 /// An API error shown inside a page.

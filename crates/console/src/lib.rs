@@ -233,12 +233,10 @@ pub(crate) async fn act<R: IntoResponse>(
     out
 }
 
-/// A handler's answer for a read; an error becomes an inline message.
-pub(crate) async fn read<T, F>(f: F) -> Result<Value, ApiError>
+/// A read through an API handler: its JSON answer as the handler built it (no bytes in between).
+pub(crate) async fn read<T, F>(f: F) -> Result<T, ApiError>
 where
-    F: std::future::Future<Output = Result<T, ApiError>>,
-    T: IntoResponse,
+    F: std::future::Future<Output = Result<axum::Json<T>, ApiError>>,
 {
-    let out = outcome(f.await?).await;
-    Ok(out.body)
+    f.await.map(|axum::Json(v)| v)
 }

@@ -7,7 +7,6 @@ use axum::http::{Method, StatusCode};
 use axum::{Extension, Form};
 use maud::{html, Markup};
 use serde::Deserialize;
-use serde_json::Value;
 
 use crate::html::{self, Page};
 use crate::login::Operator;
@@ -106,9 +105,6 @@ async fn subscription_body(c: &Console, op: &Operator, id: &str) -> (Markup, Sta
         Path(id.to_string()),
     ))
     .await;
-    let all = crate::read(tb_api::inspect::list_subscriptions(State(c.api.clone())))
-        .await
-        .unwrap_or(Value::Null);
     let bindings = crate::outcome(tb_api::bindings::list(State(c.api.clone())).await)
         .await
         .body;
@@ -125,12 +121,12 @@ async fn subscription_body(c: &Console, op: &Operator, id: &str) -> (Markup, Sta
         Err(e) => return (html::api_error(&e), html::status_of(&e)),
         Ok(v) => v,
     };
+    let d = s["stateDetail"].clone();
     let s = if s["subscription"].is_object() {
         s["subscription"].clone()
     } else {
         s
     };
-    let d = &all["stateDetails"][id];
     let state = s["state"].as_str().unwrap_or_default().to_string();
     let page = html! {
         dl.facts {
