@@ -29,6 +29,10 @@ pub async fn ingest(
     let Some(sub) = st.engine.catalog().subscription(&id).cloned() else {
         return Err(st.engine.missing_subscription(&id).into());
     };
+    if let Err(e) = crate::body::check_headers(&headers, &sub.limits) {
+        metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => "headers_too_large").increment(1);
+        return Err(e.into());
+    }
     let limit = sub.max_body_bytes;
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
@@ -53,6 +57,37 @@ pub async fn ingest(
             metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => outcome).increment(1);
             return Ok(e.into_response(limit));
         }
+    };
+    let (bytes, headers) = match crate::body::coding_of(&headers, &sub.limits) {
+        crate::body::Coding::Accepted(coding) => {
+            match crate::body::decode(&bytes, coding, &sub.limits, limit, &gate) {
+                Ok(decoded) => {
+                    drop(bytes);
+                    // The connector sees the decoded representation, as if sent without a coding.
+                    let mut h = headers;
+                    h.remove(http::header::CONTENT_ENCODING);
+                    (decoded, h)
+                }
+                Err(e) => {
+                    let (outcome, err) = match e {
+                        crate::body::DecodeError::Exceeded(x) => ("too_large", x.error()),
+                        crate::body::DecodeError::Corrupt => (
+                            "rejected",
+                            tb_core::TbError::new(
+                                tb_core::ErrorCode::ValidationError,
+                                "the body is not valid for its Content-Encoding",
+                            ),
+                        ),
+                        crate::body::DecodeError::Busy => {
+                            return Ok(crate::body::ReadError::Busy.into_response(limit))
+                        }
+                    };
+                    metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => outcome).increment(1);
+                    return Err(err.into());
+                }
+            }
+        }
+        _ => (bytes, headers),
     };
     // The body's share of the byte budget is held until the last clone of `bytes` is gone (the
     // detached commit included).

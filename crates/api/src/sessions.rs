@@ -487,6 +487,7 @@ pub async fn hook(
     // defect 1 follow-up). Then the body, buffered under the capability pool's share of the edge's body
     // slots and the byte budget, like trigger ingest.
     let endpoint = capability::find(&st.engine, &token).await?;
+    crate::body::check_headers(&headers, &tb_core::limits::Limits::default())?;
     let declared = headers
         .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -275,6 +275,75 @@ impl RetrySection {
     }
 }
 
+/// `[limits]` (the defaults of every webhook subscription) and `[subscriptions.limits]` (one
+/// subscription's own): the header, JSON and content-coding limits of requests (docs/limits.md). A
+/// key left out takes the `[limits]` value, else the default of [`tb_core::limits`].
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Most objects / arrays open at once in a JSON body (default 64, 1 to 128); over it 413.
+    pub max_json_depth: Option<u32>,
+    /// Longest JSON string (a key or a value) in bytes as sent (default 1 048 576); over it 413.
+    pub max_json_string_bytes: Option<usize>,
+    /// Most values inside JSON objects and arrays, all levels together (default 100 000); over it 413.
+    pub max_json_fields: Option<usize>,
+    /// Most request headers (default 100); over it 431.
+    pub max_headers: Option<usize>,
+    /// Most bytes of header names and values together (default 32 768); over it 431.
+    pub max_header_bytes: Option<usize>,
+    /// Content codings accepted besides identity: `["gzip"]` or none (the default: every compressed
+    /// body is 415). A decoded body is what the signature is checked over and what is stored.
+    pub content_encodings: Option<Vec<String>>,
+    /// Most bytes a compressed body may decode to (default: the subscription's `max_body_bytes`);
+    /// over it 413.
+    pub max_decompressed_bytes: Option<usize>,
+    /// Most times a compressed body may expand (default 100); over it 413.
+    pub max_decompression_ratio: Option<u32>,
+}
+
+impl LimitsSection {
+    /// These keys over `base` (the `[limits]` values over the defaults). Errors: an unknown coding,
+    /// or what [`tb_core::limits::Limits::validate`] finds.
+    pub fn over(&self, base: &tb_core::limits::Limits) -> Result<tb_core::limits::Limits, String> {
+        let mut l = base.clone();
+        if let Some(v) = self.max_json_depth {
+            l.json.max_depth = v;
+        }
+        if let Some(v) = self.max_json_string_bytes {
+            l.json.max_string_bytes = v;
+        }
+        if let Some(v) = self.max_json_fields {
+            l.json.max_fields = v;
+        }
+        if let Some(v) = self.max_headers {
+            l.max_headers = v;
+        }
+        if let Some(v) = self.max_header_bytes {
+            l.max_header_bytes = v;
+        }
+        if let Some(v) = &self.content_encodings {
+            l.content_encodings = v
+                .iter()
+                .map(|c| {
+                    tb_core::limits::ContentCoding::parse(c).ok_or_else(|| {
+                        format!(
+                            "content_encodings: unknown coding {c:?}; the one accepted is \"gzip\""
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if self.max_decompressed_bytes.is_some() {
+            l.max_decompressed_bytes = self.max_decompressed_bytes;
+        }
+        if let Some(v) = self.max_decompression_ratio {
+            l.max_decompression_ratio = v;
+        }
+        l.validate()?;
+        Ok(l)
+    }
+}
+
 /// `[[subscriptions]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -303,6 +372,8 @@ pub struct SubscriptionSection {
     pub tolerance_s: Option<u64>,
     /// Authenticated requests per minute before 429 `rate_limited` (default: unlimited).
     pub rate_limit_per_min: Option<u32>,
+    /// This subscription's header, JSON and content-coding limits over `[limits]`.
+    pub limits: Option<LimitsSection>,
     pub hmac: Option<HmacSection>,
     pub azure_devops: Option<AzureDevopsSection>,
     /// With `source = "schedule"`: the cron schedule.
@@ -632,6 +703,9 @@ fn all_scopes() -> Vec<String> {
 pub struct Config {
     #[serde(default)]
     pub server: ServerSection,
+    /// The request limits of every webhook subscription ([`LimitsSection`]).
+    #[serde(default)]
+    pub limits: LimitsSection,
     #[serde(default)]
     pub subscriptions: Vec<SubscriptionSection>,
     #[serde(default)]
@@ -1093,6 +1167,13 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         .max()
         .unwrap_or(0);
     errs.extend(cfg.server.edge_problems(largest_body));
+    let base_limits = cfg
+        .limits
+        .over(&tb_core::limits::Limits::default())
+        .unwrap_or_else(|e| {
+            errs.push(format!("[limits]: {e}"));
+            tb_core::limits::Limits::default()
+        });
     let mut subs = Vec::new();
     let mut seen = HashSet::new();
     for (i, s) in cfg.subscriptions.iter().enumerate() {
@@ -1231,6 +1312,14 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             fingerprint: None,
             registration: None,
             rate_limit_per_min: s.rate_limit_per_min.unwrap_or(0),
+            limits: match s.limits.as_ref().map(|l| l.over(&base_limits)) {
+                None => base_limits.clone(),
+                Some(Ok(l)) => l,
+                Some(Err(e)) => {
+                    errs.push(format!("{at}: [subscriptions.limits] {e}"));
+                    base_limits.clone()
+                }
+            },
         });
     }
 

@@ -225,6 +225,7 @@ async fn connection(
     builder
         .timer(TokioTimer::new())
         .header_read_timeout(cfg.header_timeout)
+        .max_headers(tb_core::limits::MAX_HEADERS_CAP)
         .keep_alive(true);
     let conn = builder.serve_connection(TokioIo::new(sock), svc);
     tokio::pin!(conn);

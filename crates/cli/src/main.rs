@@ -6,11 +6,8 @@ mod audit_client;
 mod bench;
 mod client;
 mod completions;
-mod config;
 mod data_lock;
-mod db_url;
 mod http_server;
-mod listen;
 mod migrate;
 mod migrate_copy;
 mod replay_client;
@@ -23,6 +20,8 @@ mod services_client;
 mod sessions_client;
 mod store_open;
 mod test_worker;
+
+use trigger_bridge::{config, db_url, listen};
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -362,7 +362,15 @@ mod tests {
     }
 
     fn verify(spec: &ConnectorSpec, secret: &[u8], p: &Prepared, now: i64) -> tb_ingress::Verified {
-        tb_ingress::verify(spec, secret, &header_map(&p.headers).unwrap(), &p.body, now).unwrap()
+        tb_ingress::verify(
+            spec,
+            secret,
+            &header_map(&p.headers).unwrap(),
+            &p.body,
+            now,
+            &Default::default(),
+        )
+        .unwrap()
     }
 
     #[test]

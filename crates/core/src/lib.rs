@@ -15,6 +15,7 @@ pub mod events;
 pub mod idempotency;
 pub mod ids;
 pub mod lease;
+pub mod limits;
 pub mod normalized;
 pub mod outbox;
 pub mod queue;

@@ -253,7 +253,7 @@ pub async fn ingest(
             ),
         ));
     }
-    let data = cap::parse_body(headers, &body).map_err(|e| {
+    let data = cap::parse_body(headers, &body, &Default::default()).map_err(|e| {
         count("rejected");
         TbError::new(e.code(), e.to_string())
     })?;

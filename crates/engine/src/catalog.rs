@@ -64,6 +64,9 @@ pub struct SubscriptionConfig {
     /// Authenticated requests accepted per minute (token bucket, bursts of the same size); beyond it
     /// 429 `rate_limited` with `Retry-After`, recorded as a `rate_limited` receipt. 0 = unlimited.
     pub rate_limit_per_min: u32,
+    /// Header, JSON and content-coding limits of its requests (`[limits]` of the config, overridden
+    /// by the subscription's own keys; docs/limits.md).
+    pub limits: tb_core::limits::Limits,
 }
 
 impl SubscriptionConfig {
@@ -87,6 +90,7 @@ impl SubscriptionConfig {
             fingerprint: None,
             registration: None,
             rate_limit_per_min: 0,
+            limits: Default::default(),
         }
     }
 

@@ -29,9 +29,20 @@ fn verify(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<(Verified, bool), IngressError> {
-    let checked = || tb_ingress::verify(&sub.connector, &sub.secret, headers, body, clock::now_s());
-    let unverified =
-        || tb_ingress::standard_webhooks::read_unverified(headers, body).map(|v| (v, false));
+    let limits = &sub.limits.json;
+    let checked = || {
+        tb_ingress::verify(
+            &sub.connector,
+            &sub.secret,
+            headers,
+            body,
+            clock::now_s(),
+            limits,
+        )
+    };
+    let unverified = || {
+        tb_ingress::standard_webhooks::read_unverified(headers, body, limits).map(|v| (v, false))
+    };
     match (sub.verification, &sub.connector) {
         (Verification::None, ConnectorSpec::StandardWebhooks { .. }) => unverified(),
         (Verification::BestEffort, ConnectorSpec::StandardWebhooks { .. }) => match checked() {

@@ -261,6 +261,7 @@ fn config_of(
         fingerprint: Some(fingerprint),
         registration: Some(reg),
         rate_limit_per_min: 0,
+        limits: Default::default(),
     };
     (sub, binding)
 }

@@ -22,10 +22,11 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tb_core::limits::JsonLimits;
 use tb_core::normalized::NormalizedEvent;
 
 use crate::common::{
-    bounded_id, header, require_identity_encoding, require_json_content_type, Header,
+    bounded_id, header, parse_json, require_identity_encoding, require_json_content_type, Header,
 };
 use crate::{IngressError, Verified};
 
@@ -286,6 +287,7 @@ fn normalize(payload: &Map<String, Value>, event_type: &str) -> BTreeMap<String,
 ///   (see [`check_config`]), empty secret, `Authorization` missing / repeated / not `Basic` / not base64 /
 ///   without `:` / not matching, the secret header missing / repeated / not matching. Messages never
 ///   contain request content.
+/// * [`IngressError::TooLarge`] (413, after authentication): the JSON is over `limits`.
 /// * [`IngressError::Malformed`] (422, after authentication): body not valid UTF-8 JSON or not an object,
 ///   `id` missing or not a short identifier, `eventType` missing or not a short dotted name.
 pub fn verify(
@@ -294,6 +296,7 @@ pub fn verify(
     secret: &[u8],
     headers: &HeaderMap,
     body: &[u8],
+    limits: &JsonLimits,
 ) -> Result<Verified, IngressError> {
     require_json_content_type(headers, "Azure DevOps service hooks send application/json")?;
     require_identity_encoding(headers)?;
@@ -312,10 +315,9 @@ pub fn verify(
         check_secret_header(name, secret, headers)?;
     }
 
-    let payload = match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => map,
-        Ok(_) => return Err(IngressError::Malformed("payload is not a JSON object")),
-        Err(_) => return Err(IngressError::Malformed("body is not valid JSON")),
+    let payload = match parse_json::<Value>(body, limits, "body is not valid JSON")? {
+        Value::Object(map) => map,
+        _ => return Err(IngressError::Malformed("payload is not a JSON object")),
     };
     let provider_event_id = match payload.get("id") {
         None | Some(Value::Null) => {

@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::common::{header, require_identity_encoding, Header};
 use crate::IngressError;
+use tb_core::limits::JsonLimits;
 
 /// Largest capability request body: 32 KiB (signals-and-connectors §4.2), in bytes.
 pub const MAX_BODY_BYTES: usize = 32 * 1024;
@@ -60,7 +61,11 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
 /// Content rules after authentication: `Content-Type: application/json` (an optional `charset=utf-8`
 /// only) and identity encoding (else 415), then the body parsed as JSON (else 422). The caller checks
 /// the size ([`MAX_BODY_BYTES`]) first.
-pub fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, IngressError> {
+pub fn parse_body(
+    headers: &HeaderMap,
+    body: &[u8],
+    limits: &JsonLimits,
+) -> Result<Value, IngressError> {
     require_identity_encoding(headers)?;
     let ok = match header(headers, http::header::CONTENT_TYPE.as_str()) {
         Header::Value(v) => {
@@ -79,7 +84,7 @@ pub fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, IngressErro
             "capability endpoints take Content-Type: application/json",
         ));
     }
-    serde_json::from_slice(body).map_err(|_| IngressError::Malformed("the body is not JSON"))
+    crate::common::parse_json(body, limits, "the body is not JSON")
 }
 
 #[cfg(test)]
@@ -122,13 +127,20 @@ mod tests {
     #[test]
     fn content_rules() {
         let ok = h(&[("content-type", "application/json; charset=utf-8")]);
-        assert_eq!(parse_body(&ok, b"{\"a\":1}").unwrap()["a"], 1);
+        assert_eq!(
+            parse_body(&ok, b"{\"a\":1}", &Default::default()).unwrap()["a"],
+            1
+        );
         assert!(matches!(
-            parse_body(&h(&[("content-type", "text/plain")]), b"{}"),
+            parse_body(
+                &h(&[("content-type", "text/plain")]),
+                b"{}",
+                &Default::default()
+            ),
             Err(IngressError::UnsupportedMediaType(_))
         ));
         assert!(matches!(
-            parse_body(&h(&[]), b"{}"),
+            parse_body(&h(&[]), b"{}", &Default::default()),
             Err(IngressError::UnsupportedMediaType(_))
         ));
         assert!(matches!(
@@ -137,12 +149,17 @@ mod tests {
                     ("content-type", "application/json"),
                     ("content-encoding", "gzip")
                 ]),
-                b"{}"
+                b"{}",
+                &Default::default()
             ),
             Err(IngressError::UnsupportedMediaType(_))
         ));
         assert!(matches!(
-            parse_body(&h(&[("content-type", "application/json")]), b"{nope"),
+            parse_body(
+                &h(&[("content-type", "application/json")]),
+                b"{nope",
+                &Default::default()
+            ),
             Err(IngressError::Malformed(_))
         ));
         assert_eq!(hash_token("abc").len(), 64);

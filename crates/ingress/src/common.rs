@@ -3,7 +3,27 @@
 
 use http::HeaderMap;
 
+use tb_core::limits::{check_json, JsonLimits, JsonRefusal};
+
 use crate::IngressError;
+
+/// Parses an authentic JSON body after [`check_json`] against `limits`, so nothing is built from a
+/// body over them. Errors: [`IngressError::TooLarge`] (a limit), [`IngressError::Malformed`] with
+/// `why` (not UTF-8, or not JSON of type `T`).
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    limits: &JsonLimits,
+    why: &'static str,
+) -> Result<T, IngressError> {
+    match check_json(body, limits) {
+        Ok(()) => {}
+        Err(JsonRefusal::Exceeded(e)) => return Err(IngressError::TooLarge(e)),
+        Err(JsonRefusal::InvalidUtf8) => {
+            return Err(IngressError::Malformed("body is not valid UTF-8"))
+        }
+    }
+    serde_json::from_slice(body).map_err(|_| IngressError::Malformed(why))
+}
 
 /// Result of looking up a header that must appear at most once.
 pub(crate) enum Header<'a> {

@@ -10,9 +10,10 @@ use hmac::{Hmac, Mac};
 use http::HeaderMap;
 use serde_json::Value;
 use sha2::Sha256;
+use tb_core::limits::JsonLimits;
 use tb_core::normalized::NormalizedEvent;
 
-use crate::common::{bounded_id, header, require_identity_encoding, Header};
+use crate::common::{bounded_id, header, parse_json, require_identity_encoding, Header};
 use crate::{IngressError, Verified};
 
 type HmacSha256 = Hmac<Sha256>;
@@ -145,10 +146,10 @@ fn check_signature(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<()
 fn parse_payload(
     kind: BodyKind,
     body: &[u8],
+    limits: &JsonLimits,
 ) -> Result<serde_json::Map<String, Value>, IngressError> {
     let value: Value = match kind {
-        BodyKind::Json => serde_json::from_slice(body)
-            .map_err(|_| IngressError::Malformed("body is not valid JSON"))?,
+        BodyKind::Json => parse_json(body, limits, "body is not valid JSON")?,
         BodyKind::Form => {
             let mut payloads = form_urlencoded::parse(body).filter(|(k, _)| k == "payload");
             let payload = payloads
@@ -160,8 +161,11 @@ fn parse_payload(
                     "form body has more than one payload field",
                 ));
             }
-            serde_json::from_str(&payload)
-                .map_err(|_| IngressError::Malformed("form payload field is not valid JSON"))?
+            parse_json(
+                payload.as_bytes(),
+                limits,
+                "form payload field is not valid JSON",
+            )?
         }
     };
     match value {
@@ -212,10 +216,17 @@ fn is_name(s: &str) -> bool {
 ///   other than `identity`.
 /// * [`IngressError::SignatureInvalid`]: `X-Hub-Signature-256` missing (even if the legacy sha1 header is
 ///   present), repeated, malformed or not matching.
+/// * [`IngressError::TooLarge`] (after authentication): the JSON (or the form's `payload`) is over
+///   `limits`.
 /// * [`IngressError::Malformed`] (after authentication): missing or invalid `X-GitHub-Event` /
 ///   `X-GitHub-Delivery`, body not a JSON object, form body without a single `payload` field, `action`
 ///   present but not a short name.
-pub fn verify(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<Verified, IngressError> {
+pub fn verify(
+    secret: &[u8],
+    headers: &HeaderMap,
+    body: &[u8],
+    limits: &JsonLimits,
+) -> Result<Verified, IngressError> {
     let kind = body_kind(headers)?;
     require_identity_encoding(headers)?;
     check_signature(secret, headers, body)?;
@@ -233,7 +244,7 @@ pub fn verify(secret: &[u8], headers: &HeaderMap, body: &[u8]) -> Result<Verifie
         Header::Invalid => return Err(IngressError::Malformed("invalid X-GitHub-Delivery")),
     };
 
-    let payload = parse_payload(kind, body)?;
+    let payload = parse_payload(kind, body, limits)?;
     let action = match payload.get("action") {
         _ if event == "ping" => None,
         None | Some(Value::Null) => None,

@@ -16,6 +16,7 @@ pub mod standard_webhooks;
 
 use http::HeaderMap;
 use tb_core::connector::ConnectorSpec;
+use tb_core::limits::JsonLimits;
 use tb_core::normalized::NormalizedEvent;
 use tb_core::ErrorCode;
 
@@ -41,6 +42,10 @@ pub enum IngressError {
     /// The connector does not take this content type or content encoding (415).
     #[error("unsupported media type: {0}")]
     UnsupportedMediaType(&'static str),
+    /// Authentic, but the body is over one of the subscription's JSON limits (413
+    /// `payload_too_large`; the answer names the limit's key).
+    #[error("the request is over this subscription's {} limit (docs/limits.md)", .0.key())]
+    TooLarge(tb_core::limits::Exceeded),
     /// Authentic but unusable: a required header is missing or the body is not the expected shape (422
     /// when authentic; 400 before authentication).
     #[error("malformed request: {0}")]
@@ -54,6 +59,7 @@ impl IngressError {
             IngressError::SignatureInvalid(_) => ErrorCode::SignatureInvalid,
             IngressError::UnsupportedMediaType(_) => ErrorCode::UnsupportedMediaType,
             IngressError::Malformed(_) => ErrorCode::UnprocessableEvent,
+            IngressError::TooLarge(_) => ErrorCode::PayloadTooLarge,
         }
     }
 }
@@ -64,6 +70,8 @@ impl IngressError {
 ///   [`parse_whsec`]); for `github` and `hmac` the secret's UTF-8 bytes; for `azure-devops` the secret's
 ///   UTF-8 bytes, used as the Basic-auth password and/or the secret header's value.
 /// * `now_unix_s`: the verifier's clock in Unix seconds (injected so tests pin it).
+/// * `limits`: the subscription's JSON limits, checked after the signature and before the body is
+///   parsed (github, azure-devops, standard-webhooks; the hmac connector never parses the body).
 ///
 /// Errors: [`IngressError`]; see each connector module for its rules.
 pub fn verify(
@@ -72,11 +80,12 @@ pub fn verify(
     headers: &HeaderMap,
     body: &[u8],
     now_unix_s: i64,
+    limits: &JsonLimits,
 ) -> Result<Verified, IngressError> {
     match spec {
-        ConnectorSpec::Github => github::verify(secret, headers, body),
+        ConnectorSpec::Github => github::verify(secret, headers, body, limits),
         ConnectorSpec::StandardWebhooks { tolerance_s } => {
-            standard_webhooks::verify(secret, *tolerance_s, headers, body, now_unix_s)
+            standard_webhooks::verify(secret, *tolerance_s, headers, body, now_unix_s, limits)
         }
         ConnectorSpec::Hmac { .. } => hmac_generic::verify(spec, secret, headers, body, now_unix_s),
         ConnectorSpec::AzureDevops {
@@ -88,6 +97,7 @@ pub fn verify(
             secret,
             headers,
             body,
+            limits,
         ),
         // The webhook front end answers 404 for a schedule before it reads a body; this is the
         // backstop: a schedule takes no requests.

@@ -20,6 +20,7 @@ use http::HeaderMap;
 use serde_json::Value;
 use sha2::Sha256;
 use subtle::{Choice, ConstantTimeEq};
+use tb_core::limits::{check_json, JsonLimits, JsonRefusal};
 use tb_core::normalized::NormalizedEvent;
 
 use crate::common::{
@@ -109,11 +110,12 @@ pub fn verify(
     headers: &HeaderMap,
     body: &[u8],
     now_unix_s: i64,
+    limits: &JsonLimits,
 ) -> Result<Verified, IngressError> {
     require_identity_encoding(headers)?;
     require_json_content_type(headers, "Standard Webhooks payloads are application/json")?;
     let msg_id = verify_signature(key, tolerance_s, headers, body, now_unix_s)?;
-    normalize(msg_id, body)
+    normalize(msg_id, body, limits)
 }
 
 /// The signature check alone (Standard Webhooks §verify): headers, freshness and a matching `v1` entry
@@ -182,7 +184,11 @@ pub fn verify_signature<'h>(
 /// `webhook-id` (same pattern as [`verify`]) and normalized JSON-object body, without a signature check.
 /// Errors: [`IngressError::Malformed`] (no valid `webhook-id`, or the body is not a JSON object),
 /// [`IngressError::UnsupportedMediaType`].
-pub fn read_unverified(headers: &HeaderMap, body: &[u8]) -> Result<Verified, IngressError> {
+pub fn read_unverified(
+    headers: &HeaderMap,
+    body: &[u8],
+    limits: &JsonLimits,
+) -> Result<Verified, IngressError> {
     require_identity_encoding(headers)?;
     require_json_content_type(headers, "Standard Webhooks payloads are application/json")?;
     let id = headers
@@ -192,11 +198,18 @@ pub fn read_unverified(headers: &HeaderMap, body: &[u8]) -> Result<Verified, Ing
         .ok_or(IngressError::Malformed(
             "webhook-id must be 16 to 128 characters of A-Z a-z 0-9 _ -",
         ))?;
-    normalize(id, body)
+    normalize(id, body, limits)
 }
 
 /// Builds the normalized event of an authentic body (see [`verify`]).
-fn normalize(msg_id: &str, body: &[u8]) -> Result<Verified, IngressError> {
+fn normalize(msg_id: &str, body: &[u8], limits: &JsonLimits) -> Result<Verified, IngressError> {
+    match check_json(body, limits) {
+        Ok(()) => {}
+        Err(JsonRefusal::Exceeded(e)) => return Err(IngressError::TooLarge(e)),
+        Err(JsonRefusal::InvalidUtf8) => {
+            return Err(IngressError::Malformed("body is not valid UTF-8"))
+        }
+    }
     let text = std::str::from_utf8(body)
         .map_err(|_| IngressError::Malformed("body is not valid UTF-8"))?;
     // Only the allowlisted `type` is materialized; the rest of the object is scanned, not built.

@@ -226,7 +226,15 @@ fn basic_headers(auth: &str) -> http::HeaderMap {
 /// Verifies `body` as a Basic-auth-only subscription with the right credentials.
 fn basic_ok(body: &[u8]) -> Verified {
     let auth = basic_authorization(USER, SECRET);
-    verify(Some(USER), None, SECRET, &basic_headers(&auth), body).unwrap()
+    verify(
+        Some(USER),
+        None,
+        SECRET,
+        &basic_headers(&auth),
+        body,
+        &Default::default(),
+    )
+    .unwrap()
 }
 
 fn status<T: std::fmt::Debug>(r: Result<T, IngressError>) -> u16 {
@@ -419,7 +427,14 @@ fn every_filled_field_is_listed_and_only_bounded_scalars_enter() {
 fn basic_auth_refusals_are_401_and_never_echo_the_request() {
     let body = pr_created();
     let refused = |headers: http::HeaderMap| {
-        let r = verify(Some(USER), None, SECRET, &headers, &body);
+        let r = verify(
+            Some(USER),
+            None,
+            SECRET,
+            &headers,
+            &body,
+            &Default::default(),
+        );
         let e = r.clone().unwrap_err();
         let shown = e.to_string();
         for leak in ["intruder", "guess", "bearer-token-value", "!!!"] {
@@ -481,14 +496,22 @@ fn basic_auth_refusals_are_401_and_never_echo_the_request() {
             None,
             b"rotated",
             &basic_headers(&good),
-            &body
+            &body,
+            &Default::default()
         )),
         401
     );
     // An empty configured secret refuses everything, even a matching empty password.
     let empty = basic_authorization(USER, b"");
     assert_eq!(
-        verify(Some(USER), None, b"", &basic_headers(&empty), &body),
+        verify(
+            Some(USER),
+            None,
+            b"",
+            &basic_headers(&empty),
+            &body,
+            &Default::default()
+        ),
         Err(IngressError::SignatureInvalid("no secret configured"))
     );
 }
@@ -503,12 +526,27 @@ fn basic_scheme_is_case_insensitive_and_whitespace_tolerant() {
         format!("BASIC {creds}"),
         format!("Basic   {creds}  "),
     ] {
-        let r = verify(Some(USER), None, SECRET, &basic_headers(&auth), &body);
+        let r = verify(
+            Some(USER),
+            None,
+            SECRET,
+            &basic_headers(&auth),
+            &body,
+            &Default::default(),
+        );
         assert!(r.is_ok(), "{auth:?}: {r:?}");
     }
     // The password may itself contain ':' (only the first one separates, RFC 7617).
     let auth = basic_authorization(USER, b"pa:ss");
-    assert!(verify(Some(USER), None, b"pa:ss", &basic_headers(&auth), &body).is_ok());
+    assert!(verify(
+        Some(USER),
+        None,
+        b"pa:ss",
+        &basic_headers(&auth),
+        &body,
+        &Default::default()
+    )
+    .is_ok());
 }
 
 #[test]
@@ -520,6 +558,7 @@ fn secret_header_mode() {
         SECRET,
         &common::headers(&[ADO_CT, ("x-hook-secret", "ado-hook-password-1")]),
         &body,
+        &Default::default(),
     )
     .unwrap();
     assert_eq!(ok.provider_event_id, "a06e3d82-5f71-4293-8ebf-3a4b5c6d7e8f");
@@ -535,7 +574,14 @@ fn secret_header_mode() {
         // Basic credentials do not stand in for the header.
         basic_headers(&basic_authorization(USER, SECRET)),
     ] {
-        let r = verify(None, Some(HEADER), SECRET, &headers, &body);
+        let r = verify(
+            None,
+            Some(HEADER),
+            SECRET,
+            &headers,
+            &body,
+            &Default::default(),
+        );
         assert_eq!(status(r.clone()), 401, "{r:?}");
         assert!(!r.unwrap_err().to_string().contains("wrong"));
     }
@@ -547,28 +593,67 @@ fn both_configured_requires_both() {
     let auth = basic_authorization(USER, SECRET);
     let secret = std::str::from_utf8(SECRET).unwrap();
     let both = common::headers(&[ADO_CT, ("authorization", &auth), (HEADER, secret)]);
-    let v = verify(Some(USER), Some(HEADER), SECRET, &both, &body).unwrap();
+    let v = verify(
+        Some(USER),
+        Some(HEADER),
+        SECRET,
+        &both,
+        &body,
+        &Default::default(),
+    )
+    .unwrap();
     assert_eq!(v.provider_event_id, "6c2a9f4e-1b3d-4e5f-8a7b-9c0d1e2f3a4b");
 
     let basic_only = basic_headers(&auth);
     assert_eq!(
-        verify(Some(USER), Some(HEADER), SECRET, &basic_only, &body),
+        verify(
+            Some(USER),
+            Some(HEADER),
+            SECRET,
+            &basic_only,
+            &body,
+            &Default::default()
+        ),
         Err(IngressError::SignatureInvalid(
             "missing the configured secret header"
         ))
     );
     let header_only = common::headers(&[ADO_CT, (HEADER, secret)]);
     assert_eq!(
-        verify(Some(USER), Some(HEADER), SECRET, &header_only, &body),
+        verify(
+            Some(USER),
+            Some(HEADER),
+            SECRET,
+            &header_only,
+            &body,
+            &Default::default()
+        ),
         Err(IngressError::SignatureInvalid("missing Authorization"))
     );
     let bad_header = common::headers(&[ADO_CT, ("authorization", &auth), (HEADER, "nope")]);
     assert_eq!(
-        status(verify(Some(USER), Some(HEADER), SECRET, &bad_header, &body)),
+        status(verify(
+            Some(USER),
+            Some(HEADER),
+            SECRET,
+            &bad_header,
+            &body,
+            &Default::default()
+        )),
         401
     );
     // Neither configured: fail closed.
-    assert_eq!(status(verify(None, None, SECRET, &both, &body)), 401);
+    assert_eq!(
+        status(verify(
+            None,
+            None,
+            SECRET,
+            &both,
+            &body,
+            &Default::default()
+        )),
+        401
+    );
 }
 
 #[test]
@@ -580,7 +665,8 @@ fn authentication_comes_before_parsing() {
             None,
             SECRET,
             &common::headers(&[ADO_CT]),
-            b"not json"
+            b"not json",
+            &Default::default()
         ),
         Err(IngressError::SignatureInvalid("missing Authorization"))
     );
@@ -597,17 +683,44 @@ fn compressed_or_non_json_bodies_are_415_before_authentication() {
         ("authorization", &auth),
         ("content-encoding", "gzip"),
     ]);
-    assert_eq!(status(verify(Some(USER), None, SECRET, &gzip, &body)), 415);
+    assert_eq!(
+        status(verify(
+            Some(USER),
+            None,
+            SECRET,
+            &gzip,
+            &body,
+            &Default::default()
+        )),
+        415
+    );
     let gzip_no_auth = common::headers(&[ADO_CT, ("content-encoding", "gzip")]);
     assert_eq!(
-        status(verify(Some(USER), None, SECRET, &gzip_no_auth, &body)),
+        status(verify(
+            Some(USER),
+            None,
+            SECRET,
+            &gzip_no_auth,
+            &body,
+            &Default::default()
+        )),
         415
     );
     let text = common::headers(&[("content-type", "text/plain"), ("authorization", &auth)]);
-    assert_eq!(status(verify(Some(USER), None, SECRET, &text, &body)), 415);
+    assert_eq!(
+        status(verify(
+            Some(USER),
+            None,
+            SECRET,
+            &text,
+            &body,
+            &Default::default()
+        )),
+        415
+    );
     // identity encoding and an absent Content-Type are fine.
     let plain = common::headers(&[("authorization", &auth), ("content-encoding", "identity")]);
-    assert!(verify(Some(USER), None, SECRET, &plain, &body).is_ok());
+    assert!(verify(Some(USER), None, SECRET, &plain, &body, &Default::default()).is_ok());
 }
 
 #[test]
@@ -621,6 +734,7 @@ fn authentic_but_unusable_bodies_are_422() {
             SECRET,
             &h,
             &serde_json::to_vec(&v).unwrap(),
+            &Default::default(),
         )
     };
     let base: Value = serde_json::from_slice(&pr_created()).unwrap();
@@ -658,7 +772,7 @@ fn authentic_but_unusable_bodies_are_422() {
         b"",
     ] {
         assert_eq!(
-            verify(Some(USER), None, SECRET, &h, body),
+            verify(Some(USER), None, SECRET, &h, body, &Default::default()),
             Err(IngressError::Malformed("body is not valid JSON")),
             "{body:?}"
         );
@@ -675,8 +789,15 @@ fn dispatch_through_the_connector_spec() {
     };
     assert_eq!(trigger_bridge_ingress::normalized_fields(&spec), FIELDS);
     let auth = basic_authorization(USER, SECRET);
-    let v = trigger_bridge_ingress::verify(&spec, SECRET, &basic_headers(&auth), &pr_merged(), 0)
-        .unwrap();
+    let v = trigger_bridge_ingress::verify(
+        &spec,
+        SECRET,
+        &basic_headers(&auth),
+        &pr_merged(),
+        0,
+        &Default::default(),
+    )
+    .unwrap();
     assert_eq!(v.provider_event_id, "8e4c1b60-3d5f-4071-8c9d-1e2f3a4b5c6d");
     assert_eq!(
         basic_authorization("u", b"p"),

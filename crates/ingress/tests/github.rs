@@ -26,7 +26,7 @@ fn check(
         ("x-hub-signature-256", sig),
     ];
     pairs.extend_from_slice(extra);
-    verify(secret, &common::headers(&pairs), body)
+    verify(secret, &common::headers(&pairs), body, &Default::default())
 }
 
 /// `body` signed with [`SECRET`] and verified as a JSON `event` delivery.
@@ -83,7 +83,7 @@ fn signature_vectors() {
             ("x-github-delivery", DELIVERY),
             ("X-Hub-Signature", legacy),
         ]);
-        let r = verify(secret, &only_legacy, &body);
+        let r = verify(secret, &only_legacy, &body, &Default::default());
         assert!(matches!(r, Err(IngressError::SignatureInvalid(m)) if m.contains("legacy sha1")));
     }
 }
@@ -136,7 +136,8 @@ fn content_type_and_encoding_rules() {
 fn headers_and_body_shape_after_authentication() {
     let body = br#"{"zen":"hi"}"#;
     let sig = sign(SECRET, body);
-    let only = |pairs: &[(&str, &str)]| verify(SECRET, &common::headers(pairs), body);
+    let only =
+        |pairs: &[(&str, &str)]| verify(SECRET, &common::headers(pairs), body, &Default::default());
     let (ev, dl, sg) = (
         ("x-github-event", "ping"),
         ("x-github-delivery", DELIVERY),

@@ -135,7 +135,7 @@ fn id_and_event_headers() {
     assert!(matches!(r, Err(IngressError::UnsupportedMediaType(_))));
     // Dispatch through the crate entry point.
     assert_eq!(
-        trigger_bridge_ingress::verify(&s, SECRET, &h, BODY, NOW).unwrap(),
+        trigger_bridge_ingress::verify(&s, SECRET, &h, BODY, NOW, &Default::default()).unwrap(),
         v
     );
     assert!(trigger_bridge_ingress::normalized_fields(&s).is_empty());

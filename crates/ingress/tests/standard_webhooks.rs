@@ -21,7 +21,7 @@ fn run(id: &str, ts: &str, sig: &str, body: &[u8], now: i64) -> Result<Verified,
         ("webhook-timestamp", ts),
         ("webhook-signature", sig),
     ]);
-    verify(&key, 300, &h, body, now)
+    verify(&key, 300, &h, body, now, &Default::default())
 }
 
 fn bad<T: std::fmt::Debug>(r: Result<T, IngressError>) -> bool {
@@ -60,7 +60,7 @@ fn every_vector_gives_its_expected_result_and_sign_reproduces_it() {
                 }
                 // Full verify: an authentic body must also be a JSON object to be normalized.
                 let is_object = serde_json::from_slice::<Value>(&body).is_ok_and(|v| v.is_object());
-                let full = verify(&key, tolerance, &h, &body, now);
+                let full = verify(&key, tolerance, &h, &body, now, &Default::default());
                 if !is_object {
                     assert!(
                         matches!(full, Err(IngressError::Malformed(_))),
@@ -179,17 +179,33 @@ fn missing_headers_are_signature_invalid() {
     for skip in 0..3 {
         let mut pairs = all.to_vec();
         pairs.remove(skip);
-        let r = verify(&key, 300, &common::headers(&pairs), SPEC_BODY, SPEC_TS);
+        let r = verify(
+            &key,
+            300,
+            &common::headers(&pairs),
+            SPEC_BODY,
+            SPEC_TS,
+            &Default::default(),
+        );
         assert!(bad(r), "without {}", all[skip].0);
     }
     // Header names are case-insensitive; an empty key refuses.
-    assert!(verify(&key, 300, &common::headers(&all), SPEC_BODY, SPEC_TS).is_ok());
+    assert!(verify(
+        &key,
+        300,
+        &common::headers(&all),
+        SPEC_BODY,
+        SPEC_TS,
+        &Default::default()
+    )
+    .is_ok());
     assert!(bad(verify(
         &[],
         300,
         &common::headers(&all),
         SPEC_BODY,
-        SPEC_TS
+        SPEC_TS,
+        &Default::default()
     )));
 }
 
@@ -245,6 +261,7 @@ fn body_rules_non_utf8_non_json_and_encoding() {
         &gz,
         SPEC_BODY,
         SPEC_TS,
+        &Default::default(),
     );
     assert!(matches!(r, Err(IngressError::UnsupportedMediaType(_))));
     // Only application/json (or no Content-Type) is taken.
@@ -257,6 +274,7 @@ fn body_rules_non_utf8_non_json_and_encoding() {
         &text,
         SPEC_BODY,
         SPEC_TS,
+        &Default::default(),
     );
     assert!(matches!(r, Err(IngressError::UnsupportedMediaType(_))));
     text.insert(
@@ -268,7 +286,26 @@ fn body_rules_non_utf8_non_json_and_encoding() {
         300,
         &text,
         SPEC_BODY,
-        SPEC_TS
+        SPEC_TS,
+        &Default::default()
     )
     .is_ok());
+}
+
+/// Issue #14: 10 000 signature candidates are refused by the header's size cap before one MAC is
+/// compared, and 33 short ones (under 8 KiB) by the entry cap; 32 with the right one last still verify.
+#[test]
+fn ten_thousand_signature_candidates_are_refused_before_any_comparison() {
+    let flood = vec!["v1,AAAA"; 10_000].join(" ");
+    assert_eq!(
+        run(SPEC_ID, &SPEC_TS.to_string(), &flood, SPEC_BODY, SPEC_TS).unwrap_err(),
+        IngressError::SignatureInvalid("webhook-signature is too long")
+    );
+    let many = format!("{} {SPEC_SIG}", vec!["v1,AAAA"; 32].join(" "));
+    assert_eq!(
+        run(SPEC_ID, &SPEC_TS.to_string(), &many, SPEC_BODY, SPEC_TS).unwrap_err(),
+        IngressError::SignatureInvalid("webhook-signature has too many entries")
+    );
+    let ok = format!("{} {SPEC_SIG}", vec!["v1,AAAA"; 31].join(" "));
+    assert!(run(SPEC_ID, &SPEC_TS.to_string(), &ok, SPEC_BODY, SPEC_TS).is_ok());
 }

@@ -25,10 +25,12 @@ use std::sync::Arc;
 
 use axum::body::Body;
 
+pub mod decode;
 pub mod gate;
 pub mod read;
 pub mod timing;
 
+pub use decode::{coding_of, decode, Coding, DecodeError};
 pub use gate::{target_admits, IngestGate, Target};
 pub use read::{drain, read_ingest, refuse_before_continue, ReadError};
 pub use timing::{is_timed_out, BodyRules, BodyTimedOut, TimedBody};
@@ -81,7 +83,20 @@ pub fn layer(router: axum::Router, rules: BodyRules, gate: Arc<IngestGate>) -> a
         ))
 }
 
-/// The configured gate of a request, or the shared default.
+/// The header limits of `limits` over a request's `headers` (each header counted as its name's plus
+/// its value's bytes). Errors: `headers_too_large` (431), counted in
+/// `tb_http_refused_total{reason="headers"}`.
+pub fn check_headers(
+    headers: &http::HeaderMap,
+    limits: &tb_core::limits::Limits,
+) -> Result<(), tb_core::TbError> {
+    let sizes = headers.iter().map(|(k, v)| k.as_str().len() + v.len());
+    tb_core::limits::check_headers(headers.len(), sizes, limits).map_err(|e| {
+        metrics::counter!("tb_http_refused_total", "reason" => "headers").increment(1);
+        e.error()
+    })
+}
+
 pub fn gate_of(ext: Option<axum::Extension<Arc<IngestGate>>>) -> Arc<IngestGate> {
     ext.map(|axum::Extension(g)| g)
         .unwrap_or_else(IngestGate::shared_default)

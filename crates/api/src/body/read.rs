@@ -17,9 +17,9 @@ use crate::error::ApiError;
 /// The memory of a buffered body together with its share of the byte budget: the `Bytes` returned by
 /// [`read_ingest`] own one, so the share is released when the last clone of the body is dropped
 /// (after the commit that stores it, even when the request went away meanwhile).
-struct Accounted<B> {
-    data: B,
-    _bytes: Option<OwnedSemaphorePermit>,
+pub(super) struct Accounted<B> {
+    pub(super) data: B,
+    pub(super) _bytes: Option<OwnedSemaphorePermit>,
 }
 
 impl<B: AsRef<[u8]>> AsRef<[u8]> for Accounted<B> {

@@ -289,6 +289,7 @@ pub async fn worker(codes: Vec<u16>) -> (String, Arc<AtomicUsize>) {
                         &headers,
                         &body,
                         chrono_now(),
+                        &Default::default(),
                     )
                     .is_ok();
                     assert!(
