@@ -747,3 +747,49 @@ fn queue_subscriptions_are_checked() {
         assert!(out.contains(says), "{section}: wanted {says:?} in {out}");
     }
 }
+
+/// Issue #14: `[limits]` and `[subscriptions.limits]` are read, and a bad value is named with its key.
+#[test]
+fn request_limits_are_checked_with_the_key_to_fix() {
+    let with = |limits: &str, own: &str| {
+        GOOD.replacen(
+            "[[subscriptions]]",
+            &format!("{limits}\n[[subscriptions]]"),
+            1,
+        )
+        .replacen(
+            "secret = \"env:TB_TEST_SECRET\"",
+            &format!("secret = \"env:TB_TEST_SECRET\"\n{own}"),
+            1,
+        )
+    };
+    let ok = with(
+        "[limits]\nmax_json_depth = 16\nmax_headers = 50",
+        "[subscriptions.limits]\ncontent_encodings = [\"gzip\"]\nmax_decompression_ratio = 20",
+    );
+    let (code, out) = check(&ok, &[("TB_TEST_SECRET", "s")]);
+    assert_eq!(code, 0, "{out}");
+    for (limits, own, says) in [
+        (
+            "[limits]\nmax_json_fields = 0",
+            "",
+            "[limits]: max_json_fields must be at least 1",
+        ),
+        ("[limits]\nmax_json_depth = 500", "", "at most 128"),
+        (
+            "",
+            "[subscriptions.limits]\nmax_headers = 1000",
+            "max_headers is 1000; at most 256",
+        ),
+        (
+            "",
+            "[subscriptions.limits]\ncontent_encodings = [\"br\"]",
+            "unknown coding \"br\"",
+        ),
+        ("[limits]\nmax_body = 1", "", "unknown field `max_body`"),
+    ] {
+        let (code, out) = check(&with(limits, own), &[("TB_TEST_SECRET", "s")]);
+        assert_ne!(code, 0, "{limits} {own}: {out}");
+        assert!(out.contains(says), "{limits} {own}: {out}");
+    }
+}

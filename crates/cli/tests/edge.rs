@@ -534,7 +534,8 @@ async fn requests_hyper_refuses_while_parsing_get_the_status_with_an_empty_body(
     let cfg = config(dir.path(), 48, 800);
     let srv = spawn(&cfg, &dir.path().join("data"), 1024, Stdio::null());
     let big = "a".repeat(1 << 20);
-    let many: String = (0..101).map(|i| format!("x-h{i}: v\r\n")).collect();
+    // Past the server's own cap (tb_core::limits::MAX_HEADERS_CAP = 256).
+    let many: String = (0..257).map(|i| format!("x-h{i}: v\r\n")).collect();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "1 MiB header",
@@ -542,7 +543,7 @@ async fn requests_hyper_refuses_while_parsing_get_the_status_with_an_empty_body(
             "HTTP/1.1 431",
         ),
         (
-            "101 headers",
+            "257 headers",
             format!("GET /health HTTP/1.1\r\nhost: x\r\n{many}\r\n").into_bytes(),
             "HTTP/1.1 431",
         ),
@@ -599,6 +600,10 @@ fn large_body_config(dir: &Path) -> std::path::PathBuf {
 id = "sw"
 connector = "standard-webhooks"
 secret = "env:STANDARD_WEBHOOK_SECRET"
+
+# One 25 MiB string: over the default max_json_string_bytes (1 MiB).
+[subscriptions.limits]
+max_json_string_bytes = 26214400
 
 [[workflows]]
 id = "noop"

@@ -765,15 +765,15 @@ fn authentic_but_unusable_bodies_are_422() {
     assert_eq!(status(run(json!([1, 2]))), 422);
 
     // Not JSON / not UTF-8 after authentication: deterministic 422.
-    for body in [
-        &b"{\"id\": "[..],
-        b"\xff\xfe{}",
-        b"{\"id\":\"\xc3\x28\"}",
-        b"",
+    for (body, why) in [
+        (&b"{\"id\": "[..], "body is not valid JSON"),
+        (b"\xff\xfe{}", "body is not valid UTF-8"),
+        (b"{\"id\":\"\xc3\x28\"}", "body is not valid UTF-8"),
+        (b"", "body is not valid JSON"),
     ] {
         assert_eq!(
             verify(Some(USER), None, SECRET, &h, body, &Default::default()),
-            Err(IngressError::Malformed("body is not valid JSON")),
+            Err(IngressError::Malformed(why)),
             "{body:?}"
         );
     }
