@@ -15,14 +15,17 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
     limits: &JsonLimits,
     why: &'static str,
 ) -> Result<T, IngressError> {
-    match check_json(body, limits) {
-        Ok(()) => {}
-        Err(JsonRefusal::Exceeded(e)) => return Err(IngressError::TooLarge(e)),
-        Err(JsonRefusal::InvalidUtf8) => {
-            return Err(IngressError::Malformed("body is not valid UTF-8"))
-        }
-    }
+    check_limits(body, limits)?;
     serde_json::from_slice(body).map_err(|_| IngressError::Malformed(why))
+}
+
+/// [`check_json`] as a connector's error: [`IngressError::TooLarge`] over a limit,
+/// [`IngressError::Malformed`] for a body that is not UTF-8.
+pub(crate) fn check_limits(body: &[u8], limits: &JsonLimits) -> Result<(), IngressError> {
+    check_json(body, limits).map_err(|r| match r {
+        JsonRefusal::Exceeded(e) => IngressError::TooLarge(e),
+        JsonRefusal::InvalidUtf8 => IngressError::Malformed("body is not valid UTF-8"),
+    })
 }
 
 /// Result of looking up a header that must appear at most once.

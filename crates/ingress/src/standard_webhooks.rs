@@ -20,7 +20,7 @@ use http::HeaderMap;
 use serde_json::Value;
 use sha2::Sha256;
 use subtle::{Choice, ConstantTimeEq};
-use tb_core::limits::{check_json, JsonLimits, JsonRefusal};
+use tb_core::limits::JsonLimits;
 use tb_core::normalized::NormalizedEvent;
 
 use crate::common::{
@@ -203,13 +203,7 @@ pub fn read_unverified(
 
 /// Builds the normalized event of an authentic body (see [`verify`]).
 fn normalize(msg_id: &str, body: &[u8], limits: &JsonLimits) -> Result<Verified, IngressError> {
-    match check_json(body, limits) {
-        Ok(()) => {}
-        Err(JsonRefusal::Exceeded(e)) => return Err(IngressError::TooLarge(e)),
-        Err(JsonRefusal::InvalidUtf8) => {
-            return Err(IngressError::Malformed("body is not valid UTF-8"))
-        }
-    }
+    crate::common::check_limits(body, limits)?;
     let text = std::str::from_utf8(body)
         .map_err(|_| IngressError::Malformed("body is not valid UTF-8"))?;
     // Only the allowlisted `type` is materialized; the rest of the object is scanned, not built.
