@@ -10,9 +10,5 @@ fuzz_target!(|data: &[u8]| {
         set(&mut r.headers, "x-hub-signature-256", &sig);
     }
     let out = tb_ingress::github::verify(SECRET, &r.headers, r.body, &r.limits);
-    if !r.sign {
-        // Without the secret nothing is authentic (a 2^-256 chance aside).
-        assert!(out.is_err() || r.headers.contains_key("x-hub-signature-256"));
-    }
     check(&out);
 });

@@ -24,9 +24,6 @@ pub enum ErrorCode {
     /// 431: the request's headers are over the subscription's `max_headers` or `max_header_bytes`
     /// (RFC 6585 §5; docs/limits.md).
     HeadersTooLarge,
-    /// 403: the subscription is quarantined (sustained signature failures or a flood, or by an
-    /// operator): every request is refused before its body is read until an operator releases it.
-    SubscriptionQuarantined,
     /// 415: the connector does not take this content type or content encoding.
     UnsupportedMediaType,
     /// 422: the request is authentic but its event cannot be processed (e.g. missing event header).
@@ -63,7 +60,6 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::HeadersTooLarge => "headers_too_large",
-            ErrorCode::SubscriptionQuarantined => "subscription_quarantined",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::UnprocessableEvent => "unprocessable_event",
             ErrorCode::TargetTerminal => "target_terminal",
@@ -82,7 +78,7 @@ impl ErrorCode {
             ErrorCode::ValidationError => 400,
             ErrorCode::SignatureInvalid => 401,
             ErrorCode::NotFound => 404,
-            ErrorCode::Forbidden | ErrorCode::SubscriptionQuarantined => 403,
+            ErrorCode::Forbidden => 403,
             ErrorCode::HeadersTooLarge => 431,
             ErrorCode::SubscriptionNotActive
             | ErrorCode::Conflict
