@@ -3,8 +3,9 @@
 //! Answers: 202 `{"outcome":"accepted","receiptId","deliveries":[...],"runId"?}`; 202
 //! `{"outcome":"unmatched","receiptId"}`; 202 `{"outcome":"dead_lettered","receiptId","deliveries"}`;
 //! 200 `{"outcome":"duplicate","receiptId","runId"?}`; errors in the flat envelope (401
-//! `signature_invalid`, 404 `not_found`, 409 `subscription_not_active`, 413 `payload_too_large`, 415
-//! `unsupported_media_type`, 408 `request_timeout`, 422 `unprocessable_event`, 503 `unavailable`). Only after the commit.
+//! `signature_invalid`, 403 `subscription_quarantined`, 404 `not_found`, 409 `subscription_not_active`,
+//! 413 `payload_too_large`, 415 `unsupported_media_type`, 408 `request_timeout`, 422
+//! `unprocessable_event`, 429 `rate_limited`, 431 `headers_too_large`, 503 `unavailable`). Only after the commit.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -18,19 +19,28 @@ use crate::error::ApiError;
 use crate::AppState;
 
 /// The ingest handler: reads at most the subscription's `max_body_bytes`, then runs the pipeline.
-#[utoipa::path(post, path = "/v1/trigger-subscriptions/{id}/ingest", tag = "ingest", params(("id" = String, Path, description = "Resource id")), responses((status = 202, description = "Committed: accepted / delivered / unmatched / dead_lettered"), (status = 200, description = "Duplicate: the first receipt and run"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found"), (status = 409, description = "subscription_not_active"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type"), (status = 408, description = "request_timeout: the body did not arrive in time"), (status = 422, description = "unprocessable_event"), (status = 503, description = "unavailable: too many bodies buffered (Retry-After)")))]
+#[utoipa::path(post, path = "/v1/trigger-subscriptions/{id}/ingest", tag = "ingest", params(("id" = String, Path, description = "Resource id")), responses((status = 202, description = "Committed: accepted / delivered / unmatched / dead_lettered"), (status = 200, description = "Duplicate: the first receipt and run"), (status = 401, description = "signature_invalid"), (status = 404, description = "not_found"), (status = 403, description = "subscription_quarantined: refused before the body is read until an operator releases it"), (status = 409, description = "subscription_not_active"), (status = 413, description = "payload_too_large"), (status = 415, description = "unsupported_media_type"), (status = 408, description = "request_timeout: the body did not arrive in time"), (status = 422, description = "unprocessable_event"), (status = 429, description = "rate_limited (Retry-After): [rate_limits], the subscription's or a binding's rate_limit_per_min"), (status = 431, description = "headers_too_large"), (status = 503, description = "unavailable: too many bodies buffered (Retry-After)")))]
 pub async fn ingest(
     State(st): State<AppState>,
     Path(id): Path<String>,
     gate: Option<axum::Extension<std::sync::Arc<crate::body::IngestGate>>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let Some(sub) = st.engine.catalog().subscription(&id).cloned() else {
+        st.engine.count_refusal(None, "not_found");
         return Err(st.engine.missing_subscription(&id).into());
     };
+    let refused = |outcome: &'static str| {
+        metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => outcome).increment(1);
+        st.engine.count_refusal(Some(&sub.id), outcome);
+    };
+    // Quarantine and the global / per-source rate limits: before anything is read.
+    st.engine
+        .admit_request(Some(&sub.id), peer.map(|p| p.0 .0.ip()), &headers)?;
     if let Err(e) = crate::body::check_headers(&headers, &sub.limits) {
-        metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => "headers_too_large").increment(1);
+        refused("headers_too_large");
         return Err(e.into());
     }
     let limit = sub.max_body_bytes;
@@ -48,47 +58,23 @@ pub async fn ingest(
     let bytes = match read {
         Ok(b) => b,
         Err(e) => {
-            let outcome = match e {
+            refused(match e {
                 crate::body::ReadError::TooLarge => "too_large",
                 crate::body::ReadError::TimedOut => "body_timeout",
                 crate::body::ReadError::Busy => "overloaded",
                 crate::body::ReadError::Broken => "body_broken",
-            };
-            metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => outcome).increment(1);
+            });
             return Ok(e.into_response(limit));
         }
     };
-    let (bytes, headers) = match crate::body::coding_of(&headers, &sub.limits) {
-        crate::body::Coding::Accepted(coding) => {
-            match crate::body::decode(&bytes, coding, &sub.limits, limit, &gate) {
-                Ok(decoded) => {
-                    drop(bytes);
-                    // The connector sees the decoded representation, as if sent without a coding.
-                    let mut h = headers;
-                    h.remove(http::header::CONTENT_ENCODING);
-                    (decoded, h)
-                }
-                Err(e) => {
-                    let (outcome, err) = match e {
-                        crate::body::DecodeError::Exceeded(x) => ("too_large", x.error()),
-                        crate::body::DecodeError::Corrupt => (
-                            "rejected",
-                            tb_core::TbError::new(
-                                tb_core::ErrorCode::ValidationError,
-                                "the body is not valid for its Content-Encoding",
-                            ),
-                        ),
-                        crate::body::DecodeError::Busy => {
-                            return Ok(crate::body::ReadError::Busy.into_response(limit))
-                        }
-                    };
-                    metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => outcome).increment(1);
-                    return Err(err.into());
-                }
+    let (bytes, headers) =
+        match crate::body::decode_request(bytes, headers, &sub.limits, limit, &gate) {
+            Ok(decoded) => decoded,
+            Err((outcome, answer)) => {
+                refused(outcome);
+                return Ok(answer);
             }
-        }
-        _ => (bytes, headers),
-    };
+        };
     // The body's share of the byte budget is held until the last clone of `bytes` is gone (the
     // detached commit included).
     let answer = run_ingest(&st.engine, &id, &headers, bytes).await?;

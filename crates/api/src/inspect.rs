@@ -152,7 +152,7 @@ pub async fn list_subscriptions(State(st): State<AppState>) -> Result<Json<Value
     let subs = st.engine.store.list_subscriptions().await?;
     let details: serde_json::Map<String, Value> = subs
         .iter()
-        .map(|s| (s.id.clone(), wire::subscription_state_detail(s)))
+        .map(|s| (s.id.clone(), state_detail(&st, s)))
         .collect();
     Ok(Json(
         json!({"subscriptions": subs.iter().map(wire::subscription).collect::<Vec<_>>(), "stateDetails": details}),
@@ -160,7 +160,7 @@ pub async fn list_subscriptions(State(st): State<AppState>) -> Result<Json<Value
 }
 
 /// `GET /v1/trigger-subscriptions/{id}` -> `{subscription, stateDetail: {stateSince,
-/// failuresSinceSuccess, lastError?, lastSuccessAt?}}`.
+/// failuresSinceSuccess, lastError?, lastSuccessAt?, quarantine?}}`.
 #[utoipa::path(get, path = "/v1/trigger-subscriptions/{id}", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Resource id")), responses((status = 200, description = "{subscription, stateDetail}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn get_subscription(
     State(st): State<AppState>,
@@ -168,8 +168,17 @@ pub async fn get_subscription(
 ) -> Result<Json<Value>, ApiError> {
     let s = st.engine.store.get_subscription(&id).await?;
     Ok(Json(
-        json!({"subscription": wire::subscription(&s), "stateDetail": wire::subscription_state_detail(&s)}),
+        json!({"subscription": wire::subscription(&s), "stateDetail": state_detail(&st, &s)}),
     ))
+}
+
+/// [`wire::subscription_state_detail`] plus `quarantine` ([`crate::quarantine::view`]) while quarantined.
+fn state_detail(st: &AppState, s: &tb_store::SubscriptionRecord) -> Value {
+    let mut d = wire::subscription_state_detail(s);
+    if let Some(q) = st.engine.quarantined(&s.id) {
+        d["quarantine"] = crate::quarantine::view(&q);
+    }
+    d
 }
 
 async fn operate(

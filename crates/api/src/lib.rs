@@ -15,6 +15,7 @@ pub mod ingest;
 pub mod inspect;
 pub mod openapi;
 pub mod ops;
+pub mod quarantine;
 pub mod registration;
 pub mod replay;
 pub mod routes;
@@ -155,6 +156,25 @@ pub fn routes(state: AppState) -> routes::Routes {
             MANAGE,
             inspect::resume_subscription,
         )
+        .scoped(
+            POST,
+            "/v1/trigger-subscriptions/{id}/quarantine",
+            MANAGE,
+            quarantine::quarantine,
+        )
+        .scoped(
+            POST,
+            "/v1/trigger-subscriptions/{id}/release",
+            MANAGE,
+            quarantine::release,
+        )
+        .scoped(
+            GET,
+            "/v1/trigger-subscriptions/{id}/ingress-counts",
+            MANAGE,
+            quarantine::counts,
+        )
+        .scoped(GET, "/v1/quarantines", MANAGE, quarantine::list)
         .scoped(
             GET,
             "/v1/trigger-subscriptions/{id}/dead-letters",

@@ -476,9 +476,13 @@ pub async fn hook(
     State(st): State<AppState>,
     token: Result<Path<String>, axum::extract::rejection::PathRejection>,
     gate: Option<axum::Extension<std::sync::Arc<crate::body::IngestGate>>>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Result<Response, ApiError> {
+    // The global and per-source rate limits before anything else, so guessing tokens is limited too.
+    st.engine
+        .admit_request(None, peer.map(|p| p.0 .0.ip()), &headers)?;
     // A token that is not even a valid path segment is as unknown as any other (the same 404).
     let Ok(Path(token)) = token else {
         return Err(ApiError::new(ErrorCode::NotFound, "no such endpoint"));

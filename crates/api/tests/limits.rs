@@ -20,6 +20,7 @@ async fn over_its_rate_a_subscription_answers_429_and_records_the_refusal() {
         ..SubscriptionConfig::webhook("github", ConnectorSpec::Github, GH_SECRET.as_bytes())
     };
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: "pr-opened".into(),
         subscription: "github".into(),
         event_types: vec!["pull_request.opened".into()],

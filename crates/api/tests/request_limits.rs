@@ -22,6 +22,7 @@ async fn server(limits: Limits) -> Server {
         ..SubscriptionConfig::webhook("github", ConnectorSpec::Github, GH_SECRET.as_bytes())
     };
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: "any".into(),
         subscription: "github".into(),
         event_types: vec!["pull_request.opened".into()],

@@ -33,6 +33,7 @@ fn sub(id: &str, connector: ConnectorSpec, secret: &str) -> SubscriptionConfig {
 
 fn binding(id: &str, sub: &str, types: &[&str], action: BindingAction) -> Binding {
     Binding {
+        rate_limit_per_min: 0,
         id: id.into(),
         subscription: sub.into(),
         event_types: types.iter().map(|s| s.to_string()).collect(),

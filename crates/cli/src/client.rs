@@ -166,6 +166,29 @@ pub enum SubscriptionsCmd {
         /// Subscription id
         id: String,
     },
+    /// Quarantine a subscription: every request to it is refused (403 subscription_quarantined)
+    /// before its body is read, on every replica, until released
+    Quarantine {
+        /// Subscription id
+        id: String,
+        /// Why (recorded with the quarantine and in the audit log)
+        #[arg(long)]
+        reason: String,
+    },
+    /// Release a quarantined subscription: requests are taken again
+    Release {
+        /// Subscription id
+        id: String,
+    },
+    /// Requests a subscription admitted and refused per minute, by outcome (signature_invalid,
+    /// rate_limited, too_large, quarantined, ...), summed over every replica
+    Counts {
+        /// Subscription id
+        id: String,
+        /// How many minutes back (1 to 10080)
+        #[arg(long, default_value_t = 60)]
+        minutes: u32,
+    },
 }
 
 /// Column specs: `LABEL=pointer` pairs; `_` in a label prints as a space; the pointer is a `/`-path into
@@ -182,7 +205,9 @@ const RUNS: &str =
 const EVENTS: &str = "SEQ=sequence TYPE=type EVENT=eventId TIMESTAMP=timestamp";
 const SUBSCRIPTIONS: &str = "SUBSCRIPTION=subscriptionId SOURCE=source STATE=state \
     SINCE=stateDetail/stateSince FAILURES=stateDetail/failuresSinceSuccess \
-    MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff LAST_ERROR=stateDetail/lastError";
+    MAX_ATTEMPTS=retryPolicy/maxAttempts BACKOFF=retryPolicy/backoff \
+    QUARANTINED=stateDetail/quarantine/since LAST_ERROR=stateDetail/lastError";
+const INGRESS_COUNTS: &str = "MINUTE=minute OUTCOME=outcome REQUESTS=n";
 const TIMELINE: &str = "STATE=state AT=at DELIVERY=deliveryId ATTEMPT=attempt OUTCOME=outcome \
     ERROR=errorClass";
 const RECEIPT_KV: &str =
@@ -396,6 +421,50 @@ pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
         }
         SubscriptionsCmd::Pause { id } => (id, "pause"),
         SubscriptionsCmd::Resume { id } => (id, "resume"),
+        SubscriptionsCmd::Quarantine { id, reason } => {
+            let path = format!("/v1/trigger-subscriptions/{}/quarantine", seg(&id));
+            let body = serde_json::json!({ "reason": reason });
+            if let Some(v) = api.show(api.call(Method::POST, &path, &[], Some(&body)).await?)? {
+                let q = &v["quarantine"];
+                let verb = if v["created"] == true {
+                    "quarantined"
+                } else {
+                    "already quarantined"
+                };
+                println!(
+                    "{id} {verb} since {} ({}); release it with `trigger-bridge subscriptions release {id}`",
+                    q["since"].as_str().unwrap_or("?"),
+                    q["reason"].as_str().unwrap_or("")
+                );
+            }
+            return Ok(());
+        }
+        SubscriptionsCmd::Release { id } => {
+            let path = format!("/v1/trigger-subscriptions/{}/release", seg(&id));
+            if let Some(v) = api.show(api.call(Method::POST, &path, &[], None).await?)? {
+                if v["released"] == true {
+                    println!("{id} released: requests are taken again");
+                } else {
+                    println!("{id} was not quarantined");
+                }
+            }
+            return Ok(());
+        }
+        SubscriptionsCmd::Counts { id, minutes } => {
+            let path = format!("/v1/trigger-subscriptions/{}/ingress-counts", seg(&id));
+            if let Some(v) = api
+                .get(&path, &[("minutes", Some(minutes.to_string()))])
+                .await?
+            {
+                print_list(
+                    &v,
+                    "counts",
+                    INGRESS_COUNTS,
+                    "nothing admitted under a limit or refused in that time",
+                );
+            }
+            return Ok(());
+        }
     };
     let path = format!("/v1/trigger-subscriptions/{}/{verb}", seg(&id));
     if let Some(v) = api.show(api.call(Method::POST, &path, &[], None).await?)? {

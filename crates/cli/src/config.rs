@@ -344,6 +344,59 @@ impl LimitsSection {
     }
 }
 
+/// `[rate_limits]` (docs/limits.md "Rate limits"): requests a fixed UTC minute, counted before the
+/// body is read; 0 or absent = unlimited.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitsSection {
+    /// Webhook and capability requests a minute over the whole server (every replica together).
+    pub global_per_min: Option<u32>,
+    /// Requests a minute from one client address (IPv6: one /64).
+    pub source_per_min: Option<u32>,
+    /// Proxies (addresses or CIDR ranges, e.g. `10.0.0.0/8`) whose `X-Forwarded-For` names the client.
+    /// Without it the peer address is the client.
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+}
+
+impl RateLimitsSection {
+    /// The engine's quotas. Errors: every entry of `trusted_proxies` that is not an address or range.
+    pub fn quotas(&self) -> Result<tb_engine::edge::IngressQuotas, Vec<String>> {
+        let mut errs = Vec::new();
+        let mut trusted = Vec::new();
+        for p in &self.trusted_proxies {
+            let net = p
+                .parse::<ipnet::IpNet>()
+                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
+            match net {
+                Ok(n) => trusted.push(n),
+                Err(_) => errs.push(format!(
+                    "[rate_limits].trusted_proxies: {p:?} is not an address or a CIDR range (e.g. 10.0.0.0/8)"
+                )),
+            }
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+        Ok(tb_engine::edge::IngressQuotas {
+            global_per_min: self.global_per_min.unwrap_or(0),
+            source_per_min: self.source_per_min.unwrap_or(0),
+            trusted_proxies: trusted,
+        })
+    }
+}
+
+/// `[subscriptions.quarantine]` (docs/limits.md "Quarantine"): the automatic abuse quarantine.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuarantineSection {
+    /// Refused requests a minute (signature failures, rate-limited, over a size limit) that count as
+    /// abuse; 0 = never automatically.
+    pub refusals_per_min: u32,
+    /// Complete minutes in a row that must reach it (default 5).
+    pub minutes: Option<u32>,
+}
+
 /// `[[subscriptions]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -374,6 +427,8 @@ pub struct SubscriptionSection {
     pub rate_limit_per_min: Option<u32>,
     /// This subscription's header, JSON and content-coding limits over `[limits]`.
     pub limits: Option<LimitsSection>,
+    /// The automatic abuse quarantine (off without it).
+    pub quarantine: Option<QuarantineSection>,
     pub hmac: Option<HmacSection>,
     pub azure_devops: Option<AzureDevopsSection>,
     /// With `source = "schedule"`: the cron schedule.
@@ -549,6 +604,8 @@ pub struct BindingSection {
     pub run: Option<String>,
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
+    /// Matched events a minute before the request is answered 429 `rate_limited` (default: unlimited).
+    pub rate_limit_per_min: Option<u32>,
 }
 
 /// Builds and checks a binding's action against the (already validated) workflows. Errors: every
@@ -706,6 +763,9 @@ pub struct Config {
     /// The request limits of every webhook subscription ([`LimitsSection`]).
     #[serde(default)]
     pub limits: LimitsSection,
+    /// The server-wide request rate limits ([`RateLimitsSection`]).
+    #[serde(default)]
+    pub rate_limits: RateLimitsSection,
     #[serde(default)]
     pub subscriptions: Vec<SubscriptionSection>,
     #[serde(default)]
@@ -767,6 +827,8 @@ pub struct Loaded {
     /// Configured API keys plus `TRIGGER_BRIDGE_API_KEY` (full scope) when set.
     pub api_keys: Vec<tb_api::auth::ApiKey>,
     pub catalog_parts: (Vec<SubscriptionConfig>, Vec<Binding>, Vec<Workflow>),
+    /// `[rate_limits]` as the engine takes it.
+    pub quotas: tb_engine::edge::IngressQuotas,
 }
 
 impl Loaded {
@@ -1297,7 +1359,23 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         if max_body_bytes == 0 {
             errs.push(format!("{at}: max_body_bytes must be at least 1"));
         }
+        let quarantine = match &s.quarantine {
+            None => tb_core::quarantine::QuarantinePolicy::default(),
+            Some(q) => {
+                let minutes = q.minutes.unwrap_or(5);
+                if minutes == 0 || minutes > 60 {
+                    errs.push(format!(
+                        "{at}: [subscriptions.quarantine] minutes {minutes} is out of range; use 1 to 60"
+                    ));
+                }
+                tb_core::quarantine::QuarantinePolicy {
+                    refusals_per_min: q.refusals_per_min,
+                    minutes: minutes.clamp(1, 60),
+                }
+            }
+        };
         subs.push(SubscriptionConfig {
+            quarantine,
             id: s.id.clone(),
             source,
             connector,
@@ -1513,6 +1591,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         }
         let Some(action) = action else { continue };
         bindings.push(Binding {
+            rate_limit_per_min: b.rate_limit_per_min.unwrap_or(0),
             id: b.id.clone(),
             subscription: b.subscription.clone(),
             event_types: b.event_types.clone(),
@@ -1571,9 +1650,14 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             }
         }
     }
+    let quotas = cfg.rate_limits.quotas().unwrap_or_else(|e| {
+        errs.extend(e);
+        Default::default()
+    });
     if errs.is_empty() {
         Ok(Loaded {
             api_keys,
+            quotas,
             server: cfg.server,
             catalog_parts: (subs, bindings, workflows),
         })

@@ -71,7 +71,7 @@ pub async fn serve(
             _ = stop.wait_for(|s| *s) => break,
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
             r = listener.accept() => match r {
-                Ok((sock, _peer)) => {
+                Ok((sock, peer)) => {
                     backoff = Duration::from_millis(10);
                     match slots.clone().try_acquire_owned() {
                         Ok(slot) => {
@@ -81,7 +81,7 @@ pub async fn serve(
                             conns.spawn(async move {
                                 open.0.fetch_add(1, Ordering::Relaxed);
                                 metrics::gauge!("tb_http_connections_open").increment(1.0);
-                                connection(sock, app, cfg, close).await;
+                                connection(sock, peer, app, cfg, close).await;
                                 metrics::gauge!("tb_http_connections_open").decrement(1.0);
                                 open.0.fetch_sub(1, Ordering::Relaxed);
                                 drop(slot);
@@ -196,10 +196,11 @@ impl Drop for InProgress {
     }
 }
 
-/// Serves one connection: HTTP/1.1 with the header-read timeout; closed once idle for
+/// Serves one connection from `peer`: HTTP/1.1 with the header-read timeout; closed once idle for
 /// `idle_timeout` (no request in progress) or, gracefully, when `close` becomes true.
 async fn connection(
     sock: TcpStream,
+    peer: std::net::SocketAddr,
     app: axum::Router,
     cfg: EdgeConfig,
     mut close: watch::Receiver<bool>,
@@ -211,8 +212,11 @@ async fn connection(
     });
     let tower = TowerToHyperService::new(app);
     let act = activity.clone();
-    let svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
         act.active.fetch_add(1, Ordering::Relaxed);
+        // The peer address, for the per-source rate limit (`[rate_limits]`).
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
         let guard = InProgress(act.clone());
         let call = hyper::service::Service::call(&tower, req);
         async move {

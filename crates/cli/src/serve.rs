@@ -98,6 +98,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
             errs.join("\n  - ")
         )
     })?;
+    let quotas = loaded.quotas.clone();
     let (server, catalog, keys) = loaded.into_catalog();
     let edge = server.edge();
     let listen_text = args
@@ -173,6 +174,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     let engine = Engine::start(store.clone(), catalog)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    engine.set_ingress_quotas(quotas);
     audit_config_load(&engine, &args.config, &replica, keys.len()).await;
     if server.webhook_allow_private == Some(true) {
         tracing::warn!(
@@ -278,6 +280,11 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     let dups = role
         .serves_api()
         .then(|| tokio::spawn(tb_engine::duplicates::run(engine.clone(), stop_rx.clone())));
+    // Rate-limit and refusal counts, shared through the store once a second, and the automatic
+    // quarantine rule once a minute: where ingest runs.
+    let counts = role
+        .serves_api()
+        .then(|| tokio::spawn(tb_engine::rate_limit::run(engine.clone(), stop_rx.clone())));
     // Configuration another replica changed (pause, revocation, registration, webhooks) reaches this
     // one through the store's change log; harmless with one process.
     let sync = tokio::spawn(tb_engine::sync::run(
@@ -376,7 +383,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     if let Some(t) = timers {
         let _ = t.await;
     }
-    for t in [dups, sweeper, scheduler, queues, orchestrator]
+    for t in [dups, counts, sweeper, scheduler, queues, orchestrator]
         .into_iter()
         .flatten()
     {

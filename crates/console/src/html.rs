@@ -173,17 +173,18 @@ pub fn id(value: &str, href: Option<&str>) -> Markup {
 
 /// A state, coloured and worded (the word carries the meaning; the colour only repeats it).
 pub fn state(s: &str) -> Markup {
-    let class = match s {
-        "active" | "delivered" | "consumed" | "completed" | "resolved" | "up" | "ok" | "acked" => {
-            "good"
-        }
-        "paused" | "pending" | "registered" | "queued" | "buffered" | "routed" | "draining"
-        | "armed" | "running" | "leased" => "neutral",
-        "retrying" | "failed" | "unmatched" | "waiting-input" | "waiting-external" | "expired"
-        | "dropped" => "warn",
-        "dead-lettered" | "dead_lettered" | "rejected" | "down" | "cancelled" => "bad",
-        _ => "neutral",
-    };
+    let class =
+        match s {
+            "active" | "delivered" | "consumed" | "completed" | "resolved" | "up" | "ok"
+            | "acked" => "good",
+            "paused" | "pending" | "registered" | "queued" | "buffered" | "routed" | "draining"
+            | "armed" | "running" | "leased" => "neutral",
+            "retrying" | "failed" | "unmatched" | "waiting-input" | "waiting-external"
+            | "expired" | "dropped" => "warn",
+            "dead-lettered" | "dead_lettered" | "rejected" | "down" | "cancelled"
+            | "quarantined" => "bad",
+            _ => "neutral",
+        };
     html! { span class={ "badge " (class) } { (s) } }
 }
 

@@ -27,7 +27,8 @@ pub const MAX_DETAIL: usize = 4096;
 pub struct NewEntry {
     /// When, in ms since the Unix epoch.
     pub at: i64,
-    /// Who: an API key's name (`anonymous` on an open API), or `replica:<id>` for the server itself.
+    /// Who: an API key's name (`anonymous` on an open API), `replica:<id>` for the server itself, or
+    /// `rule:<name>` for an automatic rule (`rule:quarantine`).
     pub actor: String,
     /// What, as a stable dotted name: `subscription.pause`, `dead_letters.replay`, `signal.raise` ...
     pub action: String,

@@ -173,6 +173,11 @@ pub struct Binding {
     /// Run inputs: input name -> normalized field name. A missing field leaves the input out.
     #[serde(default)]
     pub inputs: BTreeMap<String, String>,
+    /// Matched events this binding takes per fixed UTC minute (`crate::rate`); past it the whole
+    /// request is answered 429 `rate_limited` with `Retry-After` and nothing is stored, so the sender
+    /// retries it. 0 = unlimited (the default).
+    #[serde(default)]
+    pub rate_limit_per_min: u32,
 }
 
 impl Binding {
@@ -303,6 +308,7 @@ mod tests {
 
     fn binding(types: &[&str]) -> Binding {
         Binding {
+            rate_limit_per_min: 0,
             id: "b".into(),
             subscription: "s".into(),
             event_types: types.iter().map(|s| s.to_string()).collect(),

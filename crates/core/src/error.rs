@@ -17,6 +17,9 @@ pub enum ErrorCode {
     Forbidden,
     /// 409: the subscription is paused (or otherwise not accepting work).
     SubscriptionNotActive,
+    /// 403: the subscription is quarantined (issue #14, `tb_core::quarantine`): every request is refused,
+    /// before its body is read, until an operator releases it.
+    SubscriptionQuarantined,
     /// 409: a state conflict (e.g. a result for a run that is already terminal).
     Conflict,
     /// 413: the body is larger than the subscription's `max_body_bytes`.
@@ -57,6 +60,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::SubscriptionNotActive => "subscription_not_active",
+            ErrorCode::SubscriptionQuarantined => "subscription_quarantined",
             ErrorCode::Conflict => "conflict",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::HeadersTooLarge => "headers_too_large",
@@ -78,7 +82,7 @@ impl ErrorCode {
             ErrorCode::ValidationError => 400,
             ErrorCode::SignatureInvalid => 401,
             ErrorCode::NotFound => 404,
-            ErrorCode::Forbidden => 403,
+            ErrorCode::Forbidden | ErrorCode::SubscriptionQuarantined => 403,
             ErrorCode::HeadersTooLarge => 431,
             ErrorCode::SubscriptionNotActive
             | ErrorCode::Conflict

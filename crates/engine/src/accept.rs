@@ -21,7 +21,7 @@ use tb_core::subscription::{admission, Admission, SubscriptionState};
 use tb_core::{ErrorCode, TbError};
 use tb_store::{DeliveryRef, IngestOutcome, NewDelivery, NewReceipt, StoreError};
 
-use crate::{router, store_err, Engine};
+use crate::{clock, router, store_err, Engine};
 
 /// What the sender is told (OpenWOP trigger-bridge §8; issue #2 ingest contract).
 #[derive(Debug, Clone, PartialEq)]
@@ -177,11 +177,48 @@ fn content_free(event: &NormalizedEvent) -> Value {
     serde_json::json!({"event": event.event, "action": event.action, "fields": {}})
 }
 
+/// Whether a binding of `subscription` that takes `event` has a rate limit.
+fn limited_bindings(engine: &Engine, subscription: &str, event: &NormalizedEvent) -> bool {
+    engine
+        .catalog()
+        .bindings_of(subscription)
+        .any(|b| b.rate_limit_per_min > 0 && b.matches(event))
+}
+
+/// The subscription's limit (`per_min`, 0 = none) and that of every binding taking `event`, checked
+/// and counted together ([`crate::rate_limit::RateLimits::admit`]).
+fn limit(
+    engine: &Engine,
+    subscription: &str,
+    per_min: u32,
+    event: &NormalizedEvent,
+) -> Result<(), tb_core::rate::Refusal> {
+    let catalog = engine.catalog();
+    let mut levels = vec![crate::rate_limit::Level {
+        scope: tb_core::rate::Scope::Subscription,
+        key: subscription,
+        limit: per_min,
+    }];
+    levels.extend(
+        catalog
+            .bindings_of(subscription)
+            .filter(|b| b.rate_limit_per_min > 0 && b.matches(event))
+            .map(|b| crate::rate_limit::Level {
+                scope: tb_core::rate::Scope::Binding,
+                key: &b.id,
+                limit: b.rate_limit_per_min,
+            }),
+    );
+    engine.rate_limits.admit(clock::now_ms(), &levels)
+}
+
 /// Accepts one piece of inbound work: probe, limit, admit, route, commit, count, wake, answer (the
-/// order of the module docs). A refusal writes nothing, except the content-free `rate_limited` record.
+/// order of the module docs). A refusal writes nothing, except the content-free `rate_limited` record
+/// (the first [`tb_core::rate::RECORDS_PER_MINUTE`] a minute per subscription; the rest are counted).
 ///
 /// Errors (stable codes): `conflict` (409) a repeat with another body under [`Dedup::same_body`];
-/// `rate_limited` (429, `Retry-After`) over [`Inbound::rate_limit_per_min`]; `target_terminal` (409)
+/// `rate_limited` (429, `Retry-After`) over [`Inbound::rate_limit_per_min`] or a matched binding's
+/// `rate_limit_per_min`; `target_terminal` (409)
 /// the target run ended; `subscription_not_active` (409) a paused subscription; `not_found` (404) the
 /// capability was revoked, expired or used up at commit; `unavailable` (503) the store cannot commit
 /// (`Retry-After: 1` when busy); `internal` if the commit task panicked.
@@ -246,6 +283,8 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
             // subscription state) could refuse it; where none of them applies, a store whose commit
             // finds the taken key as cheaply is not asked first.
             let checks = rate_limit_per_min.is_some_and(|n| n > 0)
+                || (rate_limit_per_min.is_some()
+                    && matches!(&routing, Routing::Route(e) if limited_bindings(engine, &subscription, e)))
                 || target_run.is_some()
                 || (matches!(routing, Routing::Route(_))
                     && engine
@@ -263,32 +302,30 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
                     return duplicate(engine, counter, d, first, &body).await;
                 }
             }
+            // Webhook requests only (`Some`): a queue message or a schedule tick is not the sender's
+            // to retry.
             if let (Some(per_min), Routing::Route(event)) = (rate_limit_per_min, &routing) {
-                if let Err(wait_s) = engine.rate_limits.check(&subscription, per_min) {
+                if let Err(refusal) = limit(engine, &subscription, per_min, event) {
                     count(counter, "rate_limited");
-                    // Content-free (no body, no field values, no deliveries) with a key of its own: a
-                    // later redelivery is not a duplicate, and the provider's id says what to redeliver.
-                    let r = NewReceipt {
-                        content_type: None,
-                        ..receipt(
-                            ReceiptState::RateLimited,
-                            Vec::new(),
-                            None,
-                            content_free(event),
-                            Bytes::new(),
-                        )
-                    };
-                    if let Err(e) = engine.store.commit_receipt(r).await {
-                        tracing::error!(subscription = %subscription, error = %e, "recording a rate-limited request failed");
+                    // The first few a minute are kept, content-free (no body, no field values, no
+                    // deliveries) with a key of their own: a later redelivery is not a duplicate, and
+                    // the provider's id says what to redeliver. The rest are only counted.
+                    if engine.count_refusal(Some(&subscription), "rate_limited") {
+                        let r = NewReceipt {
+                            content_type: None,
+                            ..receipt(
+                                ReceiptState::RateLimited,
+                                Vec::new(),
+                                None,
+                                content_free(event),
+                                Bytes::new(),
+                            )
+                        };
+                        if let Err(e) = engine.store.commit_receipt(r).await {
+                            tracing::error!(subscription = %subscription, error = %e, "recording a rate-limited request failed");
+                        }
                     }
-                    return Err(TbError::new(
-                        ErrorCode::RateLimited,
-                        format!(
-                            "subscription {subscription:?} accepts {per_min} request{} a minute; retry after {wait_s} s",
-                            if per_min == 1 { "" } else { "s" }
-                        ),
-                    )
-                    .retry_after(wait_s));
+                    return Err(refusal.error());
                 }
             }
             if let Some(run_id) = &target_run {

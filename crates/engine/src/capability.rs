@@ -232,15 +232,14 @@ pub async fn ingest(
             .map(http::HeaderValue::as_bytes),
     )
     .inspect_err(|_| count("rejected"))?;
-    if let Err(wait_s) = engine.rate_limits.check(&c.id, RATE_PER_MIN) {
+    let level = crate::rate_limit::Level {
+        scope: tb_core::rate::Scope::Endpoint,
+        key: &c.id,
+        limit: RATE_PER_MIN,
+    };
+    if let Err(refusal) = engine.rate_limits.admit(clock::now_ms(), &[level]) {
         count("rate_limited");
-        return Err(TbError::new(
-            ErrorCode::RateLimited,
-            format!(
-                "this endpoint accepts {RATE_PER_MIN} requests a minute; retry after {wait_s} s"
-            ),
-        )
-        .retry_after(wait_s));
+        return Err(refusal.error());
     }
     if body.len() > cap::MAX_BODY_BYTES {
         count("too_large");

@@ -61,9 +61,12 @@ pub struct SubscriptionConfig {
     pub fingerprint: Option<String>,
     /// Set for subscriptions registered through the API.
     pub registration: Option<Registration>,
-    /// Authenticated requests accepted per minute (token bucket, bursts of the same size); beyond it
-    /// 429 `rate_limited` with `Retry-After`, recorded as a `rate_limited` receipt. 0 = unlimited.
+    /// Authenticated requests accepted per fixed UTC minute (`tb_core::rate`); beyond it 429
+    /// `rate_limited` with `Retry-After`, counted, and the first few a minute recorded as
+    /// `rate_limited` receipts. 0 = unlimited.
     pub rate_limit_per_min: u32,
+    /// The automatic abuse-quarantine rule (off by default; `tb_core::quarantine`).
+    pub quarantine: tb_core::quarantine::QuarantinePolicy,
     /// Header, JSON and content-coding limits of its requests (`[limits]` of the config, overridden
     /// by the subscription's own keys; docs/limits.md).
     pub limits: tb_core::limits::Limits,
@@ -90,6 +93,7 @@ impl SubscriptionConfig {
             fingerprint: None,
             registration: None,
             rate_limit_per_min: 0,
+            quarantine: Default::default(),
             limits: Default::default(),
         }
     }
@@ -133,6 +137,7 @@ impl SubscriptionConfig {
                 "secretFingerprint": self.fingerprint,
                 "registration": self.registration,
                 "rateLimitPerMin": self.rate_limit_per_min,
+                "quarantine": self.quarantine,
             }),
             failure_threshold: self.failure_threshold,
         }

@@ -103,6 +103,17 @@ fn media_type(headers: &HeaderMap) -> Option<String> {
     ok.then_some(essence)
 }
 
+/// The `ingress_counts` outcome of a connector's refusal.
+fn refusal_outcome(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::SignatureInvalid => "signature_invalid",
+        ErrorCode::PayloadTooLarge => "too_large",
+        ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+        ErrorCode::UnprocessableEvent => "unprocessable",
+        _ => "rejected",
+    }
+}
+
 fn count(connector: &'static str, outcome: &'static str) {
     metrics::counter!("tb_receipts_total", "connector" => connector, "outcome" => outcome)
         .increment(1);
@@ -134,6 +145,7 @@ pub async fn ingest(
     let connector = sub.connector.name();
     if body.len() > sub.max_body_bytes {
         count(connector, "too_large");
+        engine.count_refusal(Some(&sub.id), "too_large");
         return Err(TbError::new(
             ErrorCode::PayloadTooLarge,
             format!(
@@ -147,10 +159,14 @@ pub async fn ingest(
         Ok(v) => v,
         Err(e) => {
             count(connector, "rejected");
-            tracing::info!(subscription = %sub.id, error = %e, "request refused");
-            if sub.registration.is_some() && e.code() == ErrorCode::SignatureInvalid {
+            let keep = engine.count_refusal(Some(&sub.id), refusal_outcome(e.code()));
+            if keep {
+                tracing::info!(subscription = %sub.id, error = %e, "request refused");
+            }
+            if keep && sub.registration.is_some() && e.code() == ErrorCode::SignatureInvalid {
                 // RFC 0230: a refused post to a registered subscription is kept as a dead-lettered
-                // delivery (reason verification_failed), without any state change.
+                // delivery (reason verification_failed), without any state change: the first
+                // few a minute; the rest of a flood are only counted (`ingress_counts`).
                 record_refusal(engine, &sub, headers).await;
             }
             return Err(TbError::new(e.code(), e.to_string()));

@@ -9,6 +9,7 @@ pub mod catalog;
 pub mod clock;
 pub mod completions;
 pub mod duplicates;
+pub mod edge;
 pub mod effects;
 pub mod executor;
 pub mod flows;
@@ -16,6 +17,7 @@ pub mod handoff;
 pub mod ingest;
 pub mod nats_executor;
 pub mod orchestrator;
+pub mod quarantine;
 pub mod queue;
 pub mod rate_limit;
 pub mod registration;
@@ -72,8 +74,12 @@ pub struct Engine {
     pub closing: std::sync::atomic::AtomicBool,
     /// Duplicate answers not yet added to their receipts' counters (flushed by [`duplicates::run`]).
     pub(crate) duplicates: std::sync::Mutex<HashMap<String, (u64, i64)>>,
-    /// Request rate limits per subscription and capability endpoint.
+    /// Request rate limits and refusal counts ([`rate_limit`]).
     pub rate_limits: rate_limit::RateLimits,
+    /// The quarantined subscriptions ([`quarantine`]), cached from the store.
+    pub(crate) quarantines: RwLock<HashMap<String, tb_store::QuarantineRecord>>,
+    /// The server-wide quotas ([`edge::IngressQuotas`]).
+    pub(crate) quotas: RwLock<edge::IngressQuotas>,
     /// Delivery attempts running now (the worker counts them; the shutdown log reports them).
     pub attempts_in_flight: std::sync::atomic::AtomicUsize,
     /// Id of the last configuration change ([`tb_store::ConfigChange`]) this engine's caches reflect;
@@ -163,6 +169,8 @@ impl Engine {
             closing: std::sync::atomic::AtomicBool::new(false),
             duplicates: Default::default(),
             rate_limits: Default::default(),
+            quarantines: Default::default(),
+            quotas: Default::default(),
             attempts_in_flight: Default::default(),
             config_cursor: std::sync::atomic::AtomicI64::new(cursor),
             unsealable: Default::default(),
@@ -181,6 +189,7 @@ impl Engine {
             http,
         });
         engine.publish_state_gauges();
+        engine.reload_quarantines().await?;
         Ok(engine)
     }
 

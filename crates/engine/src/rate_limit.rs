@@ -1,60 +1,422 @@
-//! Request rate limits (signals-and-connectors §0.5: 429 with `Retry-After`; DESIGN §10): one
-//! token bucket per key (a subscription or a capability endpoint) allowing `per_min` requests a minute
-//! with bursts of the same size. In memory, per process: a restart starts every bucket full.
+//! Request rate limits and refusal counts (issue #14; the rules are [`tb_core::rate`]).
+//!
+//! Each level (global, source, subscription, binding, capability endpoint) counts what it admitted in
+//! the running UTC minute. A replica adds its counts to the store's `ingress_counts` once a second
+//! ([`run`]) and reads back the total, so a level's count is its own admissions plus what the other
+//! replicas had flushed by then: across N replicas a limit can be overrun by at most what they admit
+//! in about one second. Refused requests are counted the same way, per subscription and outcome; only
+//! the first [`tb_core::rate::RECORDS_PER_MINUTE`] a minute per subscription are also written one by
+//! one (a `rate_limited` receipt, a `verification_failed` dead letter), so a flood of forged or
+//! rate-limited requests costs one batched write a second, not one fsync each.
 
 use std::collections::HashMap;
-use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tb_core::rate::{self, Refusal, Scope};
+use tb_store::IngressCount;
 
-/// The buckets, created on first use.
+use crate::{clock, Engine};
+
+/// Most `(level, key)` counters of one minute. Past it, new source addresses share the key `other`
+/// (so a flood from many addresses cannot grow memory; they are then limited together).
+const MAX_CELLS: usize = 100_000;
+/// Most pending refusal and earlier-minute counts held while the store refuses the flush.
+const MAX_PENDING: usize = 100_000;
+/// Rows of earlier minutes are removed after this many minutes (seven days).
+const KEEP_MINUTES: i64 = 7 * 24 * 60;
+
+/// One level a request is checked at: its scope, what it counts, and its limit a minute (0 = none).
+#[derive(Debug, Clone, Copy)]
+pub struct Level<'a> {
+    pub scope: Scope,
+    pub key: &'a str,
+    pub limit: u32,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Cell {
+    /// Admitted here this minute.
+    local: u64,
+    /// Of `local`, already added to the store.
+    flushed: u64,
+    /// Admitted by the other replicas this minute, as of the last flush.
+    others: u64,
+}
+
+#[derive(Default)]
+struct State {
+    minute: i64,
+    cells: HashMap<(Scope, String), Cell>,
+    /// Unflushed admissions of minutes that have ended: `(minute, scope, key) -> n`.
+    ended: HashMap<(i64, Scope, String), u64>,
+    /// Unflushed refusals: `(minute, scope, key, outcome) -> n`.
+    refusals: HashMap<(i64, Scope, String, &'static str), u64>,
+    /// Refusals written as their own record this minute, per subscription.
+    kept: HashMap<String, u64>,
+    /// The minute rows were last pruned at.
+    pruned: i64,
+}
+
+impl State {
+    /// Moves to `minute`: what the ended minute did not flush yet waits in `ended`.
+    fn roll(&mut self, minute: i64) {
+        if minute <= self.minute {
+            return;
+        }
+        let old = self.minute;
+        for ((scope, key), c) in self.cells.drain() {
+            let rest = c.local - c.flushed;
+            if rest > 0 && self.ended.len() < MAX_PENDING {
+                *self.ended.entry((old, scope, key)).or_default() += rest;
+            }
+        }
+        self.kept.clear();
+        self.minute = minute;
+    }
+}
+
+/// The counters of one replica.
 #[derive(Default)]
 pub struct RateLimits {
-    buckets: Mutex<HashMap<String, (u32, Arc<DefaultDirectRateLimiter>)>>,
+    state: Mutex<State>,
+}
+
+/// A taken batch: the rows to add, and for each row of the running minute's admissions the cell it came
+/// from with its `flushed` mark at taking time.
+pub struct Batch {
+    rows: Vec<IngressCount>,
+    marks: Vec<Option<(Scope, String, u64)>>,
+    minute: i64,
+    prune_before: Option<i64>,
 }
 
 impl RateLimits {
-    /// Takes one request from `key`'s bucket of `per_min` a minute. `Err(seconds)` when the bucket is
-    /// empty: the whole seconds until a request would be allowed (at least 1). A changed `per_min`
-    /// replaces the bucket.
-    pub fn check(&self, key: &str, per_min: u32) -> Result<(), u64> {
-        let Some(n) = NonZeroU32::new(per_min) else {
-            return Ok(());
+    /// Checks `levels` at `now_ms` and, when every one admits, counts the request at each (atomically:
+    /// concurrent requests cannot both take a level's last place). A level with limit 0 is neither
+    /// checked nor counted. `Err`: the first full level, in the order given.
+    pub fn admit(&self, now_ms: i64, levels: &[Level<'_>]) -> Result<(), Refusal> {
+        let mut st = self.state.lock().expect("rate limit lock");
+        st.roll(rate::minute_of(now_ms));
+        let mut keys = Vec::with_capacity(levels.len());
+        for l in levels.iter().filter(|l| l.limit > 0) {
+            let mut key = (l.scope, l.key.to_string());
+            if st.cells.len() >= MAX_CELLS && !st.cells.contains_key(&key) {
+                key.1 = "other".into();
+            }
+            let seen = st.cells.get(&key).map_or(0, |c| c.local + c.others);
+            if !rate::admits(seen, l.limit) {
+                return Err(Refusal {
+                    scope: l.scope,
+                    key: key.1,
+                    limit: l.limit,
+                    retry_after_s: rate::retry_after_s(now_ms),
+                });
+            }
+            keys.push(key);
+        }
+        for k in keys {
+            st.cells.entry(k).or_default().local += 1;
+        }
+        Ok(())
+    }
+
+    /// Counts one refused request of `outcome` under `(scope, key)` (a subscription, or `global` / `""`
+    /// when no subscription is known). Returns whether it is among the first
+    /// [`rate::RECORDS_PER_MINUTE`] of its subscription this minute, i.e. whether it should also be
+    /// written as its own record.
+    pub fn refused(&self, now_ms: i64, scope: Scope, key: &str, outcome: &'static str) -> bool {
+        let mut st = self.state.lock().expect("rate limit lock");
+        let minute = rate::minute_of(now_ms);
+        st.roll(minute);
+        let k = (minute, scope, key.to_string(), outcome);
+        if st.refusals.len() < MAX_PENDING || st.refusals.contains_key(&k) {
+            *st.refusals.entry(k).or_default() += 1;
+        }
+        if scope != Scope::Subscription {
+            return false;
+        }
+        let nth = st.kept.entry(key.to_string()).or_default();
+        let keep = rate::keep_record(*nth);
+        *nth += 1;
+        keep
+    }
+
+    /// What `(scope, key)` has admitted this minute, here and (as of the last flush) elsewhere.
+    pub fn seen(&self, scope: Scope, key: &str) -> u64 {
+        let st = self.state.lock().expect("rate limit lock");
+        st.cells
+            .get(&(scope, key.to_string()))
+            .map_or(0, |c| c.local + c.others)
+    }
+
+    /// Takes everything not yet flushed, marking the running minute's admissions as flushed.
+    pub fn take(&self, now_ms: i64) -> Batch {
+        let mut st = self.state.lock().expect("rate limit lock");
+        let minute = rate::minute_of(now_ms);
+        st.roll(minute);
+        let mut rows = Vec::new();
+        let mut marks = Vec::new();
+        let row = |minute, scope: Scope, key: String, outcome: &str, n| IngressCount {
+            minute,
+            scope: scope.as_str().into(),
+            key,
+            outcome: outcome.into(),
+            n,
         };
-        let limiter = {
-            let mut m = self.buckets.lock().expect("rate limit lock");
-            match m.get(key) {
-                Some((q, l)) if *q == per_min => l.clone(),
-                _ => {
-                    let l = Arc::new(RateLimiter::direct(Quota::per_minute(n)));
-                    m.insert(key.to_string(), (per_min, l.clone()));
-                    l
+        for ((scope, key), c) in st.cells.iter_mut() {
+            let delta = c.local - c.flushed;
+            // A cell with nothing new is still read back while others may be counting: flushing 0
+            // refreshes `others` at the cost of a row write, so only the cells used this second are.
+            if delta == 0 {
+                continue;
+            }
+            c.flushed = c.local;
+            rows.push(row(minute, *scope, key.clone(), "admitted", delta));
+            marks.push(Some((*scope, key.clone(), c.flushed)));
+        }
+        for ((m, scope, key), n) in st.ended.drain() {
+            rows.push(row(m, scope, key, "admitted", n));
+            marks.push(None);
+        }
+        for ((m, scope, key, outcome), n) in st.refusals.drain() {
+            rows.push(row(m, scope, key, outcome, n));
+            marks.push(None);
+        }
+        let prune_before = (st.pruned < minute).then(|| {
+            st.pruned = minute;
+            minute - KEEP_MINUTES
+        });
+        Batch {
+            rows,
+            marks,
+            minute,
+            prune_before,
+        }
+    }
+
+    /// Settles a batch the store took: each running-minute cell learns what the other replicas have
+    /// admitted (`total - own flushed`).
+    fn settle(&self, batch: &Batch, totals: &[u64]) {
+        let mut st = self.state.lock().expect("rate limit lock");
+        if st.minute != batch.minute {
+            return;
+        }
+        for (mark, total) in batch.marks.iter().zip(totals) {
+            if let Some((scope, key, flushed)) = mark {
+                if let Some(c) = st.cells.get_mut(&(*scope, key.clone())) {
+                    c.others = total.saturating_sub(*flushed);
                 }
             }
-        };
-        limiter.check().map_err(|not_until| {
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
-        })
+        }
     }
+
+    /// Puts back a batch the store refused, to go with the next flush.
+    fn put_back(&self, batch: Batch) {
+        let mut st = self.state.lock().expect("rate limit lock");
+        if batch.prune_before.is_some() {
+            st.pruned = batch.minute - 1;
+        }
+        for (row, mark) in batch.rows.into_iter().zip(batch.marks) {
+            let Some(scope) = Scope::parse(&row.scope) else {
+                continue;
+            };
+            match mark {
+                Some((scope, key, _)) if st.minute == batch.minute => {
+                    if let Some(c) = st.cells.get_mut(&(scope, key)) {
+                        c.flushed -= row.n.min(c.flushed);
+                    }
+                }
+                _ if row.outcome == "admitted" => {
+                    if st.ended.len() < MAX_PENDING {
+                        *st.ended.entry((row.minute, scope, row.key)).or_default() += row.n;
+                    }
+                }
+                _ => {
+                    let Some(outcome) = outcome_name(&row.outcome) else {
+                        continue;
+                    };
+                    if st.refusals.len() < MAX_PENDING {
+                        *st.refusals
+                            .entry((row.minute, scope, row.key, outcome))
+                            .or_default() += row.n;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Refusal outcomes this build counts (the `&'static str` a put-back row's outcome maps back to).
+pub const OUTCOMES: [&str; 12] = [
+    "rate_limited",
+    "body_timeout",
+    "overloaded",
+    "body_broken",
+    "signature_invalid",
+    "too_large",
+    "headers_too_large",
+    "not_found",
+    "quarantined",
+    "unprocessable",
+    "rejected",
+    "unsupported_media_type",
+];
+
+fn outcome_name(s: &str) -> Option<&'static str> {
+    OUTCOMES.into_iter().find(|o| *o == s)
+}
+
+impl Engine {
+    /// Adds this replica's counts to the store and reads the shared totals back (see the module docs).
+    /// A batch the store refuses is kept for the next flush.
+    pub async fn flush_ingress_counts(&self) {
+        let batch = self.rate_limits.take(clock::now_ms());
+        if batch.rows.is_empty() && batch.prune_before.is_none() {
+            return;
+        }
+        match self
+            .store
+            .add_ingress_counts(batch.rows.clone(), batch.prune_before)
+            .await
+        {
+            Ok(totals) => self.rate_limits.settle(&batch, &totals),
+            Err(e) => {
+                tracing::warn!(error = %e, rows = batch.rows.len(), "recording ingress counts failed; kept for the next flush");
+                self.rate_limits.put_back(batch);
+            }
+        }
+    }
+}
+
+/// Flushes the counts every second until `shutdown`, then once more; once a minute it also runs the
+/// automatic quarantine rule ([`Engine::apply_quarantine_rules`]).
+pub async fn run(engine: Arc<Engine>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut last_rule_minute = rate::minute_of(clock::now_ms());
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                engine.flush_ingress_counts().await;
+                let now = clock::now_ms();
+                if rate::minute_of(now) != last_rule_minute {
+                    last_rule_minute = rate::minute_of(now);
+                    engine.apply_quarantine_rules(now).await;
+                }
+            }
+            _ = shutdown.changed() => break,
+        }
+    }
+    engine.flush_ingress_counts().await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const T: i64 = 1_700_000_000_000 - 1_700_000_000_000 % 60_000;
+
+    fn lv(scope: Scope, key: &str, limit: u32) -> Level<'_> {
+        Level { scope, key, limit }
+    }
+
     #[test]
-    fn a_bucket_refuses_past_its_quota_and_says_when_to_retry() {
+    fn every_level_must_admit_and_a_refusal_counts_nowhere() {
         let r = RateLimits::default();
+        let levels = [lv(Scope::Global, "", 3), lv(Scope::Source, "a", 2)];
+        assert!(r.admit(T, &levels).is_ok());
+        assert!(r.admit(T, &levels).is_ok());
+        let e = r.admit(T + 1500, &levels).unwrap_err();
+        assert_eq!((e.scope, e.key.as_str(), e.limit), (Scope::Source, "a", 2));
+        assert_eq!(e.retry_after_s, 59);
+        assert_eq!(
+            r.seen(Scope::Global, ""),
+            2,
+            "the refused one took no global place"
+        );
+        assert!(r
+            .admit(T, &[lv(Scope::Global, "", 3), lv(Scope::Source, "b", 2)])
+            .is_ok());
+        let e = r
+            .admit(T, &[lv(Scope::Global, "", 3), lv(Scope::Source, "c", 2)])
+            .unwrap_err();
+        assert_eq!(e.scope, Scope::Global);
+        assert!(r.admit(T, &[lv(Scope::Source, "a", 0)]).is_ok(), "0 = none");
+        // The next minute starts every level at 0.
+        assert!(r.admit(T + 60_000, &levels).is_ok());
+        assert_eq!(r.seen(Scope::Source, "a"), 1);
+    }
+
+    #[test]
+    fn only_the_first_refusals_of_a_minute_are_kept_one_by_one() {
+        let r = RateLimits::default();
+        let kept = (0..50)
+            .filter(|_| r.refused(T, Scope::Subscription, "gh", "signature_invalid"))
+            .count() as u64;
+        assert_eq!(kept, rate::RECORDS_PER_MINUTE);
+        assert!(r.refused(T + 60_000, Scope::Subscription, "gh", "rate_limited"));
+        assert!(!r.refused(T, Scope::Global, "", "not_found"));
+        let b = r.take(T + 60_000);
+        let mut rows: Vec<_> = b
+            .rows
+            .iter()
+            .map(|x| {
+                (
+                    x.minute - T / 60_000,
+                    x.scope.as_str(),
+                    x.outcome.as_str(),
+                    x.n,
+                )
+            })
+            .collect();
+        rows.sort();
+        assert_eq!(
+            rows,
+            vec![
+                (0, "global", "not_found", 1),
+                (0, "subscription", "signature_invalid", 50),
+                (1, "subscription", "rate_limited", 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_flush_learns_the_other_replicas_share_and_a_failed_one_is_put_back() {
+        let r = RateLimits::default();
+        let l = [lv(Scope::Subscription, "gh", 10)];
         for _ in 0..3 {
-            assert!(r.check("sub", 3).is_ok());
+            r.admit(T, &l).unwrap();
         }
-        let wait = r.check("sub", 3).unwrap_err();
-        assert!((1..=20).contains(&wait), "{wait}");
-        assert!(r.check("other", 3).is_ok(), "buckets are per key");
-        assert!(r.check("sub", 0).is_ok(), "0 = unlimited");
-        assert!(r.check("sub", 4).is_ok(), "a new quota starts a new bucket");
+        let b = r.take(T);
+        assert_eq!(b.rows.len(), 1);
+        assert_eq!(b.rows[0].n, 3);
+        // The store's total is 9: six came from the other replicas.
+        r.settle(&b, &[9]);
+        assert_eq!(r.seen(Scope::Subscription, "gh"), 9);
+        r.admit(T, &l).unwrap();
+        assert!(r.admit(T, &l).is_err(), "3 + 6 + 1 = 10");
+        let b = r.take(T);
+        assert_eq!(b.rows[0].n, 1);
+        r.put_back(b);
+        assert_eq!(r.take(T).rows[0].n, 1, "the refused delta goes again");
+        // Admissions of an ended minute are flushed under that minute.
+        r.admit(T, &l).ok();
+        r.refused(T, Scope::Subscription, "gh", "too_large");
+        let b = r.take(T + 60_000);
+        r.put_back(b);
+        let b = r.take(T + 60_000);
+        let outcomes: Vec<_> = b.rows.iter().map(|x| x.outcome.as_str()).collect();
+        assert!(outcomes.contains(&"too_large"), "{outcomes:?}");
+    }
+
+    #[test]
+    fn many_sources_share_one_bucket_past_the_cap() {
+        let r = RateLimits::default();
+        for i in 0..MAX_CELLS {
+            r.admit(T, &[lv(Scope::Source, &i.to_string(), 1)]).unwrap();
+        }
+        assert!(r.admit(T, &[lv(Scope::Source, "new-1", 1)]).is_ok());
+        let e = r.admit(T, &[lv(Scope::Source, "new-2", 1)]).unwrap_err();
+        assert_eq!(e.key, "other");
+        assert!(r.state.lock().unwrap().cells.len() <= MAX_CELLS + 1);
     }
 }

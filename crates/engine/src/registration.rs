@@ -239,6 +239,7 @@ fn config_of(
 ) -> (SubscriptionConfig, Binding) {
     let (retry, dedup_enabled, verification) = req_like;
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: id.to_string(),
         subscription: id.to_string(),
         event_types: vec!["*".into()],
@@ -247,6 +248,7 @@ fn config_of(
         inputs: Default::default(),
     };
     let sub = SubscriptionConfig {
+        quarantine: Default::default(),
         id: id.to_string(),
         source: Source::Webhook,
         connector: ConnectorSpec::StandardWebhooks { tolerance_s: 300 },

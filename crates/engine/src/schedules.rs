@@ -28,6 +28,7 @@ pub(crate) fn config_of(
         secret_file: None,
     });
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: id.to_string(),
         subscription: id.to_string(),
         event_types: vec!["*".into()],

@@ -46,6 +46,8 @@ pub struct Applied {
     pub registrations: BTreeSet<String>,
     /// Whether the outbound webhooks were reloaded.
     pub webhooks: bool,
+    /// Whether the quarantined subscriptions were reloaded.
+    pub quarantines: bool,
 }
 
 /// Reads the changes after the engine's cursor and refreshes what they name: subscription states
@@ -80,6 +82,7 @@ pub async fn poll_once(engine: &Engine, secrets: Option<&SecretStore>) -> Result
                     step.registrations.insert(c.record_id);
                 }
                 Some(ChangeKind::Webhook) => step.webhooks = true,
+                Some(ChangeKind::Quarantine) => step.quarantines = true,
                 // Capabilities are read from the store on every request: nothing is cached.
                 Some(ChangeKind::Capability) | None => {}
             }
@@ -91,6 +94,7 @@ pub async fn poll_once(engine: &Engine, secrets: Option<&SecretStore>) -> Result
         out.registrations.extend(step.registrations);
         out.bindings |= step.bindings;
         out.webhooks |= step.webhooks;
+        out.quarantines |= step.quarantines;
         if !full {
             return Ok(out);
         }
@@ -123,6 +127,9 @@ async fn apply(
     }
     if step.bindings {
         engine.reload_revocations().await?;
+    }
+    if step.quarantines {
+        engine.reload_quarantines().await?;
     }
     if step.webhooks {
         if let Some(secrets) = secrets {

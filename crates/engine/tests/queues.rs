@@ -29,6 +29,7 @@ struct Bridge {
 fn catalog(spec: QueueSpec) -> Catalog {
     let sub = SubscriptionConfig::queue("orders", spec);
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: "on-order".into(),
         subscription: "orders".into(),
         event_types: vec!["queue.message".into()],

@@ -37,6 +37,7 @@ const GIVE_UP: Duration = Duration::from_secs(5);
 fn catalog() -> Catalog {
     let sub = SubscriptionConfig::webhook("github", ConnectorSpec::Github, SECRET.as_bytes());
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: "on-push".into(),
         subscription: "github".into(),
         event_types: vec!["push".into()],

@@ -49,6 +49,7 @@ async fn a_revoked_binding_routes_nothing_and_its_queued_delivery_is_disabled() 
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(dir.path()).unwrap());
     let sub = SubscriptionConfig::webhook("github", ConnectorSpec::Github, SECRET.as_bytes());
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: "on-push".into(),
         subscription: "github".into(),
         event_types: vec!["push".into()],

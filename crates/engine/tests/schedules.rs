@@ -22,6 +22,7 @@ fn ms(t: &str) -> i64 {
 
 fn binding(sub: &str) -> Binding {
     Binding {
+        rate_limit_per_min: 0,
         id: format!("{sub}-run"),
         subscription: sub.into(),
         event_types: vec!["schedule.tick".into()],

@@ -534,6 +534,24 @@ pub trait Store: Send + Sync + 'static {
         shutting_down: bool,
         now: i64,
     ) -> StoreResult<bool>;
+    // --- ingress counts and quarantine (issue #14) ------------------------------------------------
+    /// Adds each count's `n` to its row (a missing row starts at 0) in one transaction and returns the
+    /// rows' new totals, in order: the sum over every replica. With `prune_before`, rows of earlier
+    /// minutes are deleted in the same transaction.
+    async fn add_ingress_counts(
+        &self,
+        counts: Vec<IngressCount>,
+        prune_before: Option<i64>,
+    ) -> StoreResult<Vec<u64>>;
+    /// The rows `q` selects, newest minute first.
+    async fn ingress_counts(&self, q: IngressCountQuery) -> StoreResult<Vec<IngressCount>>;
+    /// Quarantines a subscription (with its change row, so every replica refuses it). `Ok(false)` when
+    /// it already was (the first record is kept).
+    async fn quarantine_subscription(&self, q: QuarantineRecord) -> StoreResult<bool>;
+    /// Releases a quarantined subscription (with its change row). `Ok(false)` when it was not.
+    async fn release_subscription(&self, id: &str, now: i64) -> StoreResult<bool>;
+    /// Every quarantined subscription, by id.
+    async fn quarantines(&self) -> StoreResult<Vec<QuarantineRecord>>;
     /// Activity from `since` (ms) on, for the console's overview (issue #13).
     async fn activity(&self, since: i64) -> StoreResult<Activity>;
     /// Appends an entry to the audit log (issue #13) after its head, chained by

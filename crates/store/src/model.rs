@@ -584,3 +584,48 @@ pub struct Activity {
     pub waits_armed: u64,
     pub next_deadline: Option<i64>,
 }
+
+/// One row of `ingress_counts` (issue #14): requests with one outcome at one level in one UTC minute,
+/// summed over every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressCount {
+    /// The UTC minute: Unix ms / 60 000 ([`tb_core::rate::minute_of`]).
+    pub minute: i64,
+    /// `global`, `source`, `subscription` or `binding` ([`tb_core::rate::Scope`]).
+    pub scope: String,
+    /// The subscription or binding id, source key, or `""` for `global`.
+    pub key: String,
+    /// `admitted` (what rate limits count), or a refusal: `rate_limited`, `signature_invalid`,
+    /// `too_large`, `headers_too_large`, `not_found`, `quarantined`, ...
+    pub outcome: String,
+    /// Requests.
+    pub n: u64,
+}
+
+/// Which [`IngressCount`] rows to read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IngressCountQuery {
+    /// Rows of this minute and later.
+    pub since_minute: i64,
+    /// Only this scope.
+    pub scope: Option<String>,
+    /// Only this key.
+    pub key: Option<String>,
+    /// At most this many rows, newest minute first (capped at 10 000).
+    pub limit: u32,
+}
+
+/// A quarantined subscription (issue #14): it refuses every request with 403
+/// `subscription_quarantined` until an operator releases it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuarantineRecord {
+    pub subscription_id: String,
+    /// When it was quarantined (Unix ms).
+    pub since: i64,
+    /// Why: the operator's words, or the automatic rule's ([`tb_core::quarantine::QuarantinePolicy::reason`]).
+    pub reason: String,
+    /// The operator's key id; `None` for the automatic rule.
+    pub quarantined_by: Option<String>,
+}

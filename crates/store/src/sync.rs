@@ -17,6 +17,8 @@ pub enum ChangeKind {
     /// A capability endpoint was revoked; `record_id` is the capability (looked up in the store on
     /// every request, so no replica caches it: recorded for audit and completeness).
     Capability,
+    /// A subscription was quarantined or released (issue #14); `record_id` is the subscription.
+    Quarantine,
 }
 
 impl ChangeKind {
@@ -28,6 +30,7 @@ impl ChangeKind {
             ChangeKind::Registration => "registration",
             ChangeKind::Webhook => "webhook",
             ChangeKind::Capability => "capability",
+            ChangeKind::Quarantine => "quarantine",
         }
     }
 
@@ -40,6 +43,7 @@ impl ChangeKind {
             "registration" => ChangeKind::Registration,
             "webhook" => ChangeKind::Webhook,
             "capability" => ChangeKind::Capability,
+            "quarantine" => ChangeKind::Quarantine,
             _ => return None,
         })
     }

@@ -48,6 +48,45 @@ pub fn coding_of(headers: &HeaderMap, limits: &Limits) -> Coding {
     found.map_or(Coding::Identity, Coding::Accepted)
 }
 
+/// The request as its connector sees it: with an accepted coding, the decoded body and the headers
+/// without `Content-Encoding` (as if sent without a coding); otherwise both as sent (a refused coding
+/// is the connector's 415). Err: the refusal's outcome (`too_large`, `rejected`, `overloaded`) and
+/// its answer (413, 400, 503 with `Retry-After`).
+pub fn decode_request(
+    body: Bytes,
+    mut headers: HeaderMap,
+    limits: &Limits,
+    max_body_bytes: usize,
+    gate: &IngestGate,
+) -> Result<(Bytes, HeaderMap), (&'static str, axum::response::Response)> {
+    use axum::response::IntoResponse;
+    let Coding::Accepted(coding) = coding_of(&headers, limits) else {
+        return Ok((body, headers));
+    };
+    match decode(&body, coding, limits, max_body_bytes, gate) {
+        Ok(decoded) => {
+            headers.remove(http::header::CONTENT_ENCODING);
+            Ok((decoded, headers))
+        }
+        Err(DecodeError::Exceeded(x)) => Err((
+            "too_large",
+            crate::error::ApiError(x.error()).into_response(),
+        )),
+        Err(DecodeError::Corrupt) => Err((
+            "rejected",
+            crate::error::ApiError::new(
+                tb_core::ErrorCode::ValidationError,
+                "the body is not valid for its Content-Encoding",
+            )
+            .into_response(),
+        )),
+        Err(DecodeError::Busy) => Err((
+            "overloaded",
+            super::ReadError::Busy.into_response(max_body_bytes),
+        )),
+    }
+}
+
 /// Why a body was not decoded.
 #[derive(Debug, PartialEq, Eq)]
 pub enum DecodeError {

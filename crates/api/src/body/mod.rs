@@ -30,7 +30,7 @@ pub mod gate;
 pub mod read;
 pub mod timing;
 
-pub use decode::{coding_of, decode, Coding, DecodeError};
+pub use decode::{coding_of, decode, decode_request, Coding, DecodeError};
 pub use gate::{target_admits, IngestGate, Target};
 pub use read::{drain, read_ingest, refuse_before_continue, ReadError};
 pub use timing::{is_timed_out, BodyRules, BodyTimedOut, TimedBody};

@@ -133,6 +133,7 @@ pub fn github_catalog(
         },
     };
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: "pr-opened".into(),
         subscription: "github".into(),
         event_types: vec!["pull_request.opened".into()],
@@ -179,6 +180,7 @@ pub async fn serve_with(
     std::mem::forget(_tx);
     tokio::spawn(tb_engine::sessions::timers(engine.clone(), rx.clone()));
     tokio::spawn(tb_engine::duplicates::run(engine.clone(), rx.clone()));
+    tokio::spawn(tb_engine::rate_limit::run(engine.clone(), rx.clone()));
     tokio::spawn(tb_engine::worker::run(engine.clone(), worker, rx));
     let app = trigger_bridge_api::router(trigger_bridge_api::AppState {
         engine: engine.clone(),
@@ -191,6 +193,8 @@ pub async fn serve_with(
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
+    // With the peer address, as `serve` gives it (the per-source rate limit reads it).
+    let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     Server {
         base,
@@ -208,11 +212,24 @@ impl Server {
         body: Vec<u8>,
         secret: &str,
     ) -> (StatusCode, Value) {
+        self.post_github_to("github", event, delivery, body, secret)
+            .await
+    }
+
+    /// [`Server::post_github`] to the subscription `sub`.
+    pub async fn post_github_to(
+        &self,
+        sub: &str,
+        event: &str,
+        delivery: &str,
+        body: Vec<u8>,
+        secret: &str,
+    ) -> (StatusCode, Value) {
         let sig = tb_ingress::github::sign(secret.as_bytes(), &body);
         let r = self
             .http
             .post(format!(
-                "{}/v1/trigger-subscriptions/github/ingest",
+                "{}/v1/trigger-subscriptions/{sub}/ingest",
                 self.base
             ))
             .header("content-type", "application/json")

@@ -31,6 +31,7 @@ struct Done {
 fn catalog() -> Catalog {
     let sub = SubscriptionConfig::webhook("github", ConnectorSpec::Github, SECRET);
     let binding = Binding {
+        rate_limit_per_min: 0,
         id: "pr-opened".into(),
         subscription: "github".into(),
         event_types: vec!["pull_request.opened".into()],

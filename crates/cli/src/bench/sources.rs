@@ -38,6 +38,7 @@ fn noop() -> Workflow {
 
 fn binding(sub: &str) -> Binding {
     Binding {
+        rate_limit_per_min: 0,
         id: format!("{sub}-run"),
         subscription: sub.into(),
         event_types: vec!["*".into()],

@@ -12,9 +12,16 @@ use crate::html::{self, Page};
 use crate::login::Operator;
 use crate::Console;
 
-fn actions(op: &Operator, id: &str, state: &str) -> Markup {
+fn actions(op: &Operator, id: &str, state: &str, quarantined: bool) -> Markup {
     html! {
         @if op.may_act() {
+            @if quarantined {
+                form.inline method="post" action={ "/ui/subscriptions/" (html::seg(id)) "/release" } {
+                    (html::csrf_field(op))
+                    button type="submit" { "Release…" }
+                }
+                " "
+            }
             @if state != "paused" {
                 form.inline method="post" action={ "/ui/subscriptions/" (html::seg(id)) "/pause" } {
                     (html::csrf_field(op))
@@ -57,7 +64,11 @@ pub async fn list(State(c): State<Console>, Extension(op): Extension<Operator>) 
                                 td { a href={ "/ui/subscriptions/" (html::seg(id)) } { (id) } }
                                 td { (s["source"].as_str().unwrap_or_default()) }
                                 td { (d["connector"].as_str().unwrap_or_default()) }
-                                td { (html::state(state)) br; small.muted { "since " (html::time_of(&d["stateSince"])) } }
+                                td {
+                                    (html::state(state))
+                                    @if d["quarantine"].is_object() { " " (html::state("quarantined")) }
+                                    br; small.muted { "since " (html::time_of(&d["stateSince"])) }
+                                }
                                 td {
                                     @if let Some(a) = act {
                                         @let label = format!("{} receipts in the last hour, {} of {} attempts failed ({:.0} %)", a.receipts, a.failed_attempts, a.attempts, a.failure_rate * 100.0);
@@ -66,7 +77,7 @@ pub async fn list(State(c): State<Console>, Extension(op): Extension<Operator>) 
                                     }
                                 }
                                 td.hide-narrow { small { (d["lastError"].as_str().unwrap_or("")) } }
-                                @if op.may_act() { td { (actions(&op, id, state)) } }
+                                @if op.may_act() { td { (actions(&op, id, state, d["quarantine"].is_object())) } }
                             }
                         }
                     }
@@ -131,6 +142,15 @@ async fn subscription_body(c: &Console, op: &Operator, id: &str) -> (Markup, Sta
     let page = html! {
         dl.facts {
             dt { "State" } dd { (html::state(&state)) " since " (html::time_of(&d["stateSince"])) }
+            @if d["quarantine"].is_object() {
+                dt { "Quarantine" }
+                dd {
+                    (html::state("quarantined")) " since " (html::time_of(&d["quarantine"]["since"])) ": "
+                    (d["quarantine"]["reason"].as_str().unwrap_or(""))
+                    " (by " (d["quarantine"]["quarantinedBy"].as_str().unwrap_or("the automatic rule")) "). Every request is refused with "
+                    code { "403 subscription_quarantined" } " until released."
+                }
+            }
             dt { "Source" } dd { (s["source"].as_str().unwrap_or_default()) }
             dt { "Connector" } dd { (d["connector"].as_str().unwrap_or_default()) }
             dt { "Failures since last success" } dd { (d["failuresSinceSuccess"]) " (the breaker turns it failed at " (d["failureThreshold"]) " in a row)" }
@@ -139,7 +159,7 @@ async fn subscription_body(c: &Console, op: &Operator, id: &str) -> (Markup, Sta
             dt { "Retry policy" } dd { (s["retryPolicy"]["maxAttempts"]) " attempts, " (s["retryPolicy"]["backoff"].as_str().unwrap_or("")) }
             dt { "Secret" } dd { code { (s["secretFingerprint"].as_str().unwrap_or("—")) } " (fingerprint only)" }
         }
-        p { (actions(op, id, &state)) " " a href={ "/ui/dead-letters?subscription=" (html::seg(id)) } { "Dead letters of " (id) } }
+        p { (actions(op, id, &state, d["quarantine"].is_object())) " " a href={ "/ui/dead-letters?subscription=" (html::seg(id)) } { "Dead letters of " (id) } }
         h2 { "Bindings (the policy: read-only, set in the configuration)" }
         div.scroll { table {
             thead { tr { th { "Binding" } th { "Event types" } th { "Filter" } th { "Action" } th { "Target" } th { "State" } } }
@@ -260,4 +280,60 @@ pub async fn resume(
     Form(f): Form<Confirm>,
 ) -> Page {
     operate(c, op, id, f, false).await
+}
+
+/// `POST /ui/subscriptions/{id}/release`: the confirmation, then the release from quarantine.
+pub async fn release(
+    State(c): State<Console>,
+    Extension(op): Extension<Operator>,
+    Path(id): Path<String>,
+    Form(f): Form<Confirm>,
+) -> Page {
+    let here = format!("/ui/subscriptions/{}", html::seg(&id));
+    if f.confirmed != "yes" {
+        let what = html! {
+            p { "Release " strong { (id) } " from quarantine?" }
+            ul {
+                li { "Its ingest endpoint takes requests again at once, on every replica within one configuration poll." }
+                li { "If the flood or the forged signatures go on, the automatic rule (when configured) quarantines it again after its minutes." }
+                li { "Recorded in the audit log as you." }
+            }
+        };
+        let body = html::confirm(
+            &op,
+            &format!("{here}/release"),
+            what,
+            &[],
+            &format!("Yes, release {id}"),
+            &here,
+        );
+        return html::page(&format!("Release {id}"), "/ui/subscriptions", &op, body);
+    }
+    let answer = tb_api::quarantine::release(State(c.api.clone()), Path(id.clone())).await;
+    let out = crate::act(
+        &c,
+        &op,
+        Method::POST,
+        "/v1/trigger-subscriptions/{id}/release",
+        &id,
+        answer,
+    )
+    .await;
+    let notice = if out.ok() && out.body["released"] == true {
+        html! { p.ok role="status" { (id) " is released: requests are taken again." } }
+    } else if out.ok() {
+        html! { p.ok role="status" { (id) " was not quarantined." } }
+    } else {
+        html! { p.error role="alert" { (out.error_text()) } }
+    };
+    let (body, _) = subscription_body(&c, &op, &id).await;
+    html::page_after(
+        &format!("Subscription {id}"),
+        "/ui/subscriptions",
+        &op,
+        Some(notice),
+        Some(&here),
+        html::live_region(&here, body),
+    )
+    .status(out.status)
 }

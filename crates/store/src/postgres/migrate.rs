@@ -50,6 +50,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         11,
         include_str!("../../migrations/postgres/0011_audit_console.sql"),
     ),
+    (
+        12,
+        include_str!("../../migrations/postgres/0012_ingress_counts_quarantine.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

@@ -146,6 +146,27 @@ pub(crate) fn restore_binding(c: &dyn Db, id: &str, now: i64) -> StoreResult<boo
     Ok(changed)
 }
 
+/// [`write::quarantine_subscription`] plus its change row when it changed something.
+pub(crate) fn quarantine_subscription(
+    c: &dyn Db,
+    q: &crate::model::QuarantineRecord,
+) -> StoreResult<bool> {
+    let changed = write::quarantine_subscription(c, q)?;
+    if changed {
+        append(c, ChangeKind::Quarantine, &q.subscription_id, q.since)?;
+    }
+    Ok(changed)
+}
+
+/// [`write::release_subscription`] plus its change row when it changed something (`now`: Unix ms).
+pub(crate) fn release_subscription(c: &dyn Db, id: &str, now: i64) -> StoreResult<bool> {
+    let changed = write::release_subscription(c, id)?;
+    if changed {
+        append(c, ChangeKind::Quarantine, id, now)?;
+    }
+    Ok(changed)
+}
+
 /// [`write::create_webhook`], the webhook's sealed secrets (`(id, sealed)` pairs) and its change row.
 pub(crate) fn create_webhook(
     c: &dyn Db,

@@ -674,3 +674,51 @@ pub(crate) fn activity(c: &dyn Db, since: i64) -> StoreResult<crate::Activity> {
         next_deadline,
     })
 }
+
+/// The `ingress_counts` rows `q` selects, newest minute first, then by scope, key and outcome.
+pub(crate) fn ingress_counts(c: &dyn Db, q: &IngressCountQuery) -> StoreResult<Vec<IngressCount>> {
+    let limit = q.limit.clamp(1, 10_000);
+    // Only the filters given: an untyped NULL parameter is an error on PostgreSQL.
+    let scope = q.scope.as_deref().unwrap_or("");
+    let key = q.key.as_deref().unwrap_or("");
+    let sql = format!(
+        "SELECT minute, scope, key, outcome, n FROM ingress_counts WHERE minute >= ?1{}{} \
+         ORDER BY minute DESC, scope, key, outcome LIMIT ?4",
+        if q.scope.is_some() {
+            " AND scope = ?2"
+        } else {
+            " AND ?2 = ?2"
+        },
+        if q.key.is_some() {
+            " AND key = ?3"
+        } else {
+            " AND ?3 = ?3"
+        },
+    );
+    c.rows(&sql, p![q.since_minute, scope, key, limit], |r| {
+        Ok(IngressCount {
+            minute: r.get(0)?,
+            scope: r.get(1)?,
+            key: r.get(2)?,
+            outcome: r.get(3)?,
+            n: r.get::<i64>(4)?.max(0) as u64,
+        })
+    })
+}
+
+/// Every quarantined subscription, by id.
+pub(crate) fn quarantines(c: &dyn Db) -> StoreResult<Vec<QuarantineRecord>> {
+    c.rows(
+        "SELECT subscription_id, since, reason, quarantined_by FROM subscription_quarantines \
+         ORDER BY subscription_id",
+        p![],
+        |r| {
+            Ok(QuarantineRecord {
+                subscription_id: r.get(0)?,
+                since: r.get(1)?,
+                reason: r.get(2)?,
+                quarantined_by: r.get(3)?,
+            })
+        },
+    )
+}

@@ -703,6 +703,37 @@ impl<B: Backend> Store for SqlStore<B> {
             .write(move |c| super::services::heartbeat(c, &n, &s, &h, shutting_down, now))
             .await
     }
+    async fn add_ingress_counts(
+        &self,
+        counts: Vec<crate::IngressCount>,
+        prune_before: Option<i64>,
+    ) -> StoreResult<Vec<u64>> {
+        self.backend
+            .write(move |c| write::add_ingress_counts(c, &counts, prune_before))
+            .await
+    }
+    async fn ingress_counts(
+        &self,
+        q: crate::IngressCountQuery,
+    ) -> StoreResult<Vec<crate::IngressCount>> {
+        self.backend
+            .read(move |c| read::ingress_counts(c, &q))
+            .await
+    }
+    async fn quarantine_subscription(&self, q: crate::QuarantineRecord) -> StoreResult<bool> {
+        self.backend
+            .write(move |c| config::quarantine_subscription(c, &q))
+            .await
+    }
+    async fn release_subscription(&self, id: &str, now: i64) -> StoreResult<bool> {
+        let i = id.to_string();
+        self.backend
+            .write(move |c| config::release_subscription(c, &i, now))
+            .await
+    }
+    async fn quarantines(&self) -> StoreResult<Vec<crate::QuarantineRecord>> {
+        self.backend.read(read::quarantines).await
+    }
     async fn activity(&self, since: i64) -> StoreResult<crate::Activity> {
         self.backend.read(move |c| read::activity(c, since)).await
     }

@@ -693,6 +693,50 @@ pub(crate) fn add_duplicates(c: &dyn Db, counts: &[(String, u64, i64)]) -> Store
     Ok(())
 }
 
+/// Adds each count to its `ingress_counts` row and reads the row's new total back (`RETURNING`, one
+/// statement per row); deletes rows before `prune_before` first when given.
+pub(crate) fn add_ingress_counts(
+    c: &dyn Db,
+    counts: &[IngressCount],
+    prune_before: Option<i64>,
+) -> StoreResult<Vec<u64>> {
+    if let Some(m) = prune_before {
+        c.exec("DELETE FROM ingress_counts WHERE minute < ?1", p![m])?;
+    }
+    let mut totals = Vec::with_capacity(counts.len());
+    for k in counts {
+        let n: i64 = c
+            .value(
+                "INSERT INTO ingress_counts (minute, scope, key, outcome, n) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (minute, scope, key, outcome) DO UPDATE SET n = ingress_counts.n + excluded.n \
+                 RETURNING n",
+                p![k.minute, k.scope, k.key, k.outcome, k.n],
+            )?
+            .ok_or_else(|| StoreError::Database("ingress count upsert returned no row".into()))?;
+        totals.push(n.max(0) as u64);
+    }
+    Ok(totals)
+}
+
+/// Inserts a quarantine row; `false` when the subscription already had one.
+pub(crate) fn quarantine_subscription(c: &dyn Db, q: &QuarantineRecord) -> StoreResult<bool> {
+    let n = c.exec(
+        "INSERT INTO subscription_quarantines (subscription_id, since, reason, quarantined_by) \
+         VALUES (?1, ?2, ?3, ?4) ON CONFLICT (subscription_id) DO NOTHING",
+        p![q.subscription_id, q.since, q.reason, q.quarantined_by],
+    )?;
+    Ok(n == 1)
+}
+
+/// Deletes a quarantine row; `false` when there was none.
+pub(crate) fn release_subscription(c: &dyn Db, id: &str) -> StoreResult<bool> {
+    let n = c.exec(
+        "DELETE FROM subscription_quarantines WHERE subscription_id = ?1",
+        p![id],
+    )?;
+    Ok(n == 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::delivery_values;

@@ -81,10 +81,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         17,
         include_str!("../../migrations/sqlite/0017_audit_console.sql"),
     ),
+    (
+        18,
+        include_str!("../../migrations/sqlite/0018_ingress_counts_quarantine.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 17;
+pub const SCHEMA_VERSION: i64 = 18;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).
