@@ -75,6 +75,9 @@ pub const RESERVED_SUBSCRIPTION_IDS: &[&str] = &[
     "resume",
     "dead-letters",
     "dead-letters:replay",
+    "quarantine",
+    "release",
+    "ingress-counts",
     ".",
     "..",
 ];

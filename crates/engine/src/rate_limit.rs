@@ -80,6 +80,9 @@ impl State {
 #[derive(Default)]
 pub struct RateLimits {
     state: Mutex<State>,
+    /// One flush at a time (the periodic task and a caller's explicit flush), so `flushed` marks and
+    /// the totals read back stay in step.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 /// A taken batch: the rows to add, and for each row of the running minute's admissions the cell it came
@@ -211,6 +214,27 @@ impl RateLimits {
         }
     }
 
+    /// Learns what every replica together admitted this minute (`totals`: the store's `admitted`
+    /// rows of `minute`): each level's count from the others is the total less what this replica has
+    /// flushed. A level this replica has not used yet this minute starts from the others' count.
+    fn learn(&self, minute: i64, totals: &[IngressCount]) {
+        let mut st = self.state.lock().expect("rate limit lock");
+        if st.minute != minute {
+            return;
+        }
+        for t in totals {
+            let Some(scope) = Scope::parse(&t.scope) else {
+                continue;
+            };
+            let key = (scope, t.key.clone());
+            if !st.cells.contains_key(&key) && st.cells.len() >= MAX_CELLS {
+                continue;
+            }
+            let c = st.cells.entry(key).or_default();
+            c.others = t.n.saturating_sub(c.flushed);
+        }
+    }
+
     /// Puts back a batch the store refused, to go with the next flush.
     fn put_back(&self, batch: Batch) {
         let mut st = self.state.lock().expect("rate limit lock");
@@ -247,6 +271,11 @@ impl RateLimits {
     }
 }
 
+/// The running minute of `r`'s counters.
+fn batch_minute(r: &RateLimits) -> i64 {
+    r.state.lock().expect("rate limit lock").minute
+}
+
 /// Refusal outcomes this build counts (the `&'static str` a put-back row's outcome maps back to).
 pub const OUTCOMES: [&str; 12] = [
     "rate_limited",
@@ -271,20 +300,33 @@ impl Engine {
     /// Adds this replica's counts to the store and reads the shared totals back (see the module docs).
     /// A batch the store refuses is kept for the next flush.
     pub async fn flush_ingress_counts(&self) {
+        let _one = self.rate_limits.flushing.lock().await;
         let batch = self.rate_limits.take(clock::now_ms());
-        if batch.rows.is_empty() && batch.prune_before.is_none() {
-            return;
+        if !batch.rows.is_empty() || batch.prune_before.is_some() {
+            match self
+                .store
+                .add_ingress_counts(batch.rows.clone(), batch.prune_before)
+                .await
+            {
+                Ok(totals) => self.rate_limits.settle(&batch, &totals),
+                Err(e) => {
+                    tracing::warn!(error = %e, rows = batch.rows.len(), "recording ingress counts failed; kept for the next flush");
+                    self.rate_limits.put_back(batch);
+                    return;
+                }
+            }
         }
+        // What the other replicas admitted, also at levels this one has not used yet this minute (one
+        // indexed read a second).
         match self
             .store
-            .add_ingress_counts(batch.rows.clone(), batch.prune_before)
+            .admitted_totals(batch_minute(&self.rate_limits))
             .await
         {
-            Ok(totals) => self.rate_limits.settle(&batch, &totals),
-            Err(e) => {
-                tracing::warn!(error = %e, rows = batch.rows.len(), "recording ingress counts failed; kept for the next flush");
-                self.rate_limits.put_back(batch);
-            }
+            Ok(totals) => self
+                .rate_limits
+                .learn(batch_minute(&self.rate_limits), &totals),
+            Err(e) => tracing::debug!(error = %e, "reading shared rate-limit counts failed"),
         }
     }
 }

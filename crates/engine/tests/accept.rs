@@ -166,6 +166,56 @@ async fn the_four_edges_write_typed_sources_and_delivery_kinds() {
         )
     );
 
+    // 2b. A flood of forged posts is a bounded number of writes: only the first
+    //     RECORDS_PER_MINUTE refusals of the minute are kept one by one (the one above included),
+    //     the rest only counted, and one flush adds them all as one row.
+    let minute = tb_core::rate::minute_of(trigger_bridge_engine::clock::now_ms());
+    let floods = (0..199).map(|i| {
+        let engine = engine.clone();
+        let id = reg.subscription_id.clone();
+        async move {
+            let h = signed(
+                b"not-the-key-not-the-key-not-the!",
+                &format!("msg_forged_{i:06}"),
+                BODY,
+            );
+            ingest(&engine, &id, &h, Bytes::from_static(BODY)).await
+        }
+    });
+    for r in futures_util::future::join_all(floods).await {
+        assert_eq!(r.unwrap_err().code, ErrorCode::SignatureInvalid);
+    }
+    let rejected = store
+        .list_receipts(ListQuery {
+            limit: 500,
+            state: Some("rejected".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let same_minute = tb_core::rate::minute_of(trigger_bridge_engine::clock::now_ms()) == minute;
+    let kept = tb_core::rate::RECORDS_PER_MINUTE as usize;
+    if same_minute {
+        assert_eq!(rejected.len(), kept, "200 forged posts, {kept} records");
+    } else {
+        assert!(rejected.len() <= 2 * kept, "{} records", rejected.len());
+    }
+    engine.flush_ingress_counts().await;
+    let counted: u64 = store
+        .ingress_counts(tb_store::IngressCountQuery {
+            since_minute: minute,
+            scope: Some("subscription".into()),
+            key: Some(reg.subscription_id.clone()),
+            limit: 100,
+        })
+        .await
+        .unwrap()
+        .iter()
+        .filter(|c| c.outcome == "signature_invalid")
+        .map(|c| c.n)
+        .sum();
+    assert_eq!(counted, 200, "every forged post counted");
+
     // 3. API run: an `api` receipt with one `api_run` delivery; the worker starts it by its kind.
     let run_id = trigger_bridge_engine::runs::start(&engine, "s", serde_json::json!({"n": 1}))
         .await
@@ -262,7 +312,8 @@ async fn the_four_edges_write_typed_sources_and_delivery_kinds() {
         "{same:?}"
     );
 
-    // Four receipts in all (the duplicates wrote none), one per edge.
+    // Four receipts in all (the duplicates wrote none), one per edge, and the kept refusal records
+    // of the forged flood (webhook receipts too).
     let mut sources: Vec<&str> = store
         .list_receipts(ListQuery {
             limit: 100,
@@ -274,7 +325,9 @@ async fn the_four_edges_write_typed_sources_and_delivery_kinds() {
         .map(|r| r.source.as_str())
         .collect();
     sources.sort();
-    assert_eq!(sources, ["api", "capability", "webhook", "webhook"]);
+    let mut want = vec!["api", "capability", "webhook", "webhook"];
+    want.extend(std::iter::repeat_n("webhook", rejected.len() - 1));
+    assert_eq!(sources, want);
 }
 
 /// On PostgreSQL the commit, not a probe before it, finds a taken dedup key (`Store::probe_before_commit`

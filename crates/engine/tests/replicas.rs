@@ -73,12 +73,22 @@ async fn replica(
     key: &SecretKey,
     stop: &tokio::sync::watch::Sender<bool>,
 ) -> Replica {
+    replica_of(db, key, stop, catalog()).await
+}
+
+/// [`replica`] over `catalog`.
+async fn replica_of(
+    db: &TestDatabase,
+    key: &SecretKey,
+    stop: &tokio::sync::watch::Sender<bool>,
+    catalog: Catalog,
+) -> Replica {
     let opts = PoolOptions {
         connections: 2,
         ..Default::default()
     };
     let store: Arc<dyn Store> = Arc::new(PgStore::connect(db.url(), opts).await.unwrap());
-    let engine = Engine::start(store, catalog()).await.unwrap();
+    let engine = Engine::start(store, catalog).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let secrets = SecretStore::with_key(dir.path(), Some(key.clone())).unwrap();
     tokio::spawn(sync::run(
@@ -605,5 +615,91 @@ async fn an_hmac_capability_minted_through_a_verifies_requests_on_b() {
         "{}",
         e.message
     );
+    let _ = stop.send(true);
+}
+
+/// Issue #14: a subscription's rate limit holds over both replicas together (each learns the other's
+/// admissions from the shared `ingress_counts` at its flush), and a quarantine made through A is in
+/// force on B within 1 s, and so is its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rate_limit_holds_over_both_replicas_and_a_quarantine_through_a_reaches_b() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    // Early in a minute, so the counts below stay in one.
+    let into = trigger_bridge_engine::clock::now_ms().rem_euclid(60_000);
+    if into > 50_000 {
+        tokio::time::sleep(Duration::from_millis((60_000 - into + 100) as u64)).await;
+    }
+    let key = SecretKey::generate();
+    let (stop, _keep) = tokio::sync::watch::channel(false);
+    let limited = || {
+        let mut c = catalog();
+        let mut sub = (**c.subscription("github").unwrap()).clone();
+        sub.rate_limit_per_min = 10;
+        c = Catalog::new(
+            vec![sub],
+            c.bindings_of("github").cloned().collect(),
+            c.workflows().cloned().collect(),
+        );
+        c
+    };
+    let a = replica_of(&db, &key, &stop, limited()).await;
+    let b = replica_of(&db, &key, &stop, limited()).await;
+    let mut next = seq();
+    for _ in 0..6 {
+        assert!(matches!(
+            push(&a.engine, &next()).await,
+            Ok(IngestAnswer::Accepted { .. })
+        ));
+    }
+    a.engine.flush_ingress_counts().await;
+    b.engine.flush_ingress_counts().await;
+    let mut admitted = 0;
+    let mut refused = 0;
+    for _ in 0..10 {
+        match push(&b.engine, &next()).await {
+            Ok(IngestAnswer::Accepted { .. }) => admitted += 1,
+            Err(e) if e.code == ErrorCode::RateLimited => refused += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        (admitted, refused),
+        (4, 6),
+        "B took only what A had left of the 10"
+    );
+    b.engine.flush_ingress_counts().await;
+    a.engine.flush_ingress_counts().await;
+    assert!(
+        matches!(push(&a.engine, &next()).await, Err(e) if e.code == ErrorCode::RateLimited),
+        "and A learns B's share back"
+    );
+
+    a.engine
+        .quarantine("github", "forged flood", Some("ops".into()))
+        .await
+        .unwrap();
+    let took = time_until(|| {
+        let e = b.engine.clone();
+        async move { e.quarantined("github").is_some() }
+    })
+    .await
+    .expect("B never saw the quarantine");
+    println!("quarantine reached B in {took:?}");
+    assert!(took < BUDGET, "quarantine took {took:?} to reach B");
+    let err = b
+        .engine
+        .admit_request(Some("github"), None, &HeaderMap::new())
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::SubscriptionQuarantined);
+    assert!(a.engine.release("github").await.unwrap());
+    let took = time_until(|| {
+        let e = b.engine.clone();
+        async move { e.quarantined("github").is_none() }
+    })
+    .await
+    .expect("B never saw the release");
+    assert!(took < BUDGET, "release took {took:?} to reach B");
     let _ = stop.send(true);
 }

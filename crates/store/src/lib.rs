@@ -545,6 +545,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> StoreResult<Vec<u64>>;
     /// The rows `q` selects, newest minute first.
     async fn ingress_counts(&self, q: IngressCountQuery) -> StoreResult<Vec<IngressCount>>;
+    /// The `admitted` rows of `minute` at every level but `source` (whose keys are unbounded), at most
+    /// 10 000: what every replica together admitted so far, for the rate limits.
+    async fn admitted_totals(&self, minute: i64) -> StoreResult<Vec<IngressCount>>;
     /// Quarantines a subscription (with its change row, so every replica refuses it). `Ok(false)` when
     /// it already was (the first record is kept).
     async fn quarantine_subscription(&self, q: QuarantineRecord) -> StoreResult<bool>;

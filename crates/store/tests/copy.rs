@@ -376,6 +376,29 @@ async fn fill(dir: &Path) -> Filled {
     s.revoke_binding("b-old", Some("ops".into()), 5_300)
         .await
         .unwrap();
+    // Ingress counts and a quarantine (issue #14).
+    let totals = s
+        .add_ingress_counts(
+            vec![trigger_bridge_store::IngressCount {
+                minute: 1,
+                scope: "subscription".into(),
+                key: "gh".into(),
+                outcome: "signature_invalid".into(),
+                n: 7,
+            }],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(totals, vec![7]);
+    s.quarantine_subscription(trigger_bridge_store::QuarantineRecord {
+        subscription_id: "gh".into(),
+        since: 5_400,
+        reason: "flood".into(),
+        quarantined_by: Some("ops".into()),
+    })
+    .await
+    .unwrap();
     let pending: Vec<String> = s
         .list_deliveries(ListQuery {
             limit: 1_000,
@@ -463,6 +486,8 @@ async fn a_filled_store_is_copied_whole_and_the_copy_works() {
     assert_eq!(count("webhooks"), 1);
     assert_eq!(count("capabilities"), 1);
     assert_eq!(count("binding_revocations"), 1);
+    assert_eq!(count("ingress_counts"), 1);
+    assert_eq!(count("subscription_quarantines"), 1);
     assert_eq!(count("audit_log"), 3);
     assert_eq!(count("audit_head"), 1);
     // The audit chain survives the copy: the target's head is the source's, and appends go on from it.

@@ -12,7 +12,7 @@ CREATE TABLE ingress_counts (
     n       BIGINT NOT NULL,
     PRIMARY KEY (minute, scope, key, outcome)
 );
-CREATE INDEX ingress_counts_by_key ON ingress_counts (scope, key, minute);
+CREATE INDEX ingress_counts_by_scope ON ingress_counts (scope, key, minute);
 
 -- Quarantined subscriptions: one row while quarantined, deleted on release. `quarantined_by` is the
 -- operator's key id, or NULL for the automatic rule.

@@ -706,6 +706,24 @@ pub(crate) fn ingress_counts(c: &dyn Db, q: &IngressCountQuery) -> StoreResult<V
     })
 }
 
+/// The `admitted` rows of `minute` but `source`'s, at most 10 000.
+pub(crate) fn admitted_totals(c: &dyn Db, minute: i64) -> StoreResult<Vec<IngressCount>> {
+    c.rows(
+        "SELECT minute, scope, key, outcome, n FROM ingress_counts \
+         WHERE minute = ?1 AND outcome = 'admitted' AND scope <> 'source' LIMIT 10000",
+        p![minute],
+        |r| {
+            Ok(IngressCount {
+                minute: r.get(0)?,
+                scope: r.get(1)?,
+                key: r.get(2)?,
+                outcome: r.get(3)?,
+                n: r.get::<i64>(4)?.max(0) as u64,
+            })
+        },
+    )
+}
+
 /// Every quarantined subscription, by id.
 pub(crate) fn quarantines(c: &dyn Db) -> StoreResult<Vec<QuarantineRecord>> {
     c.rows(

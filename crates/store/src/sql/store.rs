@@ -720,6 +720,11 @@ impl<B: Backend> Store for SqlStore<B> {
             .read(move |c| read::ingress_counts(c, &q))
             .await
     }
+    async fn admitted_totals(&self, minute: i64) -> StoreResult<Vec<crate::IngressCount>> {
+        self.backend
+            .read(move |c| read::admitted_totals(c, minute))
+            .await
+    }
     async fn quarantine_subscription(&self, q: crate::QuarantineRecord) -> StoreResult<bool> {
         self.backend
             .write(move |c| config::quarantine_subscription(c, &q))
