@@ -558,6 +558,9 @@ pub struct WorkflowSection {
     pub secret: Option<String>,
     /// Request timeout in ms (http executor; default 15 000).
     pub timeout_ms: Option<u64>,
+    /// Http executor: the worker may be on a private, loopback, link-local or ULA address (default
+    /// false: such a destination fails the attempt with `destination_forbidden`).
+    pub allow_private: Option<bool>,
     /// Session executor: the operator-set session template (identity, agent, model/provider policy,
     /// namespace, tools, repository access, budgets, concurrency), opaque to the bridge and handed to the
     /// session's driver in its start turn. Never filled from a payload.
@@ -1471,10 +1474,15 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                         timeout_ms.saturating_add(LEASE_MARGIN_MS)
                     ));
                 }
+                let allow_private = w.allow_private.unwrap_or(false);
+                if let Some(f) = tb_engine::ssrf::forbidden_literal(&url, allow_private) {
+                    errs.push(format!("{at}: url {url:?} names {}, a private, loopback, link-local or metadata address; if this worker is on your own network set allow_private = true", f.ip));
+                }
                 Executor::Http {
                     url,
                     secret,
                     timeout_ms,
+                    allow_private,
                 }
             }
             "nats" => {

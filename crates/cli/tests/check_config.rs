@@ -476,6 +476,7 @@ const HTTP_WORKFLOW: &str = r#"
 id = "worker"
 executor = "http"
 url = "http://127.0.0.1:9/run"
+allow_private = true
 secret = "env:TB_TEST_WHSEC"
 timeout_ms = 4000
 "#;
@@ -791,5 +792,58 @@ fn request_limits_are_checked_with_the_key_to_fix() {
         let (code, out) = check(&with(limits, own), &[("TB_TEST_SECRET", "s")]);
         assert_ne!(code, 0, "{limits} {own}: {out}");
         assert!(out.contains(says), "{limits} {own}: {out}");
+    }
+}
+
+/// Issue #14: a worker URL naming a private address needs `allow_private = true`; `[rate_limits]` and
+/// `[subscriptions.quarantine]` are read and checked.
+#[test]
+fn private_worker_addresses_rate_limits_and_quarantine_are_checked() {
+    let envs = [
+        ("TB_TEST_SECRET", "s3cret"),
+        ("TB_TEST_WHSEC", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    ];
+    for url in [
+        "http://127.0.0.1:9/run",
+        "http://169.254.169.254/run",
+        "http://[::1]/run",
+    ] {
+        let wf = HTTP_WORKFLOW
+            .replace("allow_private = true\n", "")
+            .replace("http://127.0.0.1:9/run", url);
+        let (code, out) = check(&format!("{GOOD}{wf}"), &envs);
+        assert_ne!(code, 0, "{url}: {out}");
+        assert!(
+            out.contains("a private, loopback, link-local or metadata address; if this worker is on your own network set allow_private = true"),
+            "{url}: {out}"
+        );
+    }
+    let ok = format!(
+        "[rate_limits]\nglobal_per_min = 6000\nsource_per_min = 600\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.1\"]\n{}",
+        GOOD.replacen(
+            "secret = \"env:TB_TEST_SECRET\"",
+            "secret = \"env:TB_TEST_SECRET\"\n[subscriptions.quarantine]\nrefusals_per_min = 600\nminutes = 5",
+            1
+        )
+    );
+    let (code, out) = check(&ok, &envs);
+    assert_eq!(code, 0, "{out}");
+    for (bad, says) in [
+        (
+            ok.replace("\"192.0.2.1\"", "\"not-an-address\""),
+            "[rate_limits].trusted_proxies: \"not-an-address\" is not an address or a CIDR range",
+        ),
+        (
+            ok.replace("minutes = 5", "minutes = 0"),
+            "[subscriptions.quarantine] minutes 0 is out of range; use 1 to 60",
+        ),
+        (
+            ok.replace("source_per_min = 600", "per_ip = 600"),
+            "unknown field `per_ip`",
+        ),
+    ] {
+        let (code, out) = check(&bad, &envs);
+        assert_ne!(code, 0, "{bad}: {out}");
+        assert!(out.contains(says), "{says}: {out}");
     }
 }

@@ -219,6 +219,7 @@ jitter = 0.0
 id = "worker"
 executor = "http"
 url = "http://127.0.0.1:{worker_port}/run"
+allow_private = true
 secret = "env:STANDARD_WEBHOOK_SECRET"
 timeout_ms = 500
 

@@ -185,6 +185,7 @@ secret = "env:STANDARD_WEBHOOK_SECRET"
 id = "receiver"
 executor = "http"
 url = "http://127.0.0.1:{sink_port}/run"
+allow_private = true
 secret = "env:STANDARD_WEBHOOK_SECRET"
 timeout_ms = 1000
 [[bindings]]

@@ -16,6 +16,11 @@ pub enum Executor {
         secret: Vec<u8>,
         /// Per-request timeout in ms (default 15 000).
         timeout_ms: u64,
+        /// Whether `url` may reach a private, loopback, link-local or ULA address (a worker on the
+        /// operator's own network). Without it such a URL, or a name that resolves to such an address,
+        /// fails the attempt with `destination_forbidden` (issue #14, SSRF guard).
+        #[serde(default)]
+        allow_private: bool,
     },
     /// A long-lived session driven by an agent or service through the API (turns, signals, waits). It
     /// runs until stopped. `config` is the operator-set session template (identity, agent, model/provider

@@ -17,7 +17,7 @@ const MAX_RETRY_AFTER_S: u64 = 86_400;
 
 /// Starts a run of `workflow`. `Ok` gives the run's status after the start (`completed` or `running`);
 /// `Err` is a failed attempt with a content-free `error_class` (`http_<status>`, `timeout`, `connect`,
-/// `request`), the worker's `Retry-After` (seconds or HTTP date are both read; only seconds are
+/// `request`, `destination_forbidden` (the SSRF guard, [`crate::ssrf`])), the worker's `Retry-After` (seconds or HTTP date are both read; only seconds are
 /// honoured) and a [`StartFailure::message`]. Of a failed answer's body at most the first 256 bytes are
 /// read (bounded memory).
 ///
@@ -50,7 +50,11 @@ pub async fn start_run(
             url,
             secret,
             timeout_ms,
+            allow_private,
         } => {
+            if let Some(f) = crate::ssrf::forbidden_literal(url, *allow_private) {
+                return Err(forbidden(&workflow.id, &f));
+            }
             let body = json!({
                 "runId": req.run_id,
                 "workflowId": workflow.id,
@@ -77,6 +81,9 @@ pub async fn start_run(
             let resp = match resp {
                 Ok(r) => r,
                 Err(e) => {
+                    if let Some(f) = crate::ssrf::forbidden_in(&e) {
+                        return Err(forbidden(&workflow.id, f));
+                    }
                     return Err(if e.is_timeout() {
                         failure(
                             "timeout",
@@ -116,6 +123,18 @@ pub async fn start_run(
             }
         }
     }
+}
+
+/// The failed attempt of a call the SSRF guard refused: `destination_forbidden`, retried on the
+/// subscription's schedule (a DNS answer can change; a fixed URL needs a configuration change).
+fn forbidden(workflow: &str, f: &crate::ssrf::ForbiddenAddress) -> StartFailure {
+    failure(
+        "destination_forbidden",
+        format!(
+            "destination {} is a private, loopback, link-local or metadata address; set allow_private = true on workflow {workflow:?} if the worker is yours",
+            f.ip
+        ),
+    )
 }
 
 /// The first [`tb_core::delivery::MESSAGE_BODY_BYTES`] bytes of a response body (fewer when it is

@@ -154,8 +154,22 @@ impl Engine {
         }
         let revoked = store.revoked_bindings().await.map_err(store_err)?;
         let catalog = catalog.with_revoked(revoked.into_iter().map(|(id, _)| id).collect());
+        // The http executor's client: no redirects, and every name resolved through the SSRF guard;
+        // the hosts of workflows with `allow_private` may resolve to private addresses.
+        let private_hosts = catalog.workflows().filter_map(|w| match &w.executor {
+            tb_core::workflow::Executor::Http {
+                url,
+                allow_private: true,
+                ..
+            } => reqwest::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_string)),
+            _ => None,
+        });
+        let resolver = ssrf::GuardedResolver::new(private_hosts.collect::<Vec<_>>());
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(std::sync::Arc::new(resolver))
             .pool_max_idle_per_host(64)
             .build()
             .map_err(|e| TbError::new(ErrorCode::Internal, format!("http client: {e}")))?;

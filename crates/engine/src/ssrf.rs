@@ -4,6 +4,10 @@
 //! address is checked, and the caller connects to the checked address (pinned), so a DNS answer cannot
 //! change between check and connect. `allow_private` (local testing only) lifts the address and scheme
 //! rules.
+//!
+//! The http executor goes through the same address rule by its client's resolver
+//! ([`GuardedResolver`]) and [`forbidden_literal`]; its workflows opt in to private workers with
+//! `allow_private = true` (their URLs are the operator's, never a payload's).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -121,6 +125,98 @@ pub async fn check(url: &str, allow_private: bool) -> Result<(String, Vec<Socket
     Ok((host, addrs))
 }
 
+/// An outbound call refused because its host resolves to (or is) an address [`forbidden_ip`] names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForbiddenAddress {
+    /// The host as written in the URL.
+    pub host: String,
+    /// The first forbidden address it resolved to.
+    pub ip: IpAddr,
+}
+
+impl std::fmt::Display for ForbiddenAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} resolves to {}, a private, loopback, link-local or metadata address",
+            self.host, self.ip
+        )
+    }
+}
+
+impl std::error::Error for ForbiddenAddress {}
+
+/// The resolver of the http executor's client (`reqwest::ClientBuilder::dns_resolver`): every name
+/// the client connects to is resolved here and refused when any address it resolves to is forbidden,
+/// unless the host is in `allowed` (the hosts of workflows with `allow_private = true`). The client
+/// connects only to the addresses returned, so the checked address is the one used (pinned): a DNS
+/// answer cannot pass the check and then change. IP-literal URLs never reach a resolver: check them
+/// with [`forbidden_literal`].
+#[derive(Debug, Default, Clone)]
+pub struct GuardedResolver {
+    allowed: std::sync::Arc<std::collections::HashSet<String>>,
+}
+
+impl GuardedResolver {
+    /// A resolver that lets `allowed` hosts (compared lowercase) resolve to private addresses.
+    pub fn new(allowed: impl IntoIterator<Item = String>) -> Self {
+        GuardedResolver {
+            allowed: std::sync::Arc::new(
+                allowed
+                    .into_iter()
+                    .map(|h| h.to_ascii_lowercase())
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl reqwest::dns::Resolve for GuardedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = name.as_str().to_ascii_lowercase();
+        let allow = self.allowed.contains(&host);
+        Box::pin(async move {
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            if !allow {
+                if let Some(bad) = addrs.iter().find(|a| forbidden_ip(a.ip())) {
+                    return Err(Box::new(ForbiddenAddress { host, ip: bad.ip() })
+                        as Box<dyn std::error::Error + Send + Sync>);
+                }
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The forbidden address `url` names literally (`http://10.0.0.5/`, `http://[::1]/`), unless
+/// `allow_private`; `None` for a host name (checked by [`GuardedResolver`]) or an allowed address.
+pub fn forbidden_literal(url: &str, allow_private: bool) -> Option<ForbiddenAddress> {
+    if allow_private {
+        return None;
+    }
+    let u = reqwest::Url::parse(url).ok()?;
+    let host = u.host_str()?;
+    let ip: IpAddr = host.trim_matches(['[', ']']).parse().ok()?;
+    forbidden_ip(ip).then(|| ForbiddenAddress {
+        host: host.to_string(),
+        ip,
+    })
+}
+
+/// The [`ForbiddenAddress`] somewhere in `e`'s chain of sources, if a refusal of the resolver is why
+/// the call failed.
+pub fn forbidden_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a ForbiddenAddress> {
+    let mut cur: Option<&'a (dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(f) = err.downcast_ref::<ForbiddenAddress>() {
+            return Some(f);
+        }
+        cur = err.source();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,5 +300,47 @@ mod tests {
             check("http://127.0.0.1:9/x", true).await.is_ok(),
             "the local-testing switch"
         );
+    }
+    #[test]
+    fn literal_addresses_in_urls_are_judged_by_the_address() {
+        for url in [
+            "http://127.0.0.1:9/run",
+            "http://10.0.0.5/run",
+            "http://169.254.169.254/latest/meta-data",
+            "http://[::1]:8080/",
+            "http://[::ffff:10.0.0.1]/",
+            "http://[64:ff9b::a9fe:a9fe]/",
+        ] {
+            let f = forbidden_literal(url, false).unwrap_or_else(|| panic!("{url} passed"));
+            assert!(forbidden_ip(f.ip), "{url}");
+            assert_eq!(forbidden_literal(url, true), None, "allowed: {url}");
+        }
+        for url in [
+            "https://8.8.8.8/run",
+            "https://worker.example/run",
+            "not a url",
+        ] {
+            assert_eq!(forbidden_literal(url, false), None, "{url}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_name_that_resolves_to_loopback_is_refused_unless_allowed() {
+        use reqwest::dns::Resolve;
+        use std::str::FromStr;
+        let name = || reqwest::dns::Name::from_str("localhost").unwrap();
+        let err = match GuardedResolver::default().resolve(name()).await {
+            Ok(_) => panic!("localhost resolved through the guard"),
+            Err(e) => e,
+        };
+        let f = forbidden_in(err.as_ref()).expect("a ForbiddenAddress");
+        assert_eq!(f.host, "localhost");
+        assert!(f.ip.is_loopback(), "{f}");
+        let addrs: Vec<_> = GuardedResolver::new(["LocalHost".to_string()])
+            .resolve(name())
+            .await
+            .unwrap()
+            .collect();
+        assert!(addrs.iter().all(|a| a.ip().is_loopback()) && !addrs.is_empty());
     }
 }

@@ -125,6 +125,8 @@ pub fn github_catalog(
                 url,
                 secret: WORKER_KEY.to_vec(),
                 timeout_ms: 2_000,
+                // The test workers listen on 127.0.0.1.
+                allow_private: true,
             },
         },
         None => Workflow {
