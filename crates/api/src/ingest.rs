@@ -28,7 +28,15 @@ pub async fn ingest(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let Some(sub) = st.engine.catalog().subscription(&id).cloned() else {
+    let sub = st.engine.catalog().subscription(&id).cloned();
+    // Quarantine and the global / per-source rate limits: before anything is read, also for an
+    // unknown id (guessing ids is limited like any other request).
+    st.engine.admit_request(
+        sub.as_ref().map(|s| s.id.as_str()),
+        peer.map(|p| p.0 .0.ip()),
+        &headers,
+    )?;
+    let Some(sub) = sub else {
         st.engine.count_refusal(None, "not_found");
         return Err(st.engine.missing_subscription(&id).into());
     };
@@ -36,9 +44,6 @@ pub async fn ingest(
         metrics::counter!("tb_receipts_total", "connector" => sub.connector.name(), "outcome" => outcome).increment(1);
         st.engine.count_refusal(Some(&sub.id), outcome);
     };
-    // Quarantine and the global / per-source rate limits: before anything is read.
-    st.engine
-        .admit_request(Some(&sub.id), peer.map(|p| p.0 .0.ip()), &headers)?;
     if let Err(e) = crate::body::check_headers(&headers, &sub.limits) {
         refused("headers_too_large");
         return Err(e.into());

@@ -224,6 +224,18 @@ async fn every_level_holds_under_concurrency_and_admits_again_the_next_minute() 
         ),
         (20, 10)
     );
+    // An unknown id is limited like any other request (429 before the 404).
+    let (st, _, _) = post(&s.http, &s.base, "no-such-subscription", "x", None).await;
+    assert_eq!(st, 429);
+    // Server-wide and per-address refusals are counted apart from the subscription's own limit
+    // (they do not count towards its quarantine rule).
+    let open = counts(&s, "open").await;
+    assert!(
+        open.contains(&("rate_limited_global".into(), 10))
+            && open.contains(&("rate_limited_source".into(), 26))
+            && !open.iter().any(|(o, _)| o == "rate_limited"),
+        "{open:?}"
+    );
 
     // The next minute every level admits again.
     tb_engine::clock::advance_for_tests(60_000);

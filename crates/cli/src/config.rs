@@ -397,6 +397,17 @@ pub struct QuarantineSection {
     pub minutes: Option<u32>,
 }
 
+/// `[subscriptions.rotation]` (docs/configuration.md "Rotating a signing secret"): while it lasts, a
+/// request signed with the previous secret is accepted too.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotationSection {
+    /// The secret being replaced (`env:NAME` or `file:PATH`, in the format `secret` takes).
+    pub previous_secret: String,
+    /// When the previous secret stops being accepted: RFC 3339, at most 30 days ahead.
+    pub until: String,
+}
+
 /// `[[subscriptions]]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -429,6 +440,8 @@ pub struct SubscriptionSection {
     pub limits: Option<LimitsSection>,
     /// The automatic abuse quarantine (off without it).
     pub quarantine: Option<QuarantineSection>,
+    /// A signing-secret rotation in progress: the previous secret, accepted until `until`.
+    pub rotation: Option<RotationSection>,
     pub hmac: Option<HmacSection>,
     pub azure_devops: Option<AzureDevopsSection>,
     /// With `source = "schedule"`: the cron schedule.
@@ -777,6 +790,38 @@ pub struct Config {
     pub bindings: Vec<BindingSection>,
     #[serde(default)]
     pub api_keys: Vec<ApiKeySection>,
+}
+
+/// The previous secret of a rotation, resolved and parsed as `connector` takes it. Errors: a
+/// reference that does not resolve, a bad format, the same value as the current secret, an `until`
+/// that is not RFC 3339, past, or more than 30 days away.
+fn previous_secret(
+    r: &RotationSection,
+    connector: &ConnectorSpec,
+    current: &[u8],
+    base: &Path,
+) -> Result<tb_engine::catalog::PreviousSecret, String> {
+    let until_ms = chrono::DateTime::parse_from_rfc3339(&r.until)
+        .map_err(|e| {
+            format!(
+                "until {:?} is not an RFC 3339 time (e.g. 2026-12-09T00:00:00Z): {e}",
+                r.until
+            )
+        })?
+        .timestamp_millis();
+    tb_core::rotation::check_until(until_ms, chrono::Utc::now().timestamp_millis())
+        .map_err(|e| format!("until {}: {e}", r.until))?;
+    let v =
+        resolve_secret(&r.previous_secret, base).map_err(|e| format!("previous_secret: {e}"))?;
+    let secret = match connector {
+        ConnectorSpec::StandardWebhooks { .. } => tb_ingress::parse_whsec(&v)
+            .map_err(|e| format!("previous_secret ({}): {e}", r.previous_secret))?,
+        _ => v.into_bytes(),
+    };
+    if secret == current {
+        return Err("previous_secret is the same as secret: point secret at the new value".into());
+    }
+    Ok(tb_engine::catalog::PreviousSecret { secret, until_ms })
 }
 
 /// Resolves a secret reference. `env:NAME` reads the environment variable (must be set and non-empty);
@@ -1336,6 +1381,16 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 _ => v.into_bytes(),
             },
         };
+        let previous_secret = match &s.rotation {
+            None => None,
+            Some(r) => match previous_secret(r, &connector, &secret, base) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    errs.push(format!("{at}: [subscriptions.rotation] {e}"));
+                    None
+                }
+            },
+        };
         let retry = s.retry.policy();
         if let Err(e) = retry.validate() {
             errs.push(format!("{at}: retry: {e}"));
@@ -1378,6 +1433,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             }
         };
         subs.push(SubscriptionConfig {
+            previous_secret,
             quarantine,
             id: s.id.clone(),
             source,
@@ -1477,6 +1533,8 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 let allow_private = w.allow_private.unwrap_or(false);
                 if let Some(f) = tb_engine::ssrf::forbidden_literal(&url, allow_private) {
                     errs.push(format!("{at}: url {url:?} names {}, a private, loopback, link-local or metadata address; if this worker is on your own network set allow_private = true", f.ip));
+                } else if !allow_private && tb_engine::ssrf::forbidden_name(&url) {
+                    errs.push(format!("{at}: url {url:?} names a local or metadata host; if this worker is on your own network set allow_private = true"));
                 }
                 Executor::Http {
                     url,

@@ -506,7 +506,24 @@ async fn audit_config_load(engine: &Engine, path: &std::path::Path, replica: &st
     let hash = std::fs::read(path)
         .map(|b| hex::encode(sha2::Sha256::digest(&b)))
         .unwrap_or_default();
-    let detail = serde_json::json!({"configSha256": hash, "apiKeys": keys});
+    // Secret rotations in force (issue #14): which subscriptions still accept a previous secret, and
+    // until when. Never the secrets.
+    let rotations: serde_json::Map<String, serde_json::Value> = engine
+        .catalog()
+        .subscriptions()
+        .filter_map(|s| {
+            s.previous_secret
+                .as_ref()
+                .map(|p| (s.id.clone(), tb_store::rfc3339(p.until_ms).into()))
+        })
+        .collect();
+    for (id, until) in &rotations {
+        tracing::info!(subscription = %id, until = %until, "secret rotation in force: the previous secret is accepted until then");
+    }
+    let mut detail = serde_json::json!({"configSha256": hash, "apiKeys": keys});
+    if !rotations.is_empty() {
+        detail["secretRotations"] = rotations.into();
+    }
     let e = tb_core::audit::NewEntry {
         at: tb_engine::clock::now_ms(),
         actor: format!("replica:{replica}"),

@@ -818,6 +818,15 @@ fn private_worker_addresses_rate_limits_and_quarantine_are_checked() {
             "{url}: {out}"
         );
     }
+    let named = HTTP_WORKFLOW
+        .replace("allow_private = true\n", "")
+        .replace("http://127.0.0.1:9/run", "http://localhost:9/run");
+    let (code, out) = check(&format!("{GOOD}{named}"), &envs);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        out.contains("names a local or metadata host; if this worker is on your own network set allow_private = true"),
+        "{out}"
+    );
     let ok = format!(
         "[rate_limits]\nglobal_per_min = 6000\nsource_per_min = 600\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.1\"]\n{}",
         GOOD.replacen(

@@ -26,6 +26,7 @@ pub mod redact;
 pub mod replay;
 pub mod retention;
 pub mod retry;
+pub mod rotation;
 pub mod run;
 pub mod schedule;
 pub mod service;

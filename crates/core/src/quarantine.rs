@@ -3,19 +3,27 @@
 //!
 //! A quarantined subscription refuses every request with 403 `subscription_quarantined` before its body
 //! is read, until an operator releases it. The automatic rule looks at the subscription's refused
-//! requests per UTC minute, summed over every replica (`ingress_counts`): signature failures, rate-limited
-//! requests and requests over a size limit. It is off unless configured, because anyone who knows an
+//! requests per UTC minute, summed over every replica (`ingress_counts`; [`COUNTED_OUTCOMES`]):
+//! signature failures, its own rate limit, size and header limits, bad content types and bodies. It is off unless configured, because anyone who knows an
 //! ingest URL can make its refusals climb: turning it on trades a flood's cost for the chance that a
 //! flood stops real deliveries too (senders that retry get them through after the release).
 
 use serde::{Deserialize, Serialize};
 
-/// The outcomes (`ingress_counts.outcome`) that count towards [`QuarantinePolicy::refusals_per_min`].
-pub const COUNTED_OUTCOMES: [&str; 4] = [
+/// The outcomes (`ingress_counts.outcome`) that count towards [`QuarantinePolicy::refusals_per_min`]:
+/// every refusal a sender earns at this subscription. Not counted: `overloaded` (the server's own
+/// 503), `quarantined` (already), `not_found`, and the server-wide and per-address rate limits
+/// (`rate_limited_global`, `rate_limited_source`), which say nothing about this subscription.
+pub const COUNTED_OUTCOMES: [&str; 9] = [
     "signature_invalid",
     "rate_limited",
     "too_large",
     "headers_too_large",
+    "unsupported_media_type",
+    "unprocessable",
+    "rejected",
+    "body_timeout",
+    "body_broken",
 ];
 
 /// A subscription's automatic quarantine rule.

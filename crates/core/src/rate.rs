@@ -3,7 +3,9 @@
 //! `Retry-After`).
 //!
 //! Every level counts the requests it admitted in one fixed UTC minute (`at_ms / 60 000`); a request is
-//! refused when any level has already admitted its limit in that minute, and is then counted by none.
+//! refused when any level checked with it has already admitted its limit in that minute, and is then
+//! counted by none of them. The global and source levels are checked before the body is read, so a
+//! request they admit keeps its place whatever a later check says.
 //! `Retry-After` is the whole seconds left in the minute. The engine keeps the counts and shares them
 //! between replicas through the store (`ingress_counts`); nothing here does I/O.
 
@@ -115,26 +117,37 @@ pub fn source_key(ip: IpAddr) -> String {
 /// The client address of a request that reached us from `peer` carrying `X-Forwarded-For` values
 /// `forwarded` (every header, in order): `peer` itself unless it is one of `trusted` proxies; else the
 /// rightmost forwarded address that is not a trusted proxy (the one the nearest trusted proxy saw). A
-/// forwarded list that ends in something other than an address stops the walk there: `peer` is kept
-/// rather than anything a client could have written.
+/// hop may carry a port; IPv4-mapped IPv6 addresses are judged as IPv4. A hop that is not an address
+/// stops the walk: `peer` is kept rather than anything a client could have written.
 pub fn client_addr(peer: IpAddr, forwarded: &[&str], trusted: &[ipnet::IpNet]) -> IpAddr {
-    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
+    // A dual-stack listener sees IPv4 peers as `::ffff:a.b.c.d`: judged as the IPv4 address.
+    let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(&ip.to_canonical()));
+    let peer = peer.to_canonical();
     if !is_trusted(&peer) {
         return peer;
     }
     let mut client = peer;
     for hop in forwarded.iter().rev().flat_map(|h| h.rsplit(',')) {
-        match hop.trim().parse::<IpAddr>() {
-            Ok(ip) => {
+        match hop_addr(hop.trim()) {
+            Some(ip) => {
                 client = ip;
                 if !is_trusted(&ip) {
                     break;
                 }
             }
-            Err(_) => return peer,
+            None => return peer,
         }
     }
     client
+}
+
+/// One `X-Forwarded-For` hop: an address, or an address with a port (`198.51.100.7:4711`,
+/// `[2001:db8::1]:4711`, as some load balancers write it), canonical.
+fn hop_addr(hop: &str) -> Option<IpAddr> {
+    hop.parse::<IpAddr>()
+        .or_else(|_| hop.parse::<std::net::SocketAddr>().map(|s| s.ip()))
+        .ok()
+        .map(|ip| ip.to_canonical())
 }
 
 /// A request refused at one level.
@@ -241,6 +254,14 @@ mod tests {
             client_addr(lb, &["198.51.100.7, garbage"], &trusted),
             lb,
             "a hop that is not an address stops the walk"
+        );
+        // A dual-stack listener's peer, and hops with ports.
+        let mapped: IpAddr = "::ffff:10.1.2.3".parse().unwrap();
+        assert_eq!(client_addr(mapped, &["198.51.100.7"], &trusted), outside);
+        assert_eq!(client_addr(lb, &["198.51.100.7:4711"], &trusted), outside);
+        assert_eq!(
+            client_addr(lb, &["[2001:db8::1]:4711"], &trusted),
+            "2001:db8::1".parse::<IpAddr>().unwrap()
         );
     }
 

@@ -36,6 +36,16 @@ pub struct Registration {
     pub secret_file: Option<String>,
 }
 
+/// The secret a rotation replaced, accepted beside the current one until `until_ms`
+/// (`tb_core::rotation`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreviousSecret {
+    /// Resolved key bytes, as [`SubscriptionConfig::secret`] (never stored, never logged).
+    pub secret: Vec<u8>,
+    /// When the overlap ends (Unix ms, exclusive).
+    pub until_ms: i64,
+}
+
 /// One subscription's runtime configuration.
 #[derive(Debug, Clone)]
 pub struct SubscriptionConfig {
@@ -44,6 +54,8 @@ pub struct SubscriptionConfig {
     pub connector: ConnectorSpec,
     /// Resolved key bytes (never stored, never logged).
     pub secret: Vec<u8>,
+    /// The previous secret while a rotation's overlap lasts ([`PreviousSecret`]).
+    pub previous_secret: Option<PreviousSecret>,
     pub retry: RetryPolicy,
     /// How long a dedup key is remembered, in seconds (receipts are kept at least this long).
     pub dedup_window_s: u64,
@@ -83,6 +95,7 @@ impl SubscriptionConfig {
             source: Source::Webhook,
             connector,
             secret: secret.to_vec(),
+            previous_secret: None,
             retry: RetryPolicy::default(),
             dedup_window_s: 86_400,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,

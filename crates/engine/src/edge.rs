@@ -59,16 +59,12 @@ impl Engine {
         peer: Option<IpAddr>,
         headers: &HeaderMap,
     ) -> Result<(), TbError> {
-        if let Some(q) = subscription.and_then(|id| self.quarantined(id)) {
+        if subscription.is_some_and(|id| self.quarantined(id).is_some()) {
             self.count_refusal(subscription, "quarantined");
+            // Who asks is not known yet: the operator's reason and time stay in the API.
             return Err(TbError::new(
                 ErrorCode::SubscriptionQuarantined,
-                format!(
-                    "subscription {:?} is quarantined since {} ({}); an operator releases it with `trigger-bridge subscriptions release`",
-                    q.subscription_id,
-                    tb_store::rfc3339(q.since),
-                    q.reason
-                ),
+                "this subscription is quarantined: every request is refused until an operator releases it",
             ));
         }
         let quotas = self.quotas.read().expect("quota lock");
@@ -98,7 +94,13 @@ impl Engine {
         let verdict = self.rate_limits.admit(clock::now_ms(), &levels);
         drop(quotas);
         verdict.map_err(|r| {
-            self.count_refusal(subscription, "rate_limited");
+            // Not the subscription's own `rate_limited`: a server-wide or per-address limit says
+            // nothing about the subscription, so it does not count towards its quarantine rule.
+            let outcome = match r.scope {
+                Scope::Source => "rate_limited_source",
+                _ => "rate_limited_global",
+            };
+            self.count_refusal(subscription, outcome);
             r.error()
         })
     }

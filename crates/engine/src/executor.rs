@@ -66,8 +66,12 @@ pub async fn start_run(
             let ts = clock::now_s();
             let sig =
                 tb_ingress::standard_webhooks::sign(secret, req.delivery_id, ts, body.as_bytes());
-            let resp = engine
-                .http
+            let client = if *allow_private {
+                &engine.http_private
+            } else {
+                &engine.http
+            };
+            let resp = client
                 .post(url)
                 .timeout(std::time::Duration::from_millis(*timeout_ms))
                 .header("content-type", "application/json")

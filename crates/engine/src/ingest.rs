@@ -21,7 +21,8 @@ use crate::{clock, Engine};
 
 pub use crate::accept::IngestAnswer;
 
-/// Authenticates and normalizes per the subscription's verification mode: `required` must verify;
+/// Authenticates and normalizes per the subscription's verification mode (with the current secret,
+/// or the previous one while a rotation's overlap lasts): `required` must verify;
 /// `best-effort` falls back to the unverified read (stamping `verified: false`); `none` never checks.
 /// Returns the normalized request and whether its signature was verified.
 fn verify(
@@ -30,15 +31,28 @@ fn verify(
     body: &[u8],
 ) -> Result<(Verified, bool), IngressError> {
     let limits = &sub.limits.json;
-    let checked = || {
+    let with = |secret: &[u8]| {
         tb_ingress::verify(
             &sub.connector,
-            &sub.secret,
+            secret,
             headers,
             body,
             clock::now_s(),
             limits,
         )
+    };
+    // The current secret, then (while a rotation's overlap lasts) the previous one.
+    let checked = || match (with(&sub.secret), &sub.previous_secret) {
+        (Err(IngressError::SignatureInvalid(e)), Some(p))
+            if tb_core::rotation::previous_accepted(p.until_ms, clock::now_ms()) =>
+        {
+            let r = with(&p.secret);
+            if r.is_ok() {
+                metrics::counter!("tb_previous_secret_accepted_total", "connector" => sub.connector.name()).increment(1);
+            }
+            r.map_err(|_| IngressError::SignatureInvalid(e))
+        }
+        (r, _) => r,
     };
     let unverified = || {
         tb_ingress::standard_webhooks::read_unverified(headers, body, limits).map(|v| (v, false))

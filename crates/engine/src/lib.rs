@@ -58,7 +58,11 @@ pub struct Engine {
     /// Signalled after every commit that creates due work.
     /// Shared so a spawned commit task ([`ingest`]) can wake the worker after its caller went away.
     pub work_ready: Arc<Notify>,
+    /// The http executor's client for workflows without `allow_private`: every name resolved through
+    /// the SSRF guard ([`ssrf::GuardedResolver`]).
     pub(crate) http: reqwest::Client,
+    /// The http executor's client for `allow_private` workflows (no address guard).
+    pub(crate) http_private: reqwest::Client,
     /// Live outbound webhooks.
     pub webhooks: webhooks::Registry,
     /// Lifts the SSRF address rules for outbound webhooks (local testing only).
@@ -154,25 +158,23 @@ impl Engine {
         }
         let revoked = store.revoked_bindings().await.map_err(store_err)?;
         let catalog = catalog.with_revoked(revoked.into_iter().map(|(id, _)| id).collect());
-        // The http executor's client: no redirects, and every name resolved through the SSRF guard;
-        // the hosts of workflows with `allow_private` may resolve to private addresses.
-        let private_hosts = catalog.workflows().filter_map(|w| match &w.executor {
-            tb_core::workflow::Executor::Http {
-                url,
-                allow_private: true,
-                ..
-            } => reqwest::Url::parse(url)
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_string)),
-            _ => None,
-        });
-        let resolver = ssrf::GuardedResolver::new(private_hosts.collect::<Vec<_>>());
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .dns_resolver(std::sync::Arc::new(resolver))
-            .pool_max_idle_per_host(64)
-            .build()
-            .map_err(|e| TbError::new(ErrorCode::Internal, format!("http client: {e}")))?;
+        // The http executor's clients: no redirects, no proxy from the environment; the guarded one
+        // resolves every name through the SSRF guard, the other serves `allow_private` workflows.
+        let client = |guarded: bool| {
+            let b = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .no_proxy()
+                .pool_max_idle_per_host(64);
+            let b = if guarded {
+                b.dns_resolver(std::sync::Arc::new(ssrf::GuardedResolver))
+            } else {
+                b
+            };
+            b.build()
+                .map_err(|e| TbError::new(ErrorCode::Internal, format!("http client: {e}")))
+        };
+        let http = client(true)?;
+        let http_private = client(false)?;
         let engine = Arc::new(Engine {
             store,
             catalog: RwLock::new(Arc::new(catalog)),
@@ -201,6 +203,7 @@ impl Engine {
                 std::env::var("OPENWOP_WEBHOOK_ALLOW_PRIVATE").is_ok_and(|v| v == "true"),
             ),
             http,
+            http_private,
         });
         engine.publish_state_gauges();
         engine.reload_quarantines().await?;

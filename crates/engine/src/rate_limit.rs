@@ -21,6 +21,8 @@ use crate::{clock, Engine};
 /// Most `(level, key)` counters of one minute. Past it, new source addresses share the key `other`
 /// (so a flood from many addresses cannot grow memory; they are then limited together).
 const MAX_CELLS: usize = 100_000;
+/// The shared source key of new addresses past [`MAX_CELLS`] (not an address, so never a real one).
+pub const OVERFLOW: &str = "*overflow*";
 /// Most pending refusal and earlier-minute counts held while the store refuses the flush.
 const MAX_PENDING: usize = 100_000;
 /// Rows of earlier minutes are removed after this many minutes (seven days).
@@ -52,8 +54,8 @@ struct State {
     ended: HashMap<(i64, Scope, String), u64>,
     /// Unflushed refusals: `(minute, scope, key, outcome) -> n`.
     refusals: HashMap<(i64, Scope, String, &'static str), u64>,
-    /// Refusals written as their own record this minute, per subscription.
-    kept: HashMap<String, u64>,
+    /// Refusals written as their own record this minute, per subscription and outcome.
+    kept: HashMap<(String, &'static str), u64>,
     /// The minute rows were last pruned at.
     pruned: i64,
 }
@@ -67,7 +69,7 @@ impl State {
         let old = self.minute;
         for ((scope, key), c) in self.cells.drain() {
             let rest = c.local - c.flushed;
-            if rest > 0 && self.ended.len() < MAX_PENDING {
+            if rest > 0 && scope != Scope::Source && self.ended.len() < MAX_PENDING {
                 *self.ended.entry((old, scope, key)).or_default() += rest;
             }
         }
@@ -104,8 +106,13 @@ impl RateLimits {
         let mut keys = Vec::with_capacity(levels.len());
         for l in levels.iter().filter(|l| l.limit > 0) {
             let mut key = (l.scope, l.key.to_string());
-            if st.cells.len() >= MAX_CELLS && !st.cells.contains_key(&key) {
-                key.1 = "other".into();
+            // Only client addresses are unbounded (subscriptions, bindings and endpoints are the
+            // operator's): past the cap, new addresses share one bucket.
+            if l.scope == Scope::Source
+                && st.cells.len() >= MAX_CELLS
+                && !st.cells.contains_key(&key)
+            {
+                key.1 = OVERFLOW.into();
             }
             let seen = st.cells.get(&key).map_or(0, |c| c.local + c.others);
             if !rate::admits(seen, l.limit) {
@@ -126,8 +133,8 @@ impl RateLimits {
 
     /// Counts one refused request of `outcome` under `(scope, key)` (a subscription, or `global` / `""`
     /// when no subscription is known). Returns whether it is among the first
-    /// [`rate::RECORDS_PER_MINUTE`] of its subscription this minute, i.e. whether it should also be
-    /// written as its own record.
+    /// [`rate::RECORDS_PER_MINUTE`] of its subscription and outcome this minute, for the outcomes that
+    /// are written as their own record ([`RECORDED`]), i.e. whether it should also be written.
     pub fn refused(&self, now_ms: i64, scope: Scope, key: &str, outcome: &'static str) -> bool {
         let mut st = self.state.lock().expect("rate limit lock");
         let minute = rate::minute_of(now_ms);
@@ -136,10 +143,10 @@ impl RateLimits {
         if st.refusals.len() < MAX_PENDING || st.refusals.contains_key(&k) {
             *st.refusals.entry(k).or_default() += 1;
         }
-        if scope != Scope::Subscription {
+        if scope != Scope::Subscription || !RECORDED.contains(&outcome) {
             return false;
         }
-        let nth = st.kept.entry(key.to_string()).or_default();
+        let nth = st.kept.entry((key.to_string(), outcome)).or_default();
         let keep = rate::keep_record(*nth);
         *nth += 1;
         keep
@@ -169,6 +176,12 @@ impl RateLimits {
         };
         for ((scope, key), c) in st.cells.iter_mut() {
             let delta = c.local - c.flushed;
+            // Client addresses stay in this replica (unbounded keys: persisting them would be a row
+            // per address): the source level is per replica.
+            if *scope == Scope::Source {
+                c.flushed = c.local;
+                continue;
+            }
             // A cell with nothing new is still read back while others may be counting: flushing 0
             // refreshes `others` at the cost of a row write, so only the cells used this second are.
             if delta == 0 {
@@ -276,9 +289,15 @@ fn batch_minute(r: &RateLimits) -> i64 {
     r.state.lock().expect("rate limit lock").minute
 }
 
+/// The refusals that may also be written as their own record: a `rate_limited` receipt, a
+/// `verification_failed` dead letter. Others are only counted, so they cannot use up the budget.
+pub const RECORDED: [&str; 2] = ["rate_limited", "signature_invalid"];
+
 /// Refusal outcomes this build counts (the `&'static str` a put-back row's outcome maps back to).
-pub const OUTCOMES: [&str; 12] = [
+pub const OUTCOMES: [&str; 14] = [
     "rate_limited",
+    "rate_limited_global",
+    "rate_limited_source",
     "body_timeout",
     "overloaded",
     "body_broken",
@@ -451,14 +470,43 @@ mod tests {
     }
 
     #[test]
-    fn many_sources_share_one_bucket_past_the_cap() {
+    fn many_sources_share_one_bucket_past_the_cap_and_nothing_else_does() {
         let r = RateLimits::default();
         for i in 0..MAX_CELLS {
             r.admit(T, &[lv(Scope::Source, &i.to_string(), 1)]).unwrap();
         }
         assert!(r.admit(T, &[lv(Scope::Source, "new-1", 1)]).is_ok());
         let e = r.admit(T, &[lv(Scope::Source, "new-2", 1)]).unwrap_err();
-        assert_eq!(e.key, "other");
-        assert!(r.state.lock().unwrap().cells.len() <= MAX_CELLS + 1);
+        assert_eq!(e.key, OVERFLOW);
+        // Subscriptions keep their own count past the cap.
+        for sub in ["s2", "s3", "other"] {
+            for _ in 0..3 {
+                r.admit(T, &[lv(Scope::Subscription, sub, 3)]).unwrap();
+            }
+            let e = r.admit(T, &[lv(Scope::Subscription, sub, 3)]).unwrap_err();
+            assert_eq!(e.key, sub);
+        }
+        assert!(r.state.lock().unwrap().cells.len() <= MAX_CELLS + 4);
+        // And source counts are never written to the store.
+        let b = r.take(T);
+        assert!(
+            b.rows.iter().all(|x| x.scope != "source"),
+            "{:?}",
+            b.rows.len()
+        );
+        assert_eq!(b.rows.len(), 3);
+    }
+
+    #[test]
+    fn the_record_budget_is_per_outcome_and_only_for_recorded_outcomes() {
+        let r = RateLimits::default();
+        for _ in 0..50 {
+            assert!(!r.refused(T, Scope::Subscription, "gh", "unsupported_media_type"));
+        }
+        assert!(
+            r.refused(T, Scope::Subscription, "gh", "rate_limited"),
+            "still kept"
+        );
+        assert!(r.refused(T, Scope::Subscription, "gh", "signature_invalid"));
     }
 }

@@ -248,6 +248,7 @@ fn config_of(
         inputs: Default::default(),
     };
     let sub = SubscriptionConfig {
+        previous_secret: None,
         quarantine: Default::default(),
         id: id.to_string(),
         source: Source::Webhook,

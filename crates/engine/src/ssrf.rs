@@ -6,8 +6,10 @@
 //! rules.
 //!
 //! The http executor goes through the same address rule by its client's resolver
-//! ([`GuardedResolver`]) and [`forbidden_literal`]; its workflows opt in to private workers with
-//! `allow_private = true` (their URLs are the operator's, never a payload's).
+//! ([`GuardedResolver`]) and [`forbidden_literal`]; a workflow opts in to a private worker with
+//! `allow_private = true` (its URL is the operator's, never a payload's) and then uses a client without
+//! the guard. Neither client uses a proxy from the environment (`HTTP_PROXY` would connect to the
+//! proxy's address, not the checked one).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -146,47 +148,39 @@ impl std::fmt::Display for ForbiddenAddress {
 
 impl std::error::Error for ForbiddenAddress {}
 
-/// The resolver of the http executor's client (`reqwest::ClientBuilder::dns_resolver`): every name
-/// the client connects to is resolved here and refused when any address it resolves to is forbidden,
-/// unless the host is in `allowed` (the hosts of workflows with `allow_private = true`). The client
-/// connects only to the addresses returned, so the checked address is the one used (pinned): a DNS
-/// answer cannot pass the check and then change. IP-literal URLs never reach a resolver: check them
-/// with [`forbidden_literal`].
-#[derive(Debug, Default, Clone)]
-pub struct GuardedResolver {
-    allowed: std::sync::Arc<std::collections::HashSet<String>>,
-}
-
-impl GuardedResolver {
-    /// A resolver that lets `allowed` hosts (compared lowercase) resolve to private addresses.
-    pub fn new(allowed: impl IntoIterator<Item = String>) -> Self {
-        GuardedResolver {
-            allowed: std::sync::Arc::new(
-                allowed
-                    .into_iter()
-                    .map(|h| h.to_ascii_lowercase())
-                    .collect(),
-            ),
-        }
-    }
-}
+/// The resolver of the http executor's guarded client (`reqwest::ClientBuilder::dns_resolver`): every
+/// name the client connects to is resolved here and refused when any address it resolves to is
+/// forbidden. The client connects only to the addresses returned, so the checked address is the one
+/// used (pinned): a DNS answer cannot pass the check and then change. IP-literal URLs never reach a
+/// resolver: check them with [`forbidden_literal`]. Workflows with `allow_private = true` use a
+/// client without it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct GuardedResolver;
 
 impl reqwest::dns::Resolve for GuardedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let host = name.as_str().to_ascii_lowercase();
-        let allow = self.allowed.contains(&host);
         Box::pin(async move {
             let addrs: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            if !allow {
-                if let Some(bad) = addrs.iter().find(|a| forbidden_ip(a.ip())) {
-                    return Err(Box::new(ForbiddenAddress { host, ip: bad.ip() })
-                        as Box<dyn std::error::Error + Send + Sync>);
-                }
+            if let Some(bad) = addrs.iter().find(|a| forbidden_ip(a.ip())) {
+                return Err(Box::new(ForbiddenAddress { host, ip: bad.ip() })
+                    as Box<dyn std::error::Error + Send + Sync>);
             }
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
     }
+}
+
+/// Whether `url`'s host is a name no outbound call may use without `allow_private`: `localhost`,
+/// `*.localhost`, `metadata*` (as [`check`] refuses them), for `check-config` to say so before any
+/// attempt fails.
+pub fn forbidden_name(url: &str) -> bool {
+    let Ok(u) = reqwest::Url::parse(url) else {
+        return false;
+    };
+    let host = u.host_str().unwrap_or_default().to_ascii_lowercase();
+    host == "localhost" || host.ends_with(".localhost") || host.starts_with("metadata")
 }
 
 /// The forbidden address `url` names literally (`http://10.0.0.5/`, `http://[::1]/`), unless
@@ -329,18 +323,15 @@ mod tests {
         use reqwest::dns::Resolve;
         use std::str::FromStr;
         let name = || reqwest::dns::Name::from_str("localhost").unwrap();
-        let err = match GuardedResolver::default().resolve(name()).await {
+        let err = match GuardedResolver.resolve(name()).await {
             Ok(_) => panic!("localhost resolved through the guard"),
             Err(e) => e,
         };
         let f = forbidden_in(err.as_ref()).expect("a ForbiddenAddress");
         assert_eq!(f.host, "localhost");
         assert!(f.ip.is_loopback(), "{f}");
-        let addrs: Vec<_> = GuardedResolver::new(["LocalHost".to_string()])
-            .resolve(name())
-            .await
-            .unwrap()
-            .collect();
-        assert!(addrs.iter().all(|a| a.ip().is_loopback()) && !addrs.is_empty());
+        assert!(forbidden_name("http://LocalHost:9/run"));
+        assert!(forbidden_name("http://metadata.google.internal/"));
+        assert!(!forbidden_name("https://worker.example/run"));
     }
 }

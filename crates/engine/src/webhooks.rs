@@ -246,6 +246,8 @@ async fn verify_endpoint(url: &str, host: &str, addr: std::net::SocketAddr) -> R
     let challenge = hex::encode(rand::random::<[u8; 16]>());
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        // The pinned address, never a proxy from the environment.
+        .no_proxy()
         .resolve(host, addr)
         .timeout(Duration::from_secs(10))
         .build()
@@ -430,6 +432,8 @@ async fn send(engine: &Engine, d: &DeliveryRecord, t: &Target) -> Result<(), Act
     .map_err(|_| failed("url_rejected", false))?;
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
+        // The pinned address, never a proxy from the environment.
+        .no_proxy()
         .resolve(&host, addrs[0])
         .timeout(Duration::from_secs(5))
         .build()
