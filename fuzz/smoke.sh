@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The short fuzz run of CI (issue #14): builds every target and runs each for a few seconds over the
-# committed corpus, writing what it finds under a temporary directory (never into the repo). A crash
+# committed corpus (a debug build: quick to compile), writing what it finds under a temporary directory
+# (never into the repo). A crash
 # fails the step and leaves its input under fuzz/artifacts/<target>/. The long run is in docs/fuzzing.md.
 # Needs the nightly toolchain; installs cargo-fuzz when it is missing.
 set -euo pipefail
@@ -11,7 +12,7 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
 fi
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 start=$(date +%s)
-cargo +nightly fuzz build
+cargo +nightly fuzz build --dev
 echo "fuzz: targets built in $(( $(date +%s) - start )) s"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -19,7 +20,7 @@ for t in $(cargo +nightly fuzz list); do
   mkdir -p "$work/$t"
   echo "fuzz: $t for ${SECONDS_PER_TARGET} s"
   rc=0
-  cargo +nightly fuzz run "$t" "$work/$t" "corpus/$t" -- \
+  cargo +nightly fuzz run --dev "$t" "$work/$t" "corpus/$t" -- \
     -max_total_time="$SECONDS_PER_TARGET" -rss_limit_mb=2048 -timeout=10 -print_final_stats=1 \
     >"$work/$t.log" 2>&1 || rc=$?
   grep -E "^stat::number_of_executed_units" "$work/$t.log" || true
