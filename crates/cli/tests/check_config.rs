@@ -856,3 +856,53 @@ fn private_worker_addresses_rate_limits_and_quarantine_are_checked() {
         assert!(out.contains(says), "{says}: {out}");
     }
 }
+
+/// Issue #14: `[subscriptions.rotation]` takes the previous secret and an end at most 30 days away.
+#[test]
+fn a_secret_rotation_is_checked_with_the_fix_named() {
+    let soon = (chrono::Utc::now() + chrono::Duration::days(7)).to_rfc3339();
+    let with = |previous: &str, until: &str| {
+        GOOD.replacen(
+            "secret = \"env:TB_TEST_SECRET\"",
+            &format!("secret = \"env:TB_TEST_SECRET\"\n[subscriptions.rotation]\nprevious_secret = \"{previous}\"\nuntil = \"{until}\""),
+            1,
+        )
+    };
+    let envs = [
+        ("TB_TEST_SECRET", "new-secret"),
+        ("TB_TEST_OLD", "old-secret"),
+    ];
+    let (code, out) = check(&with("env:TB_TEST_OLD", &soon), &envs);
+    assert_eq!(code, 0, "{out}");
+    let far = (chrono::Utc::now() + chrono::Duration::days(31)).to_rfc3339();
+    for (previous, until, says) in [
+        (
+            "env:TB_TEST_OLD",
+            "2020-01-01T00:00:00Z",
+            "the overlap has ended: remove [subscriptions.rotation]",
+        ),
+        (
+            "env:TB_TEST_OLD",
+            far.as_str(),
+            "more than 30 days from now",
+        ),
+        ("env:TB_TEST_OLD", "next week", "is not an RFC 3339 time"),
+        (
+            "env:TB_TEST_SECRET",
+            soon.as_str(),
+            "previous_secret is the same as secret",
+        ),
+        (
+            "env:TB_TEST_MISSING",
+            soon.as_str(),
+            "environment variable TB_TEST_MISSING is not set",
+        ),
+    ] {
+        let (code, out) = check(&with(previous, until), &envs);
+        assert_ne!(code, 0, "{previous} {until}: {out}");
+        assert!(
+            out.contains("[subscriptions.rotation]") && out.contains(says),
+            "{says}: {out}"
+        );
+    }
+}
