@@ -409,7 +409,7 @@ fn the_worker_leases_deliveries_as_its_replica_id() {
         dir.path(),
         "lease_ms = 30000",
         &format!(
-            "executor = \"http\"\nurl = \"http://127.0.0.1:{port}/run\"\nsecret = \"env:STANDARD_WEBHOOK_SECRET\"\ntimeout_ms = 20000"
+            "executor = \"http\"\nurl = \"http://127.0.0.1:{port}/run\"\nallow_private = true\nsecret = \"env:STANDARD_WEBHOOK_SECRET\"\ntimeout_ms = 20000"
         ),
     );
     let s = Replica::start(dir.path(), &cfg, db.url(), &["--replica-id", "lease-7"]);

@@ -250,16 +250,28 @@ async fn operate(c: Console, op: Operator, id: String, f: Confirm, pause: bool) 
     } else {
         html! { p.error role="alert" { (out.error_text()) } }
     };
-    let (body, _) = subscription_body(&c, &op, &id).await;
+    after_action(&c, &op, &id, notice, out.status).await
+}
+
+/// The subscription's page after an action, with its `notice` and the action's status.
+async fn after_action(
+    c: &Console,
+    op: &Operator,
+    id: &str,
+    notice: Markup,
+    status: StatusCode,
+) -> Page {
+    let here = format!("/ui/subscriptions/{}", html::seg(id));
+    let (body, _) = subscription_body(c, op, id).await;
     html::page_after(
         &format!("Subscription {id}"),
         "/ui/subscriptions",
-        &op,
+        op,
         Some(notice),
         Some(&here),
         html::live_region(&here, body),
     )
-    .status(out.status)
+    .status(status)
 }
 
 /// `POST /ui/subscriptions/{id}/pause`: the confirmation, then the pause.
@@ -326,14 +338,5 @@ pub async fn release(
     } else {
         html! { p.error role="alert" { (out.error_text()) } }
     };
-    let (body, _) = subscription_body(&c, &op, &id).await;
-    html::page_after(
-        &format!("Subscription {id}"),
-        "/ui/subscriptions",
-        &op,
-        Some(notice),
-        Some(&here),
-        html::live_region(&here, body),
-    )
-    .status(out.status)
+    after_action(&c, &op, &id, notice, out.status).await
 }

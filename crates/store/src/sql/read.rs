@@ -695,14 +695,17 @@ pub(crate) fn ingress_counts(c: &dyn Db, q: &IngressCountQuery) -> StoreResult<V
             " AND ?3 = ?3"
         },
     );
-    c.rows(&sql, p![q.since_minute, scope, key, limit], |r| {
-        Ok(IngressCount {
-            minute: r.get(0)?,
-            scope: r.get(1)?,
-            key: r.get(2)?,
-            outcome: r.get(3)?,
-            n: r.get::<i64>(4)?.max(0) as u64,
-        })
+    c.rows(&sql, p![q.since_minute, scope, key, limit], ingress_count)
+}
+
+/// An `ingress_counts` row selected as `minute, scope, key, outcome, n`.
+fn ingress_count(r: &Row) -> StoreResult<IngressCount> {
+    Ok(IngressCount {
+        minute: r.get(0)?,
+        scope: r.get(1)?,
+        key: r.get(2)?,
+        outcome: r.get(3)?,
+        n: r.get::<i64>(4)?.max(0) as u64,
     })
 }
 
@@ -712,15 +715,7 @@ pub(crate) fn admitted_totals(c: &dyn Db, minute: i64) -> StoreResult<Vec<Ingres
         "SELECT minute, scope, key, outcome, n FROM ingress_counts \
          WHERE minute = ?1 AND outcome = 'admitted' AND scope <> 'source' LIMIT 10000",
         p![minute],
-        |r| {
-            Ok(IngressCount {
-                minute: r.get(0)?,
-                scope: r.get(1)?,
-                key: r.get(2)?,
-                outcome: r.get(3)?,
-                n: r.get::<i64>(4)?.max(0) as u64,
-            })
-        },
+        ingress_count,
     )
 }
 
