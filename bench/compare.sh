@@ -6,6 +6,7 @@
 # storage (/proc/PID/io write_bytes) per answered request.
 #
 #   bench/compare.sh OLD_BINARY NEW_BINARY            # ROUNDS=3 DURATION=5 CONN=32 by default
+#   CONFIG=my.toml bench/compare.sh OLD NEW           # a config both builds read (default bench/bench.toml)
 #
 # Prints one line per round and build, then the medians. Uses 127.0.0.1:18181 (bench/bench.toml).
 set -euo pipefail
@@ -15,6 +16,7 @@ B=${2:?usage: bench/compare.sh OLD_BINARY NEW_BINARY}
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-5}
 CONN=${CONN:-32}
+CONFIG=${CONFIG:-bench/bench.toml}
 S=http://127.0.0.1:18181
 export STANDARD_WEBHOOK_SECRET=${STANDARD_WEBHOOK_SECRET:-whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}
 work=$(mktemp -d)
@@ -42,7 +44,7 @@ for r in $(seq "$ROUNDS"); do
   for label in A B; do
     bin=$A; [ "$label" = B ] && bin=$B
     rm -rf "$work/data"
-    RUST_LOG=warn "$bin" serve --config bench/bench.toml --data-dir "$work/data" >"$work/server.log" 2>&1 &
+    RUST_LOG=warn "$bin" serve --config "$CONFIG" --data-dir "$work/data" >"$work/server.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do curl -fs "$S/health" >/dev/null 2>&1 && break; sleep 0.1; done
     read -r ir ic iw <<<"$(one "$bin" ingest --subscription unbound)"
