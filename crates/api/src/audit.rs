@@ -94,6 +94,10 @@ fn detail(status: StatusCode, body: &Value, extra: Option<&Value>) -> String {
             }
         }
     }
+    // A quarantine's reason (the operator's own words, one line, at most 500 bytes).
+    if let Some(r) = body.pointer("/quarantine/reason").and_then(Value::as_str) {
+        d.insert("reason".into(), r.into());
+    }
     if let Some(Value::Object(x)) = extra {
         for (k, v) in x {
             d.insert(k.clone(), v.clone());

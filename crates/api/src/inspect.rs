@@ -172,11 +172,21 @@ pub async fn get_subscription(
     ))
 }
 
-/// [`wire::subscription_state_detail`] plus `quarantine` ([`crate::quarantine::view`]) while quarantined.
+/// [`wire::subscription_state_detail`] plus `quarantine` ([`crate::quarantine::view`]) while
+/// quarantined and `previousSecretUntil` while a secret rotation lasts.
 fn state_detail(st: &AppState, s: &tb_store::SubscriptionRecord) -> Value {
     let mut d = wire::subscription_state_detail(s);
     if let Some(q) = st.engine.quarantined(&s.id) {
         d["quarantine"] = crate::quarantine::view(&q);
+    }
+    // A secret rotation in force: until when the previous secret is accepted (never the secret).
+    if let Some(p) = st
+        .engine
+        .catalog()
+        .subscription(&s.id)
+        .and_then(|c| c.previous_secret.clone())
+    {
+        d["previousSecretUntil"] = wire::time(p.until_ms).into();
     }
     d
 }

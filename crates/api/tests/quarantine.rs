@@ -107,6 +107,23 @@ async fn quarantine_by_hand_and_by_rule_refuses_cheaply_until_released() {
         )
         .await;
     assert_eq!(st.as_u16(), 404, "{e}");
+    for bad in ["two\nlines", "\u{1b}[31mred", &"x".repeat(501)] {
+        let (st, e) = s
+            .post(
+                "/v1/trigger-subscriptions/github/quarantine",
+                json!({ "reason": bad }),
+            )
+            .await;
+        assert_eq!(
+            (st.as_u16(), e["error"].as_str()),
+            (400, Some("validation_error")),
+            "{e}"
+        );
+    }
+    assert!(
+        s.engine.quarantined("github").is_none(),
+        "nothing kept from a refused call"
+    );
     let (st, q) = s
         .post(
             "/v1/trigger-subscriptions/github/quarantine",
@@ -164,6 +181,15 @@ async fn quarantine_by_hand_and_by_rule_refuses_cheaply_until_released() {
     );
     let all = s.get("/v1/quarantines").await;
     assert_eq!(all["quarantines"].as_array().unwrap().len(), 1, "{all}");
+    let audit = s
+        .get("/v1/audit?target=github&action=subscription.quarantine&limit=10")
+        .await;
+    assert!(
+        audit
+            .to_string()
+            .contains("forged deliveries from 203.0.113.0/24"),
+        "the audit entry keeps the reason: {audit}"
+    );
     assert!(audit_actions(&s, "github")
         .await
         .contains(&("subscription.quarantine".into(), "anonymous".into())));

@@ -171,7 +171,7 @@ pub enum SubscriptionsCmd {
     Quarantine {
         /// Subscription id
         id: String,
-        /// Why (recorded with the quarantine and in the audit log)
+        /// Why: one line, at most 500 bytes (kept with the quarantine and in the audit entry)
         #[arg(long)]
         reason: String,
     },
@@ -180,8 +180,9 @@ pub enum SubscriptionsCmd {
         /// Subscription id
         id: String,
     },
-    /// Requests a subscription admitted and refused per minute, by outcome (signature_invalid,
-    /// rate_limited, too_large, quarantined, ...), summed over every replica
+    /// Requests a subscription refused per minute, by outcome (signature_invalid, rate_limited,
+    /// too_large, quarantined, ...), and those it admitted under a rate limit (`admitted`, only when
+    /// it has one), summed over every replica
     Counts {
         /// Subscription id
         id: String,

@@ -792,15 +792,16 @@ pub struct Config {
     pub api_keys: Vec<ApiKeySection>,
 }
 
-/// The previous secret of a rotation, resolved and parsed as `connector` takes it. Errors: a
+/// The previous secret of a rotation, resolved and parsed as `connector` takes it; `None` when the
+/// overlap has ended (a note, not an error: a server restarted after `until` must start). Errors: a
 /// reference that does not resolve, a bad format, the same value as the current secret, an `until`
-/// that is not RFC 3339, past, or more than 30 days away.
+/// that is not RFC 3339 or more than 30 days away.
 fn previous_secret(
     r: &RotationSection,
     connector: &ConnectorSpec,
     current: &[u8],
     base: &Path,
-) -> Result<tb_engine::catalog::PreviousSecret, String> {
+) -> Result<Option<tb_engine::catalog::PreviousSecret>, String> {
     let until_ms = chrono::DateTime::parse_from_rfc3339(&r.until)
         .map_err(|e| {
             format!(
@@ -809,8 +810,11 @@ fn previous_secret(
             )
         })?
         .timestamp_millis();
-    tb_core::rotation::check_until(until_ms, chrono::Utc::now().timestamp_millis())
-        .map_err(|e| format!("until {}: {e}", r.until))?;
+    let now = chrono::Utc::now().timestamp_millis();
+    if !tb_core::rotation::previous_accepted(until_ms, now) {
+        return Ok(None);
+    }
+    tb_core::rotation::check_until(until_ms, now).map_err(|e| format!("until {}: {e}", r.until))?;
     let v =
         resolve_secret(&r.previous_secret, base).map_err(|e| format!("previous_secret: {e}"))?;
     let secret = match connector {
@@ -821,7 +825,10 @@ fn previous_secret(
     if secret == current {
         return Err("previous_secret is the same as secret: point secret at the new value".into());
     }
-    Ok(tb_engine::catalog::PreviousSecret { secret, until_ms })
+    Ok(Some(tb_engine::catalog::PreviousSecret {
+        secret,
+        until_ms,
+    }))
 }
 
 /// Resolves a secret reference. `env:NAME` reads the environment variable (must be set and non-empty);
@@ -877,6 +884,9 @@ pub struct Loaded {
     pub catalog_parts: (Vec<SubscriptionConfig>, Vec<Binding>, Vec<Workflow>),
     /// `[rate_limits]` as the engine takes it.
     pub quotas: tb_engine::edge::IngressQuotas,
+    /// Facts worth saying that are not errors, one line each: rotations in force and ended ones.
+    /// `check-config` prints them; `serve` logs them.
+    pub notes: Vec<String>,
 }
 
 impl Loaded {
@@ -1192,9 +1202,10 @@ fn produced_source(
         || !s.secret.is_empty()
         || s.hmac.is_some()
         || s.azure_devops.is_some()
+        || s.rotation.is_some()
         || stray
     {
-        errs.push(format!("{at}: a {name} takes no connector, secret, hmac, azure_devops or other source table; remove them"));
+        errs.push(format!("{at}: a {name} takes no connector, secret, rotation, hmac, azure_devops or other source table; remove them"));
     }
     let mut sub = match built {
         Ok(sub) => sub,
@@ -1244,6 +1255,7 @@ pub fn check_nats_url(u: &str) -> Result<(), String> {
 /// Validates a parsed config (see [`load`]).
 pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
     let mut errs = Vec::new();
+    let mut notes = Vec::new();
     if let Some(l) = &cfg.server.listen {
         if let Err(e) = crate::listen::check(l) {
             errs.push(format!("[server].listen: {e}"));
@@ -1384,7 +1396,21 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         let previous_secret = match &s.rotation {
             None => None,
             Some(r) => match previous_secret(r, &connector, &secret, base) {
-                Ok(p) => Some(p),
+                Ok(Some(p)) => {
+                    notes.push(format!(
+                        "{at}: the previous secret is accepted until {} ([subscriptions.rotation])",
+                        r.until
+                    ));
+                    Some(p)
+                }
+                // Ended: not a reason to refuse to start (a restart after `until` must work).
+                Ok(None) => {
+                    notes.push(format!(
+                        "{at}: [subscriptions.rotation] ended at {}: the previous secret is no longer accepted; remove the section",
+                        r.until
+                    ));
+                    None
+                }
                 Err(e) => {
                     errs.push(format!("{at}: [subscriptions.rotation] {e}"));
                     None
@@ -1724,6 +1750,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         Ok(Loaded {
             api_keys,
             quotas,
+            notes,
             server: cfg.server,
             catalog_parts: (subs, bindings, workflows),
         })

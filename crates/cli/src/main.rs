@@ -76,7 +76,7 @@ enum Cmd {
         #[command(subcommand)]
         cmd: client::RunsCmd,
     },
-    /// List, pause and resume trigger subscriptions.
+    /// List, pause, resume, quarantine and release trigger subscriptions; their request counts.
     Subscriptions {
         #[command(subcommand)]
         cmd: client::SubscriptionsCmd,
@@ -212,6 +212,9 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
                     w.len(),
                     b.len()
                 );
+                for n in &l.notes {
+                    println!("  note: {n}");
+                }
                 let nats_runs = w
                     .iter()
                     .filter(|w| matches!(w.executor, tb_core::workflow::Executor::Nats { .. }))

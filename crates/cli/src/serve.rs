@@ -99,6 +99,9 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         )
     })?;
     let quotas = loaded.quotas.clone();
+    for n in &loaded.notes {
+        tracing::warn!("{n}");
+    }
     let (server, catalog, keys) = loaded.into_catalog();
     let edge = server.edge();
     let listen_text = args
@@ -517,9 +520,6 @@ async fn audit_config_load(engine: &Engine, path: &std::path::Path, replica: &st
                 .map(|p| (s.id.clone(), tb_store::rfc3339(p.until_ms).into()))
         })
         .collect();
-    for (id, until) in &rotations {
-        tracing::info!(subscription = %id, until = %until, "secret rotation in force: the previous secret is accepted until then");
-    }
     let mut detail = serde_json::json!({"configSha256": hash, "apiKeys": keys});
     if !rotations.is_empty() {
         detail["secretRotations"] = rotations.into();

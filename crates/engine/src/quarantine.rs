@@ -15,7 +15,7 @@ use tb_store::{IngressCountQuery, QuarantineRecord};
 
 use crate::{clock, store_err, Engine};
 
-/// Longest operator reason kept (bytes, cut at a character boundary).
+/// Longest operator reason (bytes); a longer one is refused.
 pub const MAX_REASON_BYTES: usize = 500;
 
 impl Engine {
@@ -52,6 +52,11 @@ impl Engine {
         for s in self.catalog().subscriptions() {
             let on = f64::from(u8::from(map.contains_key(&s.id)));
             metrics::gauge!("tb_subscription_quarantined", "subscription" => s.id.clone()).set(on);
+            if s.previous_secret.is_some() {
+                // Shown from the start, so "stopped growing" can be told from "never used".
+                metrics::counter!("tb_previous_secret_accepted_total", "subscription" => s.id.clone())
+                    .increment(0);
+            }
         }
         *self.quarantines.write().expect("quarantine lock") = map;
         Ok(())
@@ -60,7 +65,7 @@ impl Engine {
     /// Quarantines `subscription` now. `by`: the operator's key name (`None`: the automatic rule).
     /// Returns the record in force (the earlier one when it already was quarantined) and whether this
     /// call made it. Errors: `not_found` (404) no such subscription; `validation_error` (400) an empty
-    /// reason; the store's.
+    /// reason, one over [`MAX_REASON_BYTES`] or with control characters; the store's.
     pub async fn quarantine(
         &self,
         subscription: &str,
@@ -80,14 +85,25 @@ impl Engine {
                 "say why: `reason` must not be empty",
             ));
         }
-        let mut cut = reason.len().min(MAX_REASON_BYTES);
-        while !reason.is_char_boundary(cut) {
-            cut -= 1;
+        if reason.len() > MAX_REASON_BYTES {
+            return Err(TbError::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "`reason` is {} bytes; at most {MAX_REASON_BYTES}",
+                    reason.len()
+                ),
+            ));
+        }
+        if reason.chars().any(char::is_control) {
+            return Err(TbError::new(
+                ErrorCode::ValidationError,
+                "`reason` must be one line of text without control characters",
+            ));
         }
         let rec = QuarantineRecord {
             subscription_id: subscription.to_string(),
             since: clock::now_ms(),
-            reason: reason[..cut].to_string(),
+            reason: reason.to_string(),
             quarantined_by: by,
         };
         let made = self

@@ -302,11 +302,24 @@ pub async fn release(
     Form(f): Form<Confirm>,
 ) -> Page {
     let here = format!("/ui/subscriptions/{}", html::seg(&id));
+    if c.api.engine.catalog().subscription(&id).is_none() {
+        let e = tb_api::error::ApiError::new(
+            tb_core::ErrorCode::NotFound,
+            "no such trigger subscription",
+        );
+        return html::page("Release", "/ui/subscriptions", &op, html::api_error(&e))
+            .status(StatusCode::NOT_FOUND);
+    }
+    if f.confirmed != "yes" && c.api.engine.quarantined(&id).is_none() {
+        let notice =
+            html! { p.ok role="status" { (id) " is not quarantined: nothing to release." } };
+        return after_action(&c, &op, &id, notice, StatusCode::OK).await;
+    }
     if f.confirmed != "yes" {
         let what = html! {
             p { "Release " strong { (id) } " from quarantine?" }
             ul {
-                li { "Its ingest endpoint takes requests again at once, on every replica within one configuration poll." }
+                li { "Its ingest endpoint takes requests again: here at once, on the other replicas within one configuration poll." }
                 li { "If the flood or the forged signatures go on, the automatic rule (when configured) quarantines it again after its minutes." }
                 li { "Recorded in the audit log as you." }
             }
