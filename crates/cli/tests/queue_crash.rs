@@ -79,13 +79,27 @@ workflow = "noop"
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         for i in 0..MESSAGES {
-            let mut h = async_nats::HeaderMap::new();
-            h.insert("Nats-Msg-Id", format!("order-{i}").as_str());
-            js.publish_with_headers("orders.new", h, br#"{"type":"order"}"#.to_vec().into())
-                .await
-                .unwrap()
-                .await
-                .unwrap();
+            // Right after the stream is created its subjects may not take messages yet under load
+            // (the ack is "no responders", StreamNotFound): a bounded retry, as a publisher does.
+            // `Nats-Msg-Id` makes a retried publish count once.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("Nats-Msg-Id", format!("order-{i}").as_str());
+                let ack = js
+                    .publish_with_headers("orders.new", h, br#"{"type":"order"}"#.to_vec().into())
+                    .await
+                    .unwrap()
+                    .await;
+                match ack {
+                    Ok(_) => break,
+                    Err(e) if Instant::now() < deadline => {
+                        eprintln!("publish {i}: {e}; retrying");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(e) => panic!("publish {i}: {e}"),
+                }
+            }
         }
         js
     });
