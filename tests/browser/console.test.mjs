@@ -181,6 +181,7 @@ namespace = "platform"
 id = "flaky"
 executor = "http"
 url = "http://127.0.0.1:${workerPort}/run"
+allow_private = true
 secret = "env:STANDARD_WEBHOOK_SECRET"
 timeout_ms = 5000
 
