@@ -53,7 +53,7 @@ struct State {
     /// Unflushed admissions of minutes that have ended: `(minute, scope, key) -> n`.
     ended: HashMap<(i64, Scope, String), u64>,
     /// Unflushed refusals: `(minute, scope, key, outcome) -> n`.
-    refusals: HashMap<(i64, Scope, String, &'static str), u64>,
+    refusals: HashMap<(i64, Scope, String, String), u64>,
     /// Refusals written as their own record this minute, per subscription and outcome.
     kept: HashMap<(String, &'static str), u64>,
     /// The minute rows were last pruned at.
@@ -82,16 +82,16 @@ impl State {
 #[derive(Default)]
 pub struct RateLimits {
     state: Mutex<State>,
-    /// One flush at a time (the periodic task and a caller's explicit flush), so `flushed` marks and
-    /// the totals read back stay in step.
+    /// One flush at a time (the periodic task and a caller's explicit flush), so the `flushed` marks
+    /// and the totals read back stay in step.
     flushing: tokio::sync::Mutex<()>,
 }
 
 /// A taken batch: the rows to add, and for each row of the running minute's admissions the cell it came
-/// from with its `flushed` mark at taking time.
+/// from (to give its delta back if the store refuses the batch).
 pub struct Batch {
     rows: Vec<IngressCount>,
-    marks: Vec<Option<(Scope, String, u64)>>,
+    marks: Vec<Option<(Scope, String)>>,
     minute: i64,
     prune_before: Option<i64>,
 }
@@ -139,7 +139,7 @@ impl RateLimits {
         let mut st = self.state.lock().expect("rate limit lock");
         let minute = rate::minute_of(now_ms);
         st.roll(minute);
-        let k = (minute, scope, key.to_string(), outcome);
+        let k = (minute, scope, key.to_string(), outcome.to_string());
         if st.refusals.len() < MAX_PENDING || st.refusals.contains_key(&k) {
             *st.refusals.entry(k).or_default() += 1;
         }
@@ -189,14 +189,14 @@ impl RateLimits {
             }
             c.flushed = c.local;
             rows.push(row(minute, *scope, key.clone(), "admitted", delta));
-            marks.push(Some((*scope, key.clone(), c.flushed)));
+            marks.push(Some((*scope, key.clone())));
         }
         for ((m, scope, key), n) in st.ended.drain() {
             rows.push(row(m, scope, key, "admitted", n));
             marks.push(None);
         }
         for ((m, scope, key, outcome), n) in st.refusals.drain() {
-            rows.push(row(m, scope, key, outcome, n));
+            rows.push(row(m, scope, key, &outcome, n));
             marks.push(None);
         }
         let prune_before = (st.pruned < minute).then(|| {
@@ -208,22 +208,6 @@ impl RateLimits {
             marks,
             minute,
             prune_before,
-        }
-    }
-
-    /// Settles a batch the store took: each running-minute cell learns what the other replicas have
-    /// admitted (`total - own flushed`).
-    fn settle(&self, batch: &Batch, totals: &[u64]) {
-        let mut st = self.state.lock().expect("rate limit lock");
-        if st.minute != batch.minute {
-            return;
-        }
-        for (mark, total) in batch.marks.iter().zip(totals) {
-            if let Some((scope, key, flushed)) = mark {
-                if let Some(c) = st.cells.get_mut(&(*scope, key.clone())) {
-                    c.others = total.saturating_sub(*flushed);
-                }
-            }
         }
     }
 
@@ -259,7 +243,7 @@ impl RateLimits {
                 continue;
             };
             match mark {
-                Some((scope, key, _)) if st.minute == batch.minute => {
+                Some((scope, key)) if st.minute == batch.minute => {
                     if let Some(c) = st.cells.get_mut(&(scope, key)) {
                         c.flushed -= row.n.min(c.flushed);
                     }
@@ -270,12 +254,9 @@ impl RateLimits {
                     }
                 }
                 _ => {
-                    let Some(outcome) = outcome_name(&row.outcome) else {
-                        continue;
-                    };
                     if st.refusals.len() < MAX_PENDING {
                         *st.refusals
-                            .entry((row.minute, scope, row.key, outcome))
+                            .entry((row.minute, scope, row.key, row.outcome))
                             .or_default() += row.n;
                     }
                 }
@@ -285,35 +266,13 @@ impl RateLimits {
 }
 
 /// The running minute of `r`'s counters.
-fn batch_minute(r: &RateLimits) -> i64 {
+fn running_minute(r: &RateLimits) -> i64 {
     r.state.lock().expect("rate limit lock").minute
 }
 
 /// The refusals that may also be written as their own record: a `rate_limited` receipt, a
 /// `verification_failed` dead letter. Others are only counted, so they cannot use up the budget.
 pub const RECORDED: [&str; 2] = ["rate_limited", "signature_invalid"];
-
-/// Refusal outcomes this build counts (the `&'static str` a put-back row's outcome maps back to).
-pub const OUTCOMES: [&str; 14] = [
-    "rate_limited",
-    "rate_limited_global",
-    "rate_limited_source",
-    "body_timeout",
-    "overloaded",
-    "body_broken",
-    "signature_invalid",
-    "too_large",
-    "headers_too_large",
-    "not_found",
-    "quarantined",
-    "unprocessable",
-    "rejected",
-    "unsupported_media_type",
-];
-
-fn outcome_name(s: &str) -> Option<&'static str> {
-    OUTCOMES.into_iter().find(|o| *o == s)
-}
 
 impl Engine {
     /// Adds this replica's counts to the store and reads the shared totals back (see the module docs).
@@ -327,7 +286,7 @@ impl Engine {
                 .add_ingress_counts(batch.rows.clone(), batch.prune_before)
                 .await
             {
-                Ok(totals) => self.rate_limits.settle(&batch, &totals),
+                Ok(_) => {}
                 Err(e) => {
                     tracing::warn!(error = %e, rows = batch.rows.len(), "recording ingress counts failed; kept for the next flush");
                     self.rate_limits.put_back(batch);
@@ -335,16 +294,11 @@ impl Engine {
                 }
             }
         }
-        // What the other replicas admitted, also at levels this one has not used yet this minute (one
-        // indexed read a second).
-        match self
-            .store
-            .admitted_totals(batch_minute(&self.rate_limits))
-            .await
-        {
-            Ok(totals) => self
-                .rate_limits
-                .learn(batch_minute(&self.rate_limits), &totals),
+        // What the other replicas admitted, also at levels this one has not used yet this minute, so
+        // its first requests there count theirs (one indexed read a second).
+        let minute = running_minute(&self.rate_limits);
+        match self.store.admitted_totals(minute).await {
+            Ok(totals) => self.rate_limits.learn(minute, &totals),
             Err(e) => tracing::debug!(error = %e, "reading shared rate-limit counts failed"),
         }
     }
@@ -451,7 +405,16 @@ mod tests {
         assert_eq!(b.rows.len(), 1);
         assert_eq!(b.rows[0].n, 3);
         // The store's total is 9: six came from the other replicas.
-        r.settle(&b, &[9]);
+        r.learn(
+            rate::minute_of(T),
+            &[IngressCount {
+                minute: rate::minute_of(T),
+                scope: "subscription".into(),
+                key: "gh".into(),
+                outcome: "admitted".into(),
+                n: 9,
+            }],
+        );
         assert_eq!(r.seen(Scope::Subscription, "gh"), 9);
         r.admit(T, &l).unwrap();
         assert!(r.admit(T, &l).is_err(), "3 + 6 + 1 = 10");
