@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::*;
-use tb_core::binding::{Binding, BindingAction};
 use tb_core::connector::ConnectorSpec;
 use tb_core::quarantine::QuarantinePolicy;
 use tb_core::workflow::{Executor, Workflow};
@@ -61,15 +60,7 @@ async fn quarantine_by_hand_and_by_rule_refuses_cheaply_until_released() {
         quarantine: policy,
         ..SubscriptionConfig::webhook(id, ConnectorSpec::Github, GH_SECRET.as_bytes())
     };
-    let binding = |id: &str, sub: &str| Binding {
-        rate_limit_per_min: 0,
-        id: id.into(),
-        subscription: sub.into(),
-        event_types: vec!["pull_request.opened".into()],
-        filter: Default::default(),
-        action: BindingAction::start_run("wf"),
-        inputs: Default::default(),
-    };
+    let binding = |id: &str, sub: &str| opened_binding(id, sub, "wf", 0);
     let rule = QuarantinePolicy {
         refusals_per_min: 20,
         minutes: 2,

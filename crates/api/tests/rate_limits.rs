@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use support::*;
-use tb_core::binding::{Binding, BindingAction};
+use tb_core::binding::Binding;
 use tb_core::connector::ConnectorSpec;
 use tb_core::rate::RECORDS_PER_MINUTE;
 use tb_core::workflow::{Executor, Workflow};
@@ -20,15 +20,7 @@ use tb_engine::edge::IngressQuotas;
 use tb_engine::{Catalog, SubscriptionConfig};
 
 fn binding(id: &str, sub: &str, per_min: u32) -> Binding {
-    Binding {
-        rate_limit_per_min: per_min,
-        id: id.into(),
-        subscription: sub.into(),
-        event_types: vec!["pull_request.opened".into()],
-        filter: Default::default(),
-        action: BindingAction::start_run("wf"),
-        inputs: Default::default(),
-    }
+    opened_binding(id, sub, "wf", per_min)
 }
 
 fn github(id: &str, per_min: u32) -> SubscriptionConfig {

@@ -7,7 +7,7 @@ mod support;
 use std::sync::atomic::Ordering;
 
 use support::*;
-use tb_core::binding::{Binding, BindingAction};
+use tb_core::binding::Binding;
 use tb_core::connector::ConnectorSpec;
 use tb_core::workflow::{Executor, Workflow};
 use tb_engine::{Catalog, SubscriptionConfig};
@@ -25,15 +25,7 @@ fn http(id: &str, url: String, allow_private: bool) -> Workflow {
 }
 
 fn start(id: &str, wf: &str) -> Binding {
-    Binding {
-        rate_limit_per_min: 0,
-        id: id.into(),
-        subscription: "github".into(),
-        event_types: vec!["pull_request.opened".into()],
-        filter: Default::default(),
-        action: BindingAction::start_run(wf),
-        inputs: Default::default(),
-    }
+    opened_binding(id, "github", wf, 0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -148,6 +148,20 @@ pub fn github_catalog(
     (sub, binding, wf)
 }
 
+/// A binding of `sub` that starts `wf` for every `pull_request.opened`, with no inputs and a rate limit
+/// of `per_min` (0 = none).
+pub fn opened_binding(id: &str, sub: &str, wf: &str, per_min: u32) -> Binding {
+    Binding {
+        rate_limit_per_min: per_min,
+        id: id.into(),
+        subscription: sub.into(),
+        event_types: vec!["pull_request.opened".into()],
+        filter: Default::default(),
+        action: BindingAction::start_run(wf),
+        inputs: Default::default(),
+    }
+}
+
 /// A fresh SQLite store in a new temp dir.
 pub fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
     let dir = tempfile::tempdir().unwrap();
