@@ -412,6 +412,59 @@ async fn signals_raised_through_three_handles_get_gapless_seqs_in_each_raisers_o
     }
 }
 
+/// A mailbox page and its `buffered` count come from one snapshot: while one handle raises signals,
+/// every page another handle reads lists exactly as many buffered signals as its count says (a
+/// page read in autocommit could see 0 rows and then a count of 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_mailbox_page_read_while_signals_arrive_agrees_with_its_count() {
+    const RAISED: usize = 60;
+    for (backend, stores, _guard) in handles(2).await {
+        subscription(&*stores[0], "gh").await;
+        let run = session_run(&*stores[0]).await;
+        let done = Arc::new(AtomicUsize::new(0));
+        let pages = race(2, |i| {
+            let (s, run, done) = (stores[i].clone(), run.clone(), done.clone());
+            async move {
+                let mut pages = Vec::new();
+                if i == 0 {
+                    for j in 0..RAISED {
+                        s.raise_signal(&run, api_signal(&format!("p{j}"), "tick"), 3_000)
+                            .await
+                            .expect("raise");
+                        tokio::task::yield_now().await;
+                    }
+                    done.store(1, Ordering::SeqCst);
+                } else {
+                    while done.load(Ordering::SeqCst) == 0 {
+                        let page = s.list_signals(&run, None, 500).await.expect("list");
+                        let listed = page
+                            .signals
+                            .iter()
+                            .filter(|r| r.state == "buffered")
+                            .count();
+                        pages.push((listed as u64, page.buffered));
+                    }
+                }
+                pages
+            }
+        })
+        .await;
+        let read = &pages[1];
+        assert!(
+            read.len() >= 2,
+            "{backend}: the reader read {} pages",
+            read.len()
+        );
+        let torn: Vec<_> = read.iter().filter(|(listed, n)| listed != n).collect();
+        assert!(
+            torn.is_empty(),
+            "{backend}: pages whose rows disagree with their count: {torn:?}"
+        );
+        let last = stores[1].list_signals(&run, None, 500).await.unwrap();
+        assert_eq!(last.buffered, RAISED as u64, "{backend}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_wait_raced_by_a_signal_and_its_timer_on_two_handles_resolves_once() {
     const ROUNDS: usize = 12;

@@ -286,8 +286,8 @@ impl PgPool {
         self.submit(Access::Write, f).await
     }
 
-    /// As [`PgPool::write`], in a `READ ONLY` transaction (a statement that writes fails with
-    /// `Database`, SQLSTATE `25006`).
+    /// As [`PgPool::write`], in a `REPEATABLE READ READ ONLY` transaction: one snapshot for all of
+    /// its statements; a statement that writes fails with `Database`, SQLSTATE `25006`.
     pub async fn read<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
@@ -470,10 +470,12 @@ fn run_once(conn: &mut Conn, job: &mut dyn Job) -> Run {
     run
 }
 
-/// The `BEGIN` of a job's transaction: READ COMMITTED, `READ ONLY` for a read.
+/// The `BEGIN` of a job's transaction: READ COMMITTED for a write; for a read `REPEATABLE READ
+/// READ ONLY`, so all of its statements see one snapshot (a page and its count agree). A read-only
+/// transaction never fails to serialize, so this costs no retries.
 fn begin_sql(access: Access) -> &'static str {
     match access {
-        Access::Read => "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY",
+        Access::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
         _ => "BEGIN ISOLATION LEVEL READ COMMITTED",
     }
 }
@@ -482,7 +484,7 @@ fn begin_sql(access: Access) -> &'static str {
 /// statement.
 fn empty_transaction(access: Access) -> &'static str {
     match access {
-        Access::Read => "BEGIN ISOLATION LEVEL READ COMMITTED READ ONLY; COMMIT",
+        Access::Read => "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; COMMIT",
         _ => "BEGIN ISOLATION LEVEL READ COMMITTED; COMMIT",
     }
 }
