@@ -4,7 +4,7 @@
 //! share one `SqliteStore` (one process, one writer). Every wait is bounded by [`LIMIT`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -421,7 +421,7 @@ async fn a_mailbox_page_read_while_signals_arrive_agrees_with_its_count() {
     for (backend, stores, _guard) in handles(2).await {
         subscription(&*stores[0], "gh").await;
         let run = session_run(&*stores[0]).await;
-        let done = Arc::new(AtomicUsize::new(0));
+        let done = Arc::new(AtomicBool::new(false));
         let pages = race(2, |i| {
             let (s, run, done) = (stores[i].clone(), run.clone(), done.clone());
             async move {
@@ -433,9 +433,9 @@ async fn a_mailbox_page_read_while_signals_arrive_agrees_with_its_count() {
                             .expect("raise");
                         tokio::task::yield_now().await;
                     }
-                    done.store(1, Ordering::SeqCst);
+                    done.store(true, Ordering::SeqCst);
                 } else {
-                    while done.load(Ordering::SeqCst) == 0 {
+                    while !done.load(Ordering::SeqCst) {
                         let page = s.list_signals(&run, None, 500).await.expect("list");
                         let listed = page
                             .signals

@@ -240,7 +240,7 @@ impl SqliteBackend {
     /// Runs a short point read on the calling thread (no thread hop): for the ingest hot path's dedup
     /// probe, an index lookup of a few µs. Longer reads go through [`Self::read`].
     fn read_inline<T>(&self, f: impl FnOnce(&dyn Db) -> StoreResult<T>) -> StoreResult<T> {
-        with_reader(&self.readers, &self.path, false, f)
+        with_reader(&self.readers, &self.path, f)
     }
 
     async fn read_blocking<T, F>(&self, f: F) -> StoreResult<T>
@@ -249,7 +249,7 @@ impl SqliteBackend {
         F: FnOnce(&dyn Db) -> StoreResult<T> + Send + 'static,
     {
         let (pool, path) = (self.readers.clone(), self.path.clone());
-        tokio::task::spawn_blocking(move || with_reader(&pool, &path, true, f))
+        tokio::task::spawn_blocking(move || with_reader(&pool, &path, |c| in_snapshot(c, f)))
             .await
             .map_err(|e| StoreError::Database(format!("reader task failed: {e}")))?
     }
@@ -259,12 +259,10 @@ impl SqliteBackend {
 const MAX_IDLE_READERS: usize = 8;
 
 /// Runs `f` on an idle read-only connection of `pool` (opening one on `path` when none is idle) and
-/// puts it back, keeping at most [`MAX_IDLE_READERS`]; with `snapshot`, inside one read transaction
-/// ([`in_snapshot`]), otherwise in autocommit (a point read). Errors: opening failed, or `f`'s.
+/// puts it back, keeping at most [`MAX_IDLE_READERS`]. Errors: opening failed, or `f`'s.
 fn with_reader<T>(
     pool: &Mutex<Vec<Connection>>,
     path: &Path,
-    snapshot: bool,
     f: impl FnOnce(&dyn Db) -> StoreResult<T>,
 ) -> StoreResult<T> {
     let idle = pool.lock().expect("reader pool").pop();
@@ -276,11 +274,7 @@ fn with_reader<T>(
             c
         }
     };
-    let r = if snapshot {
-        in_snapshot(&conn, f)
-    } else {
-        f(&conn)
-    };
+    let r = f(&conn);
     let mut p = pool.lock().expect("reader pool");
     if p.len() < MAX_IDLE_READERS {
         p.push(conn);
@@ -291,11 +285,12 @@ fn with_reader<T>(
 /// Runs `f` in one deferred read transaction on `c`, so all of its statements read one WAL snapshot
 /// (a page and its count agree); in autocommit each statement reads its own. Errors: `f`'s, or
 /// `BEGIN` / `COMMIT` failing.
-fn in_snapshot<T>(c: &Connection, f: impl FnOnce(&dyn Db) -> StoreResult<T>) -> StoreResult<T> {
-    c.execute_batch("BEGIN").map_err(db)?;
+/// Point reads ([`SqliteBackend::read_inline`]) skip it: one statement needs no transaction.
+fn in_snapshot<T>(c: &dyn Db, f: impl FnOnce(&dyn Db) -> StoreResult<T>) -> StoreResult<T> {
+    c.exec("BEGIN", &[])?;
     let r = f(c);
     // A read transaction has nothing to keep: end it the same way whatever `f` returned.
-    let end = c.execute_batch("COMMIT").map_err(db);
+    let end = c.exec("COMMIT", &[]);
     let r = r?;
     end?;
     Ok(r)
