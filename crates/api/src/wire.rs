@@ -140,6 +140,10 @@ pub struct DeliveryView {
     pub last_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_reason: Option<String>,
+    /// The W3C `traceparent` of the span that received its event (issue #14): each attempt's span
+    /// links to it. Absent when nothing traced the event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_context: Option<String>,
 }
 
 /// A delivery's wire view.
@@ -171,6 +175,7 @@ pub fn delivery_view(d: &DeliveryRecord) -> DeliveryView {
             .flatten(),
         last_error: d.last_error.clone(),
         dead_letter_reason: d.dead_letter_reason.clone(),
+        trace_context: d.trace_context.clone(),
     }
 }
 

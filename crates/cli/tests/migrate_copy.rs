@@ -272,6 +272,7 @@ async fn fill(dir: &Path, n: usize) -> Vec<(String, Vec<u8>)> {
             }],
             capability: None,
             lease: None,
+            trace_context: None,
         };
         bodies.push((r.id.clone(), body));
         s.commit_receipt(r).await.unwrap();

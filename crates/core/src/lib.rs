@@ -34,6 +34,7 @@ pub mod session;
 pub mod signal;
 pub mod subscription;
 pub mod template;
+pub mod trace;
 pub mod turn;
 pub mod wait;
 pub mod workflow;

@@ -84,6 +84,9 @@ pub struct Inbound {
     /// The run the deliveries act on, when the source names one: refused `target_terminal` (409) when
     /// it has ended, after the dedup probe.
     pub target_run: Option<String>,
+    /// The sender's W3C `traceparent`, when it sent a valid one (an HTTP `traceparent` header, a NATS
+    /// message's `traceparent` header): the parent of the `receipt` span ([`crate::trace`]).
+    pub trace_parent: Option<tb_core::trace::TraceContext>,
 }
 
 /// How an [`Inbound`]'s repeats are recognized (DESIGN §5.2).
@@ -223,6 +226,23 @@ fn limit(
 /// capability was revoked, expired or used up at commit; `unavailable` (503) the store cannot commit
 /// (`Retry-After: 1` when busy); `internal` if the commit task panicked.
 pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbError> {
+    use tracing::Instrument;
+    let id = new_id(IdKind::Receipt);
+    let span = crate::trace::receipt_span(&inbound.subscription, inbound.source.as_str(), &id);
+    let trace_context = crate::trace::ingress(&span, inbound.trace_parent);
+    accept_traced(engine, inbound, id, trace_context)
+        .instrument(span)
+        .await
+}
+
+/// [`accept`] inside its `receipt` span: `id` is the receipt's id, `trace_context` the `traceparent`
+/// its deliveries keep.
+async fn accept_traced(
+    engine: &Engine,
+    inbound: Inbound,
+    id: String,
+    trace_context: Option<String>,
+) -> Result<Accepted, TbError> {
     let Inbound {
         source,
         subscription,
@@ -238,8 +258,8 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
         routing,
         capability,
         target_run,
+        trace_parent: _,
     } = inbound;
-    let id = new_id(IdKind::Receipt);
     let receipt = |state, deliveries, key: Option<&Dedup>, normalized, body| NewReceipt {
         source,
         subscription_id: subscription.clone(),
@@ -257,6 +277,7 @@ pub async fn accept(engine: &Engine, inbound: Inbound) -> Result<Accepted, TbErr
         capability: capability.clone(),
         // Filled by `commit_detached` from the local worker's free slots (hand-off).
         lease: None,
+        trace_context: trace_context.clone(),
     };
     let (dead, deliveries) = match routing {
         Routing::Refused { state, dead_letter } => {

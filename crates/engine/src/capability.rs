@@ -287,6 +287,7 @@ pub async fn ingest(
         }]),
         capability: Some(c.id.clone()),
         target_run: Some(c.run_id.clone()),
+        trace_parent: crate::trace::from_headers(headers),
     };
     accept(engine, inbound).await?.answer()
 }

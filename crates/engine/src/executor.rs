@@ -79,6 +79,7 @@ pub async fn start_run(
                 .header("webhook-timestamp", ts.to_string())
                 .header("webhook-signature", sig)
                 .header("idempotency-key", req.delivery_id)
+                .header("traceparent", req.trace.to_traceparent())
                 .body(body)
                 .send()
                 .await;

@@ -155,6 +155,7 @@ mod tests {
                 params: None,
                 consumed_at: None,
                 kind: tb_core::delivery::DeliveryKind::Binding,
+                trace_context: None,
             },
             owner: "w".into(),
             token: "lse_1".into(),

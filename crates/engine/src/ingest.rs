@@ -98,6 +98,7 @@ async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &Hea
         },
         capability: None,
         target_run: None,
+        trace_parent: crate::trace::from_headers(headers),
     };
     if let Err(e) = accept(engine, inbound).await {
         tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");
@@ -225,6 +226,7 @@ pub async fn ingest(
         routing: Routing::Route(verified.event),
         capability: None,
         target_run: None,
+        trace_parent: crate::trace::from_headers(headers),
     };
     accept(engine, inbound).await?.answer()
 }

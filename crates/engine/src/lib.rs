@@ -34,6 +34,7 @@ pub mod start;
 pub mod sweeper;
 pub mod sync;
 pub mod testing;
+pub mod trace;
 pub mod wake;
 pub mod webhooks;
 pub mod wire_event;

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use async_nats::jetstream::context::PublishErrorKind;
-use sha2::{Digest, Sha256};
 use tb_core::run::RunStatus;
 use tb_core::service::Liveness;
 use tb_core::workflow::Workflow;
@@ -23,16 +22,13 @@ use crate::{clock, Engine};
 /// How long a PubAck is awaited before the attempt fails (`timeout`).
 pub const PUBACK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The envelope of an attempt: ids from the run and delivery, the trace id derived from the
-/// receipt (every attempt of one event shares it) and the span id from the delivery and attempt.
+/// The envelope of an attempt: ids from the run and delivery, and the attempt's trace context
+/// ([`crate::trace::attempt_span`]) as trace id, span id and `traceparent`.
 pub fn envelope(workflow: &Workflow, action: &str, req: &StartRequest<'_>) -> Envelope {
-    let h = |s: String| hex::encode(Sha256::digest(s.as_bytes()));
-    let trace_id = h(format!("trace:{}", req.receipt_id))[..32].to_string();
-    let span_id = h(format!("span:{}:{}", req.delivery_id, req.attempt))[..16].to_string();
     Envelope {
-        traceparent: format!("00-{trace_id}-{span_id}-01"),
-        trace_id,
-        span_id,
+        traceparent: req.trace.to_traceparent(),
+        trace_id: req.trace.trace_id_hex(),
+        span_id: req.trace.span_id_hex(),
         flow_run_id: req.run_id.into(),
         flow_id: workflow.id.clone(),
         flow_version: crate::flows::version(workflow),

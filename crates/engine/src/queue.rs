@@ -463,6 +463,7 @@ async fn handle(
         routing,
         capability: None,
         target_run: None,
+        trace_parent: header(&msg, "traceparent").and_then(tb_core::trace::TraceContext::parse),
     };
     // Records the message as a content-free `rejected` receipt (its dedup key makes a redelivered
     // copy one receipt), then terminates it; not recorded: redelivered later, so nothing is dropped

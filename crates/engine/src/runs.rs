@@ -52,6 +52,7 @@ pub async fn start(engine: &Engine, workflow_id: &str, inputs: Value) -> Result<
         }]),
         capability: None,
         target_run: None,
+        trace_parent: None,
     };
     accept(engine, inbound).await?;
     Ok(run_id)

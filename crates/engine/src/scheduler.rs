@@ -487,6 +487,7 @@ async fn fire_one(
         routing: Routing::Route(event),
         capability: None,
         target_run: None,
+        trace_parent: None,
     };
     match accept(engine, inbound).await {
         Ok(Accepted::Answer(IngestAnswer::Duplicate { receipt_id, .. })) => Ok((receipt_id, false)),

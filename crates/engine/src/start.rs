@@ -17,6 +17,8 @@ pub struct StartRequest<'a> {
     pub receipt_id: &'a str,
     /// This attempt's number, 1-based.
     pub attempt: u32,
+    /// The attempt's trace context, passed on as `traceparent` ([`crate::trace::attempt_span`]).
+    pub trace: tb_core::trace::TraceContext,
 }
 
 /// A failed start: the attempt's result and its short, sanitized message (issue #9 defect 6): `HTTP

@@ -164,6 +164,26 @@ pub async fn attempt(engine: &Engine, lease: Lease) {
 /// [`attempt`], with the receipt's event type when the caller knows it (a lease handed over at
 /// commit): the `http` executor sends it, and reads the receipt for it only when it is not given.
 async fn attempt_with(engine: &Engine, lease: Lease, known_event_type: Option<String>) {
+    use tracing::Instrument;
+    let d = &lease.delivery;
+    let (span, trace) = crate::trace::attempt_span(
+        &d.id,
+        &d.receipt_id,
+        d.attempts + 1,
+        d.trace_context.as_deref(),
+    );
+    attempt_traced(engine, lease, known_event_type, trace)
+        .instrument(span)
+        .await
+}
+
+/// [`attempt_with`] inside the attempt's span; `trace` is the context its executor passes on.
+async fn attempt_traced(
+    engine: &Engine,
+    lease: Lease,
+    known_event_type: Option<String>,
+    trace: tb_core::trace::TraceContext,
+) {
     let d = &lease.delivery;
     let started = clock::now_ms();
     let t0 = Instant::now();
@@ -261,6 +281,7 @@ async fn attempt_with(engine: &Engine, lease: Lease, known_event_type: Option<St
                             event_type: &event_type,
                             receipt_id: &d.receipt_id,
                             attempt: number,
+                            trace,
                         };
                         executor::start_run(engine, &w, &req).await.map_err(|f| {
                             message = Some(f.message);
@@ -405,6 +426,7 @@ async fn attempt_with(engine: &Engine, lease: Lease, known_event_type: Option<St
                                 event_type: "",
                                 receipt_id: &d.receipt_id,
                                 attempt: number,
+                                trace,
                             };
                             let why = format!("{class}: {msg}");
                             crate::nats_executor::source_dead_letter(

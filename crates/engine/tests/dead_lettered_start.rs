@@ -64,6 +64,7 @@ async fn dead_letter(store: &dyn Store, now: i64) {
             }],
             capability: None,
             lease: None,
+            trace_context: None,
         })
         .await
         .unwrap();

@@ -52,6 +52,7 @@ fn receipt(received_at: i64, deliveries: usize) -> NewReceipt {
             .collect(),
         capability: None,
         lease: None,
+        trace_context: None,
     }
 }
 

@@ -90,6 +90,9 @@ pub struct NewReceipt {
     /// A capability endpoint whose use this receipt counts; the commit is refused (`Rejected(not_found)`)
     /// if the endpoint was revoked, expired or used up meanwhile.
     pub capability: Option<String>,
+    /// The W3C `traceparent` of the span that received it, written on each of its deliveries
+    /// ([`DeliveryRecord::trace_context`]); `None` when nothing traced it.
+    pub trace_context: Option<String>,
     /// Hand-off at commit (issue #10): lease up to `limit` of the `pending` deliveries to the local
     /// worker in the same transaction, returned in [`IngestOutcome::Accepted::leased`]. `None` (role
     /// `api`, no worker, or no free slot) writes them unleased and due at once, as before.
@@ -193,6 +196,10 @@ pub struct DeliveryRecord {
     pub params: Option<Value>,
     /// When its effect was consumed (run started; signal or prompt taken by a wait or acked turn).
     pub consumed_at: Option<i64>,
+    /// The W3C `traceparent` of the ingress span that committed its receipt (`deliveries.trace_context`,
+    /// issue #14): each attempt's span links to it. `None` for outbound webhook deliveries and for
+    /// deliveries written before it was kept.
+    pub trace_context: Option<String>,
 }
 
 /// A delivery leased to a worker until `lease_until` (`Store::lease_due`).

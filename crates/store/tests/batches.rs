@@ -159,6 +159,7 @@ fn receipt(key: &str, lease: bool, dead: bool) -> NewReceipt {
             lease_ms: 60_000,
             limit: 1,
         }),
+        trace_context: None,
     }
 }
 

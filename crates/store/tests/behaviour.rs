@@ -87,6 +87,7 @@ fn receipt(sub: &str, key: &str, body: &'static [u8], bindings: &[&str]) -> NewR
             .collect(),
         capability: None,
         lease: None,
+        trace_context: None,
     }
 }
 

@@ -136,6 +136,7 @@ fn start_receipt(sub: &str, key: Option<&str>) -> NewReceipt {
         }],
         capability: None,
         lease: None,
+        trace_context: None,
     }
 }
 

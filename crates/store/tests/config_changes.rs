@@ -269,6 +269,7 @@ fn pending_receipt(n: u32, key: &str) -> trigger_bridge_store::NewReceipt {
         }],
         capability: None,
         lease: None,
+        trace_context: None,
     }
 }
 

@@ -101,6 +101,7 @@ fn receipt(i: usize, routed: bool) -> NewReceipt {
         },
         capability: None,
         lease: None,
+        trace_context: None,
     }
 }
 

@@ -73,6 +73,7 @@ async fn setup(store: &PgStore, receipts: usize) {
                 }],
                 capability: None,
                 lease: None,
+                trace_context: None,
             })
             .await
             .unwrap();

@@ -161,6 +161,7 @@ async fn idle_session(s: &dyn Store, now: i64) -> String {
         }],
         capability: None,
         lease: None,
+        trace_context: None,
     })
     .await
     .unwrap();

@@ -49,6 +49,7 @@ fn unmatched(body: Bytes) -> NewReceipt {
         deliveries: vec![],
         capability: None,
         lease: None,
+        trace_context: None,
     }
 }
 

@@ -54,6 +54,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         12,
         include_str!("../../migrations/postgres/0012_ingress_counts_quarantine.sql"),
     ),
+    (
+        13,
+        include_str!("../../migrations/postgres/0013_delivery_trace_context.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

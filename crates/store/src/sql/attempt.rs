@@ -141,7 +141,7 @@ pub(crate) fn run_start(run: &NewRun) -> RunStart {
 const JOINED: &str = "SELECT d.id, d.receipt_id, d.subscription_id, d.binding_id, d.dedup_key, d.action, \
      d.workflow_id, d.run_id, d.inputs, d.state, d.attempts, d.due_at, d.lease_until, d.first_attempt_at, \
      d.last_error, d.dead_letter_reason, d.created_at, d.updated_at, d.lease_owner, d.replays, d.params, \
-     d.consumed_at, d.kind, d.lease_token, r.state, r.deliveries, s.id, s.source, s.connector, s.config, s.state, \
+     d.consumed_at, d.kind, d.trace_context, d.lease_token, r.state, r.deliveries, s.id, s.source, s.connector, s.config, s.state, \
      s.failure_threshold, s.consecutive_failures, s.last_success_at, s.created_at, s.updated_at, \
      s.first_failure_at, s.state_changed_at, s.last_error \
      FROM deliveries d JOIN receipts r ON r.id = d.receipt_id \

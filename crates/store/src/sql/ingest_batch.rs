@@ -121,9 +121,9 @@ fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()>
         "{INSERT_BODY_INTO} VALUES {}",
         super::values_rows(bodies.len(), &["", ""])
     );
-    let per_plan: Vec<Vec<[Param<'_>; 18]>> =
+    let per_plan: Vec<Vec<[Param<'_>; 19]>> =
         plans.iter().map(|(_, p)| p.delivery_params()).collect();
-    let rows: Vec<&[Param<'_>; 18]> = per_plan.iter().flatten().collect();
+    let rows: Vec<&[Param<'_>; 19]> = per_plan.iter().flatten().collect();
     let delivery_params: Vec<Param<'_>> = rows.iter().flat_map(|r| r.iter().copied()).collect();
     let delivery_sql = format!(
         "{INSERT_DELIVERY_INTO} VALUES {}",

@@ -83,10 +83,10 @@ pub(crate) fn revoked_bindings(c: &dyn Db) -> StoreResult<Vec<(String, i64)>> {
     )
 }
 
-pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays, params, consumed_at, kind";
+pub(crate) const DELIVERY_COLS: &str = "id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, inputs, state, attempts, due_at, lease_until, first_attempt_at, last_error, dead_letter_reason, created_at, updated_at, lease_owner, replays, params, consumed_at, kind, trace_context";
 
 /// Columns in [`DELIVERY_COLS`]: a query selecting more after them reads those from this index on.
-pub(crate) const DELIVERY_COLS_LEN: usize = 23;
+pub(crate) const DELIVERY_COLS_LEN: usize = 24;
 
 pub(crate) fn delivery_row(r: &Row) -> StoreResult<DeliveryRecord> {
     let state: String = r.get(9)?;
@@ -115,6 +115,7 @@ pub(crate) fn delivery_row(r: &Row) -> StoreResult<DeliveryRecord> {
         updated_at: r.get(17)?,
         params: r.get::<Option<String>>(20)?.map(json),
         consumed_at: r.get(21)?,
+        trace_context: r.get(23)?,
     })
 }
 

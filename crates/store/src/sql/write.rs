@@ -121,14 +121,14 @@ pub(crate) const INSERT_BODY_INTO: &str = "INSERT INTO bodies (receipt_id, body)
 /// [`ReceiptPlan::delivery_params`]).
 pub(crate) const INSERT_DELIVERY_INTO: &str =
     "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-     inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind)";
+     inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind, trace_context)";
 
-/// `n` rows of [`INSERT_DELIVERY_INTO`]'s values, 18 parameters each (`updated_at` is
+/// `n` rows of [`INSERT_DELIVERY_INTO`]'s values, 19 parameters each (`updated_at` is
 /// `created_at`).
 pub(crate) fn delivery_values(n: usize) -> String {
     (0..n)
         .map(|i| {
-            let k: Vec<String> = (1..=18).map(|j| format!("?{}", i * 18 + j)).collect();
+            let k: Vec<String> = (1..=19).map(|j| format!("?{}", i * 19 + j)).collect();
             format!(
                 "({}, {}, {})",
                 k[..13].join(", "),
@@ -253,8 +253,8 @@ impl<'a> ReceiptPlan<'a> {
         }
     }
 
-    /// The 18 parameters of [`delivery_values`] for each delivery.
-    pub(crate) fn delivery_params(&self) -> Vec<[Param<'_>; 18]> {
+    /// The 19 parameters of [`delivery_values`] for each delivery.
+    pub(crate) fn delivery_params(&self) -> Vec<[Param<'_>; 19]> {
         let r = self.r;
         self.rows
             .iter()
@@ -279,6 +279,7 @@ impl<'a> ReceiptPlan<'a> {
                     handed.map_or(Param::Null, |(_, g)| Param::Text(&g.token)),
                     handed.map_or(Param::Null, |(_, g)| Param::Int(g.until)),
                     w.d.kind.as_str().to_param(),
+                    r.trace_context.to_param(),
                 ]
             })
             .collect()
@@ -323,6 +324,7 @@ impl<'a> ReceiptPlan<'a> {
                         params: d.params.clone(),
                         consumed_at: None,
                         kind: d.kind,
+                        trace_context: r.trace_context.clone(),
                     },
                     owner: l.owner.clone(),
                     token: g.token.clone(),
@@ -746,8 +748,8 @@ mod tests {
         let two = delivery_values(2);
         assert!(two.starts_with("(?1, ?2,"), "{two}");
         assert!(two.contains("?12, ?13, ?13, ?14,"), "{two}");
-        assert!(two.contains("), (?19, ?20,"), "{two}");
-        assert!(two.contains("?30, ?31, ?31, ?32,"), "{two}");
-        assert!(two.ends_with("?36)"), "{two}");
+        assert!(two.contains("?18, ?19), (?20, ?21,"), "{two}");
+        assert!(two.contains("?31, ?32, ?32, ?33,"), "{two}");
+        assert!(two.ends_with("?38)"), "{two}");
     }
 }

@@ -85,10 +85,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         18,
         include_str!("../../migrations/sqlite/0018_ingress_counts_quarantine.sql"),
     ),
+    (
+        19,
+        include_str!("../../migrations/sqlite/0019_delivery_trace_context.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 18;
+pub const SCHEMA_VERSION: i64 = 19;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).
