@@ -19,6 +19,7 @@ mod serve;
 mod services_client;
 mod sessions_client;
 mod store_open;
+mod telemetry;
 mod test_worker;
 
 use trigger_bridge::{config, db_url, listen};
@@ -132,7 +133,11 @@ fn restore_sigpipe() {
     }
 }
 
-fn init_tracing() {
+/// The log subscriber (and, with an OTLP endpoint, the span exporter: [`telemetry::init`]).
+fn init_tracing(
+    otlp_endpoint: Option<&str>,
+    replica: &str,
+) -> anyhow::Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info".into())
         .add_directive(
@@ -143,15 +148,7 @@ fn init_tracing() {
     let json = std::env::var("TRIGGER_BRIDGE_LOG_FORMAT").is_ok_and(|v| v == "json");
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    if json {
-        b.json().init();
-    } else {
-        b.init();
-    }
+    telemetry::init(filter, json, ansi, otlp_endpoint, Some(replica))
 }
 
 /// `serve` on a runtime whose every thread (and the main thread) stays inside the span
@@ -159,7 +156,7 @@ fn init_tracing() {
 /// in it is its child. Errors: a refused `--replica-id`, a runtime that cannot start, or `serve`'s own.
 fn serve_as_replica(args: serve::ServeArgs) -> anyhow::Result<i32> {
     let replica = args.replica_id()?;
-    init_tracing();
+    let provider = init_tracing(args.otlp_endpoint.as_deref(), &replica)?;
     let span = replica::span(&replica);
     let thread_span = span.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -170,7 +167,11 @@ fn serve_as_replica(args: serve::ServeArgs) -> anyhow::Result<i32> {
         })
         .build()?;
     let _main = span.entered();
-    rt.block_on(serve::run(args, replica)).map(|_| 0)
+    let result = rt.block_on(serve::run(args, replica)).map(|_| 0);
+    // Outside the runtime: the exporter's blocking client must not be dropped inside it.
+    drop(rt);
+    telemetry::shutdown(provider);
+    result
 }
 
 fn main() -> ExitCode {

@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// error and nats runs fail with nats_unavailable; the rest runs].
     #[arg(long, env = "TRIGGER_BRIDGE_NATS_URL", hide_env_values = true)]
     pub nats_url: Option<String>,
+    /// Export spans over OTLP/HTTP (protobuf) to this collector base URL, e.g.
+    /// `http://otel-collector:4318` (spans go to `<URL>/v1/traces`). Off by default; the standard
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` also turns it on. See docs/operations.md "Tracing".
+    #[arg(long, env = "TRIGGER_BRIDGE_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
     /// What this process runs: api (ingest and API), worker (deliveries and timers; HTTP only
     /// /health, /ready, /metrics) or all.
     #[arg(long, value_enum, default_value_t = Role::All)]
