@@ -137,7 +137,12 @@ fn restore_sigpipe() {
 fn init_tracing(
     otlp_endpoint: Option<&str>,
     replica: &str,
-) -> anyhow::Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>> {
+) -> anyhow::Result<
+    Option<(
+        opentelemetry_sdk::trace::SdkTracerProvider,
+        telemetry::OtlpClient,
+    )>,
+> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info".into())
         .add_directive(
@@ -156,7 +161,7 @@ fn init_tracing(
 /// in it is its child. Errors: a refused `--replica-id`, a runtime that cannot start, or `serve`'s own.
 fn serve_as_replica(args: serve::ServeArgs) -> anyhow::Result<i32> {
     let replica = args.replica_id()?;
-    let provider = init_tracing(args.otlp_endpoint.as_deref(), &replica)?;
+    let otlp = init_tracing(args.otlp_endpoint.as_deref(), &replica)?;
     let span = replica::span(&replica);
     let thread_span = span.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -166,10 +171,13 @@ fn serve_as_replica(args: serve::ServeArgs) -> anyhow::Result<i32> {
             std::mem::forget(thread_span.clone().entered());
         })
         .build()?;
+    let (provider, client) = otlp.unzip();
+    if let Some(c) = &client {
+        c.runtime(rt.handle().clone());
+    }
     let _main = span.entered();
     let result = rt.block_on(serve::run(args, replica)).map(|_| 0);
-    // Outside the runtime: the exporter's blocking client must not be dropped inside it.
-    drop(rt);
+    // The last spans are sent while the runtime still runs (their requests run on it).
     telemetry::shutdown(provider);
     result
 }

@@ -7,14 +7,84 @@
 //! protobuf over HTTP in batches from a background thread (the SDK's `OTEL_BSP_*` settings apply, as
 //! do `OTEL_EXPORTER_OTLP_HEADERS` and `_TIMEOUT`); a collector that is down costs dropped spans, never
 //! a refused request. Only the bridge's own spans are exported ([`tb_engine::trace::TARGET`]).
+//!
+//! The exporter sends through [`OtlpClient`]: the process's own reqwest client, run on the `serve`
+//! runtime (the SDK's export thread has none), so the exporter brings no HTTP stack of its own.
+
+use std::sync::{Arc, OnceLock};
 
 use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
+
+/// The OTLP exporter's HTTP client: each request runs on the `serve` runtime (given once it exists,
+/// [`OtlpClient::runtime`]) and is awaited from the SDK's export thread. 10 s per request; a response
+/// body over 1 MiB is an error (a collector answers a few bytes).
+#[derive(Debug, Clone)]
+pub struct OtlpClient {
+    http: reqwest::Client,
+    runtime: Arc<OnceLock<tokio::runtime::Handle>>,
+}
+
+/// Largest collector answer read, bytes.
+const MAX_RESPONSE_BYTES: usize = 1 << 20;
+
+impl OtlpClient {
+    fn new() -> anyhow::Result<OtlpClient> {
+        Ok(OtlpClient {
+            http: reqwest::Client::builder()
+                .timeout(std::time::Duration::from_secs(10))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()?,
+            runtime: Arc::default(),
+        })
+    }
+
+    /// Where requests run from now on (set once, right after the runtime is built).
+    pub fn runtime(&self, handle: tokio::runtime::Handle) {
+        let _ = self.runtime.set(handle);
+    }
+}
+
+#[async_trait::async_trait]
+impl opentelemetry_http::HttpClient for OtlpClient {
+    async fn send_bytes(
+        &self,
+        request: http::Request<bytes::Bytes>,
+    ) -> Result<http::Response<bytes::Bytes>, opentelemetry_http::HttpError> {
+        let handle = self
+            .runtime
+            .get()
+            .ok_or("the runtime is not running yet")?
+            .clone();
+        let (parts, body) = request.into_parts();
+        let req = self
+            .http
+            .request(parts.method, parts.uri.to_string())
+            .headers(parts.headers)
+            .body(body);
+        let task = handle.spawn(async move {
+            let mut resp = req.send().await?;
+            let mut out = http::Response::builder().status(resp.status());
+            if let Some(h) = out.headers_mut() {
+                *h = std::mem::take(resp.headers_mut());
+            }
+            let mut body = Vec::new();
+            while let Some(chunk) = resp.chunk().await? {
+                if body.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    return Err("the collector's answer is over 1 MiB".into());
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, opentelemetry_http::HttpError>(out.body(bytes::Bytes::from(body))?)
+        });
+        task.await?
+    }
+}
 
 /// The standard variables that turn export on without `--otlp-endpoint`.
 const STANDARD_ENDPOINT_VARS: [&str; 2] = [
@@ -37,7 +107,8 @@ fn endpoint(flag: Option<&str>) -> Option<Option<String>> {
 /// Installs the process's subscriber: the log layer (`filter` from `RUST_LOG`), and, when an
 /// endpoint is named, the OpenTelemetry layer exporting over OTLP/HTTP with resource attributes
 /// `service.name = trigger-bridge`, `service.version`, and `service.instance.id = <replica>`. The
-/// returned provider is shut down at exit ([`shutdown`]) so the last batch is sent.
+/// returned provider is shut down at exit ([`shutdown`]) so the last batch is sent; the client must be
+/// given the runtime ([`OtlpClient::runtime`]) before anything is exported.
 ///
 /// Errors: an endpoint that is not a URL, or an exporter the SDK cannot build.
 pub fn init(
@@ -46,7 +117,7 @@ pub fn init(
     ansi: bool,
     otlp_endpoint: Option<&str>,
     replica: Option<&str>,
-) -> anyhow::Result<Option<SdkTracerProvider>> {
+) -> anyhow::Result<Option<(SdkTracerProvider, OtlpClient)>> {
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi);
@@ -59,8 +130,10 @@ pub fn init(
         tracing_subscriber::registry().with(fmt).init();
         return Ok(None);
     };
+    let client = OtlpClient::new()?;
     let mut exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
+        .with_http_client(client.clone())
         .with_protocol(Protocol::HttpBinary);
     if let Some(url) = &endpoint {
         url.parse::<http::Uri>()
@@ -103,10 +176,11 @@ pub fn init(
         endpoint = endpoint.as_deref().unwrap_or("(from OTEL_EXPORTER_OTLP_*)"),
         "exporting spans over OTLP/HTTP"
     );
-    Ok(Some(provider))
+    Ok(Some((provider, client)))
 }
 
-/// Sends the spans still buffered and stops the exporter (bounded by the SDK's export timeout).
+/// Sends the spans still buffered and stops the exporter (bounded by the SDK's export timeout). Called
+/// while the runtime still runs, from outside it (the export runs on it).
 pub fn shutdown(provider: Option<SdkTracerProvider>) {
     if let Some(p) = provider {
         if let Err(e) = p.shutdown() {
