@@ -43,6 +43,7 @@ pub fn action_of(method: &Method, path: &str) -> Option<&'static str> {
         ("POST", "/v1/trigger-subscriptions/{id}/resume") => "subscription.resume",
         ("POST", "/v1/trigger-subscriptions/{id}/quarantine") => "subscription.quarantine",
         ("POST", "/v1/trigger-subscriptions/{id}/release") => "subscription.release",
+        ("POST", "/v1/trigger-subscriptions/{id}/rotate-secret") => "subscription.rotate_secret",
         ("POST", "/v1/trigger-subscriptions/{id}/dead-letters:replay") => "dead_letters.replay",
         ("POST", "/v1/deliveries/{id}/replay") => "delivery.replay",
         ("POST", "/v1/capabilities") => "capability.mint",

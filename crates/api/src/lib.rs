@@ -169,6 +169,12 @@ pub fn routes(state: AppState) -> routes::Routes {
             quarantine::release,
         )
         .scoped(
+            POST,
+            "/v1/trigger-subscriptions/{id}/rotate-secret",
+            MANAGE,
+            registration::rotate,
+        )
+        .scoped(
             GET,
             "/v1/trigger-subscriptions/{id}/ingress-counts",
             MANAGE,

@@ -118,3 +118,54 @@ pub async fn register(
     });
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
+
+/// Body of `POST /v1/trigger-subscriptions/{id}/rotate-secret`: `{"overlapSeconds": N}` (optional;
+/// default [`DEFAULT_OVERLAP_S`]). An empty body takes the default.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RotateBody {
+    /// How long the current secret stays valid beside the new one, in seconds: 0 to 2 592 000 (30 days).
+    pub overlap_seconds: Option<u64>,
+}
+
+/// The default overlap of a rotation: 24 h, in seconds.
+pub const DEFAULT_OVERLAP_S: u64 = 86_400;
+
+/// `POST /v1/trigger-subscriptions/{id}/rotate-secret` `{overlapSeconds?}` -> 200 `{subscriptionId,
+/// signingSecret (shown once), secretFingerprint, previousSecretUntil (RFC 3339, or null with no
+/// overlap), overlapSeconds}`: a new signing secret for a registered webhook subscription; the old one
+/// is still accepted until `previousSecretUntil`, on every replica. Audited as
+/// `subscription.rotate_secret` (the overlap is recorded, never a secret). Errors: 400 `validation_error`
+/// (bad body, overlap over 30 days), 404 `not_found`, 409 `conflict` (a subscription from the config file
+/// or a schedule), 501 `capability_not_provided` (no secret store).
+#[utoipa::path(post, path = "/v1/trigger-subscriptions/{id}/rotate-secret", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Subscription id")), request_body = RotateBody, responses((status = 200, description = "{subscriptionId, signingSecret, secretFingerprint, previousSecretUntil, overlapSeconds}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found"), (status = 409, description = "conflict"), (status = 501, description = "capability_not_provided")))]
+pub async fn rotate(
+    State(st): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let Some(secrets) = st.secrets.as_ref() else {
+        let b = json!({"error": "capability_not_provided", "message": "this host keeps no secrets of its own"});
+        return Ok((StatusCode::NOT_IMPLEMENTED, Json(b)).into_response());
+    };
+    let b: RotateBody = if body.iter().all(u8::is_ascii_whitespace) {
+        RotateBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                ErrorCode::ValidationError,
+                format!("body must be JSON {{\"overlapSeconds\": N}} or empty: {e}"),
+            )
+        })?
+    };
+    let overlap = b.overlap_seconds.unwrap_or(DEFAULT_OVERLAP_S);
+    let done = tb_engine::registration::rotate(&st.engine, secrets, &id, overlap).await?;
+    Ok(Json(json!({
+        "subscriptionId": done.subscription_id,
+        "signingSecret": done.signing_secret,
+        "secretFingerprint": done.fingerprint,
+        "previousSecretUntil": done.previous_secret_until.map(wire::time),
+        "overlapSeconds": overlap,
+    }))
+    .into_response())
+}

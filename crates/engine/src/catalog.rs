@@ -34,6 +34,14 @@ pub struct Registration {
     /// issue #10; `None` (not serialized): the secret is sealed in the store under the subscription id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_file: Option<String>,
+    /// While a rotation's overlap lasts: its end (Unix ms, exclusive). The previous secret is sealed in
+    /// the store under [`crate::registration::previous_secret_id`].
+    #[serde(
+        default,
+        rename = "previousSecretUntil",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub previous_secret_until: Option<i64>,
 }
 
 /// The secret a rotation replaced, accepted beside the current one until `until_ms`

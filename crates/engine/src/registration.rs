@@ -234,6 +234,7 @@ fn config_of(
     id: &str,
     reg: Registration,
     secret: Vec<u8>,
+    previous_secret: Option<crate::catalog::PreviousSecret>,
     fingerprint: String,
     req_like: (&RetryPolicy, bool, Verification),
 ) -> (SubscriptionConfig, Binding) {
@@ -248,7 +249,7 @@ fn config_of(
         inputs: Default::default(),
     };
     let sub = SubscriptionConfig {
-        previous_secret: None,
+        previous_secret,
         quarantine: Default::default(),
         id: id.to_string(),
         source: Source::Webhook,
@@ -294,18 +295,20 @@ pub async fn register(
     let reg = Registration {
         workflow_id: req.workflow_id.clone(),
         secret_file: None,
+        previous_secret_until: None,
     };
     let retry = policy(req.retry);
     let (sub, binding) = config_of(
         &id,
         reg,
         key.to_vec(),
+        None,
         fingerprint.clone(),
         (&retry, req.dedup_enabled, req.verification),
     );
     let rec = engine
         .store
-        .register_subscription(sub.store_def(), Some(sealed), clock::now_ms())
+        .register_subscription(sub.store_def(), vec![(id.clone(), sealed)], clock::now_ms())
         .await
         .map_err(store_err)?;
     engine.add_to_catalog(sub, binding, rec.state);
@@ -363,14 +366,7 @@ async fn load_record(engine: &Engine, secrets: &SecretStore, rec: SubscriptionRe
     };
     let secret = match &reg.secret_file {
         Some(file) => secrets.read(file),
-        None => secrets
-            .open_stored(engine.store.as_ref(), &rec.id)
-            .await
-            .and_then(|text| {
-                tb_ingress::parse_whsec(String::from_utf8_lossy(&text).trim()).map_err(|e| {
-                    TbError::new(ErrorCode::Internal, format!("secret {}: {e}", rec.id))
-                })
-            }),
+        None => open_whsec(secrets, engine, &rec.id).await,
     };
     let secret = match secret {
         Ok(s) => s,
@@ -387,9 +383,151 @@ async fn load_record(engine: &Engine, secrets: &SecretStore, rec: SubscriptionRe
     let verification: Verification =
         serde_json::from_value(rec.config["verification"].clone()).unwrap_or_default();
     let dedup = rec.config["dedupEnabled"].as_bool().unwrap_or(true);
+    // The previous secret of a rotation, while its overlap lasts; one that cannot be read is logged
+    // and dropped (the current secret still works).
+    let previous = match reg.previous_secret_until {
+        Some(until) if tb_core::rotation::previous_accepted(until, clock::now_ms()) => {
+            match open_whsec(secrets, engine, &previous_secret_id(&rec.id)).await {
+                Ok(s) => Some(crate::catalog::PreviousSecret {
+                    secret: s,
+                    until_ms: until,
+                }),
+                Err(e) => {
+                    tracing::error!(subscription = %rec.id, error = %e.message, "the previous secret of a rotation cannot be read; only the current one is accepted");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let fp = secrets.fingerprint(&secret);
-    let (sub, binding) = config_of(&rec.id, reg, secret, fp, (&retry, dedup, verification));
+    let (sub, binding) = config_of(
+        &rec.id,
+        reg,
+        secret,
+        previous,
+        fp,
+        (&retry, dedup, verification),
+    );
     engine.add_to_catalog(sub, binding, rec.state);
     engine.set_unsealable(&rec.id, None);
     true
+}
+
+/// The id the previous secret of a rotated registration is sealed under (the current one is under
+/// the subscription id itself).
+pub fn previous_secret_id(subscription: &str) -> String {
+    format!("{subscription}#previous")
+}
+
+/// The key bytes of the `whsec_` secret sealed under `id`. Errors: those of
+/// [`SecretStore::open_stored`], or `internal` for a sealed text that is not a `whsec_` secret.
+async fn open_whsec(secrets: &SecretStore, engine: &Engine, id: &str) -> Result<Vec<u8>, TbError> {
+    let text = secrets.open_stored(engine.store.as_ref(), id).await?;
+    tb_ingress::parse_whsec(String::from_utf8_lossy(&text).trim())
+        .map_err(|e| TbError::new(ErrorCode::Internal, format!("secret {id}: {e}")))
+}
+
+/// What a rotation gave: the new secret (shown once), its fingerprint, and until when the previous
+/// secret is still accepted (`None`: it no longer is).
+#[derive(Debug, Clone)]
+pub struct Rotated {
+    pub subscription_id: String,
+    pub signing_secret: String,
+    pub fingerprint: String,
+    pub previous_secret_until: Option<i64>,
+}
+
+/// Rotates the signing secret of registered subscription `id` (issue #14): a new `whsec_` secret is
+/// generated and sealed under `id`; the current one is sealed beside it and still accepted for
+/// `overlap_s` seconds (0: refused at once; at most 30 days, [`tb_core::rotation::MAX_OVERLAP_MS`]).
+/// The subscription row, both sealed secrets and the `registration` change row are one commit, so
+/// every replica loads the pair. A second rotation during an overlap ends the first: only the secret
+/// it replaces stays valid beside the new one.
+///
+/// Errors: `not_found` (404) no such subscription; `conflict` (409) a subscription from the config file
+/// (its secret rotates there, `[subscriptions.rotation]`) or a schedule; `validation_error` (400) an
+/// overlap over 30 days; `unavailable` (no sealing key, store write failed).
+pub async fn rotate(
+    engine: &Engine,
+    secrets: &SecretStore,
+    id: &str,
+    overlap_s: u64,
+) -> Result<Rotated, TbError> {
+    let Some(current) = engine.catalog().subscription(id).cloned() else {
+        return Err(engine.missing_subscription(id));
+    };
+    if current.source != Source::Webhook {
+        return Err(TbError::new(
+            ErrorCode::Conflict,
+            format!(
+                "subscription {id} is a {}: only a webhook has a signing secret",
+                current.source.as_str()
+            ),
+        ));
+    }
+    let Some(reg) = current.registration.clone() else {
+        return Err(TbError::new(
+            ErrorCode::Conflict,
+            format!(
+                "subscription {id} comes from the config file: rotate its secret there ([subscriptions.rotation] with previous_secret and until)"
+            ),
+        ));
+    };
+    let overlap_ms = i64::try_from(overlap_s)
+        .ok()
+        .and_then(|s| s.checked_mul(1000))
+        .filter(|ms| *ms <= tb_core::rotation::MAX_OVERLAP_MS)
+        .ok_or_else(|| {
+            TbError::new(
+                ErrorCode::ValidationError,
+                format!(
+                    "overlapSeconds {overlap_s} is over 30 days ({} s); the previous secret must stop working",
+                    tb_core::rotation::MAX_OVERLAP_MS / 1000
+                ),
+            )
+        })?;
+    let sealing = secrets.sealing_key()?;
+    let now = clock::now_ms();
+    let key: [u8; 32] = rand::random();
+    let signing_secret = format!("whsec_{}", STANDARD.encode(key));
+    let mut sealed = vec![(id.to_string(), sealing.seal(id, signing_secret.as_bytes()))];
+    let until = (overlap_ms > 0).then_some(now + overlap_ms);
+    let previous = until.map(|until_ms| {
+        let prev_id = previous_secret_id(id);
+        let text = format!("whsec_{}", STANDARD.encode(&current.secret));
+        sealed.push((prev_id.clone(), sealing.seal(&prev_id, text.as_bytes())));
+        crate::catalog::PreviousSecret {
+            secret: current.secret.clone(),
+            until_ms,
+        }
+    });
+    let reg = Registration {
+        workflow_id: reg.workflow_id,
+        // A registration that kept its secret in a file moves to the store now.
+        secret_file: None,
+        previous_secret_until: until,
+    };
+    let fingerprint = secrets.fingerprint(&key);
+    let (sub, binding) = config_of(
+        id,
+        reg,
+        key.to_vec(),
+        previous,
+        fingerprint.clone(),
+        (&current.retry, current.dedup_enabled, current.verification),
+    );
+    let rec = engine
+        .store
+        .register_subscription(sub.store_def(), sealed, now)
+        .await
+        .map_err(store_err)?;
+    engine.add_to_catalog(sub, binding, rec.state);
+    tracing::info!(subscription = %id, overlap_s, "signing secret rotated");
+    Ok(Rotated {
+        subscription_id: id.to_string(),
+        signing_secret,
+        fingerprint,
+        previous_secret_until: until,
+    })
 }

@@ -26,6 +26,7 @@ pub(crate) fn config_of(
     sub.registration = Some(Registration {
         workflow_id: workflow_id.to_string(),
         secret_file: None,
+        previous_secret_until: None,
     });
     let binding = Binding {
         rate_limit_per_min: 0,
@@ -103,7 +104,7 @@ pub async fn retire(engine: &Engine, id: &str) -> Result<(), TbError> {
     def.config["retired"] = true.into();
     engine
         .store
-        .register_subscription(def, None, clock::now_ms())
+        .register_subscription(def, Vec::new(), clock::now_ms())
         .await
         .map_err(store_err)?;
     engine.remove_from_catalog(id);

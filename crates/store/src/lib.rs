@@ -467,13 +467,15 @@ pub trait Store: Send + Sync + 'static {
         let _ = wake;
         None
     }
-    /// Registers a trigger subscription through the API in one transaction: the subscription row (as
-    /// [`Store::upsert_subscription`]), its sealed secret under the subscription id (when given;
-    /// sealed by the engine, never plaintext) and its [`ChangeKind::Registration`] change row.
+    /// Registers (or rewrites) a trigger subscription through the API in one transaction: the
+    /// subscription row (as [`Store::upsert_subscription`]), its sealed secrets `(secret id, sealed
+    /// bytes)` (sealed by the engine, never plaintext; a given id is replaced) and its
+    /// [`ChangeKind::Registration`] change row. A rotation writes the new secret under the subscription
+    /// id and the previous one beside it in the same commit, so no replica ever loads half of it.
     async fn register_subscription(
         &self,
         def: SubscriptionDef,
-        sealed_secret: Option<Vec<u8>>,
+        sealed_secrets: Vec<(String, Vec<u8>)>,
         now: i64,
     ) -> StoreResult<SubscriptionRecord>;
     /// The sealed secret stored under `id` (a registered subscription id, or a webhook secret id), if any.

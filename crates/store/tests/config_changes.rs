@@ -70,7 +70,7 @@ async fn every_change_appends_one_row_and_a_no_op_none() {
         assert!(!s.revoke_binding("b1", None, 3_001).await.unwrap());
         assert!(s.restore_binding("b1").await.unwrap());
         assert!(!s.restore_binding("b1").await.unwrap());
-        s.register_subscription(def("sub_r"), Some(vec![1, 2, 3]), 4_000)
+        s.register_subscription(def("sub_r"), vec![("sub_r".into(), vec![1, 2, 3])], 4_000)
             .await
             .unwrap();
         let w = WebhookRecord {

@@ -80,16 +80,16 @@ pub(crate) fn sealed_secret(c: &dyn Db, id: &str) -> StoreResult<Option<Vec<u8>>
     c.value("SELECT sealed FROM sealed_secrets WHERE id = ?1", p![id])
 }
 
-/// A registered subscription, its sealed secret (under the subscription id) and its change row.
+/// A registered subscription, its sealed secrets `(id, sealed)` and its change row.
 pub(crate) fn register_subscription(
     c: &dyn Db,
     def: &SubscriptionDef,
-    sealed: Option<&[u8]>,
+    sealed: &[(String, Vec<u8>)],
     now: i64,
 ) -> StoreResult<SubscriptionRecord> {
     let rec = write::upsert_subscription(c, def, now)?;
-    if let Some(s) = sealed {
-        put_sealed_secret(c, &def.id, s, now)?;
+    for (id, s) in sealed {
+        put_sealed_secret(c, id, s, now)?;
     }
     append(c, ChangeKind::Registration, &def.id, now)?;
     Ok(rec)

@@ -617,11 +617,11 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn register_subscription(
         &self,
         def: SubscriptionDef,
-        sealed_secret: Option<Vec<u8>>,
+        sealed_secrets: Vec<(String, Vec<u8>)>,
         now: i64,
     ) -> StoreResult<SubscriptionRecord> {
         self.backend
-            .write(move |c| config::register_subscription(c, &def, sealed_secret.as_deref(), now))
+            .write(move |c| config::register_subscription(c, &def, &sealed_secrets, now))
             .await
     }
     async fn sealed_secret(&self, id: &str) -> StoreResult<Option<Vec<u8>>> {

@@ -1,0 +1,210 @@
+//! Rotating the signing secret of a registered subscription (issue #14): `POST
+//! /v1/trigger-subscriptions/{id}/rotate-secret` gives a new secret once; the old one is accepted
+//! beside it until the overlap ends (also after a reload from the store, as another replica or a
+//! restart does), or refused at once with no overlap; the rotation is audited without a secret.
+
+mod support;
+
+use serde_json::{json, Value};
+use support::*;
+
+/// Signs a Standard Webhooks request with `secret` and posts it to `path`: the status.
+async fn post_sw(s: &Server, path: &str, secret: &str, id: &str) -> u16 {
+    let body = br#"{"type":"invoice.paid","data":{"n":1}}"#;
+    let key = tb_ingress::parse_whsec(secret).unwrap();
+    let ts = chrono_now();
+    let r = s
+        .http
+        .post(format!("{}{path}", s.base))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header(
+            "webhook-signature",
+            tb_ingress::standard_webhooks::sign(&key, id, ts, body),
+        )
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    r.status().as_u16()
+}
+
+async fn rotate(s: &Server, id: &str, body: &str) -> (u16, Value) {
+    let r = s
+        .http
+        .post(format!(
+            "{}/v1/trigger-subscriptions/{id}/rotate-secret",
+            s.base
+        ))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_secret_overlaps_for_its_window_and_is_audited_without_secrets() {
+    let s = start(None, fast_retry(2), 0).await;
+    let (st, reg) = s
+        .post(
+            "/v1/trigger-subscriptions",
+            json!({"source": "webhook", "workflowId": "wf"}),
+        )
+        .await;
+    assert_eq!(st.as_u16(), 201, "{reg}");
+    let id = reg["subscription"]["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ingest = reg["binding"]["ingestUrl"].as_str().unwrap().to_string();
+    let s1 = reg["binding"]["signingSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(post_sw(&s, &ingest, &s1, "msg_rotation_000001").await, 202);
+
+    // Rotate with a one-hour overlap: a new secret, shown once; both are accepted.
+    let before = tb_engine::clock::now_ms();
+    let (st, r) = rotate(&s, &id, r#"{"overlapSeconds": 3600}"#).await;
+    assert_eq!(st, 200, "{r}");
+    let s2 = r["signingSecret"].as_str().unwrap().to_string();
+    assert!(s2.starts_with("whsec_") && s2 != s1);
+    assert_eq!(r["overlapSeconds"], 3600);
+    assert_ne!(r["secretFingerprint"], reg["binding"]["secretFingerprint"]);
+    let until = chrono::DateTime::parse_from_rfc3339(r["previousSecretUntil"].as_str().unwrap())
+        .unwrap()
+        .timestamp_millis();
+    assert!((before + 3_600_000..=before + 3_610_000).contains(&until));
+    assert_eq!(post_sw(&s, &ingest, &s1, "msg_rotation_000002").await, 202);
+    assert_eq!(post_sw(&s, &ingest, &s2, "msg_rotation_000003").await, 202);
+    let forged = "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    assert_eq!(
+        post_sw(&s, &ingest, forged, "msg_rotation_000004").await,
+        401
+    );
+    let detail = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
+    assert_eq!(
+        detail["stateDetail"]["previousSecretUntil"], r["previousSecretUntil"],
+        "{detail}"
+    );
+    assert_eq!(
+        detail["subscription"]["secretFingerprint"],
+        r["secretFingerprint"]
+    );
+
+    // What another replica (or a restart) loads from the store: the new secret and the old one with
+    // the same end.
+    let secrets =
+        tb_engine::registration::SecretStore::open(&s._dir.path().join("secrets")).unwrap();
+    let other = tb_engine::Engine::start(s.engine.store.clone(), tb_engine::Catalog::default())
+        .await
+        .unwrap();
+    tb_engine::registration::load_registered(&other, &secrets)
+        .await
+        .unwrap();
+    let loaded = other.catalog().subscription(&id).cloned().unwrap();
+    assert_eq!(loaded.secret, tb_ingress::parse_whsec(&s2).unwrap());
+    let prev = loaded
+        .previous_secret
+        .clone()
+        .expect("the previous secret reloads");
+    assert_eq!(prev.secret, tb_ingress::parse_whsec(&s1).unwrap());
+    assert_eq!(prev.until_ms, until);
+
+    // Rotate again with no overlap: only the newest secret is accepted, at once.
+    let (st, r3) = rotate(&s, &id, r#"{"overlapSeconds": 0}"#).await;
+    assert_eq!(st, 200, "{r3}");
+    assert_eq!(r3["previousSecretUntil"], Value::Null);
+    let s3 = r3["signingSecret"].as_str().unwrap().to_string();
+    assert_eq!(post_sw(&s, &ingest, &s2, "msg_rotation_000005").await, 401);
+    assert_eq!(post_sw(&s, &ingest, &s1, "msg_rotation_000006").await, 401);
+    assert_eq!(post_sw(&s, &ingest, &s3, "msg_rotation_000007").await, 202);
+    let detail = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
+    assert!(detail["stateDetail"].get("previousSecretUntil").is_none());
+
+    // Audited: two rotations of this subscription, with the overlap, and no secret anywhere.
+    let audit = s
+        .http
+        .get(format!(
+            "{}/v1/audit?action=subscription.rotate_secret",
+            s.base
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for secret in [&s1, &s2, &s3] {
+        assert!(!audit.contains(&secret[6..]), "a secret in the audit log");
+    }
+    let audit: Value = serde_json::from_str(&audit).unwrap();
+    let entries: Vec<&Value> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["target"] == id.as_str())
+        .collect();
+    assert_eq!(entries.len(), 2, "{audit}");
+    assert!(entries.iter().all(|e| e["outcome"] == "ok"));
+    let overlaps: Vec<String> = entries
+        .iter()
+        .map(|e| e["detail"]["overlapSeconds"].to_string())
+        .collect();
+    assert!(
+        overlaps.contains(&"3600".into()) && overlaps.contains(&"0".into()),
+        "{overlaps:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_that_cannot_apply_is_refused_and_changes_nothing() {
+    let s = start(None, fast_retry(2), 0).await;
+    // A subscription from the config file rotates in the config file.
+    let (st, v) = rotate(&s, "github", "").await;
+    assert_eq!((st, v["error"].as_str()), (409, Some("conflict")), "{v}");
+    assert!(v["message"]
+        .as_str()
+        .unwrap()
+        .contains("[subscriptions.rotation]"));
+    let (st, v) = rotate(&s, "nope", "").await;
+    assert_eq!((st, v["error"].as_str()), (404, Some("not_found")), "{v}");
+
+    let (_, reg) = s
+        .post(
+            "/v1/trigger-subscriptions",
+            json!({"source": "webhook", "workflowId": "wf"}),
+        )
+        .await;
+    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
+    let ingest = reg["binding"]["ingestUrl"].as_str().unwrap();
+    let s1 = reg["binding"]["signingSecret"].as_str().unwrap();
+    for (body, why) in [
+        (r#"{"overlapSeconds": 2592001}"#, "over 30 days"),
+        (r#"{"overlapSeconds": -1}"#, "overlapSeconds"),
+        (r#"{"overlap": 60}"#, "unknown field"),
+        ("not json", "overlapSeconds"),
+    ] {
+        let (st, v) = rotate(&s, id, body).await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (400, Some("validation_error")),
+            "{body}: {v}"
+        );
+        assert!(v["message"].as_str().unwrap().contains(why), "{body}: {v}");
+    }
+    // Nothing changed: the registered secret still works and no rotation is in force.
+    assert_eq!(post_sw(&s, ingest, s1, "msg_rotation_000101").await, 202);
+    let detail = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
+    assert!(detail["stateDetail"].get("previousSecretUntil").is_none());
+    // An empty body takes the default overlap of 24 h.
+    let (st, v) = rotate(&s, id, "").await;
+    assert_eq!(
+        (st, v["overlapSeconds"].as_u64()),
+        (200, Some(86_400)),
+        "{v}"
+    );
+}
