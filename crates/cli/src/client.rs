@@ -180,6 +180,16 @@ pub enum SubscriptionsCmd {
         /// Subscription id
         id: String,
     },
+    /// Rotate the signing secret of a registered (API-created) webhook subscription: prints the new
+    /// secret once; the old one is still accepted for --overlap-seconds (0 refuses it at once). A
+    /// subscription from the config file rotates there ([subscriptions.rotation])
+    RotateSecret {
+        /// Subscription id
+        id: String,
+        /// How long the old secret stays valid beside the new one, in seconds (0 to 2592000 = 30 days)
+        #[arg(long, default_value_t = 86_400)]
+        overlap_seconds: u64,
+    },
     /// Requests a subscription refused per minute, by outcome (signature_invalid, rate_limited,
     /// too_large, quarantined, ...), and those it admitted under a rate limit (`admitted`, only when
     /// it has one), summed over every replica
@@ -447,6 +457,30 @@ pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
                     println!("{id} released: requests are taken again");
                 } else {
                     println!("{id} was not quarantined");
+                }
+            }
+            return Ok(());
+        }
+        SubscriptionsCmd::RotateSecret {
+            id,
+            overlap_seconds,
+        } => {
+            let path = format!("/v1/trigger-subscriptions/{}/rotate-secret", seg(&id));
+            let body = serde_json::json!({ "overlapSeconds": overlap_seconds });
+            if let Some(v) = api.show(api.call(Method::POST, &path, &[], Some(&body)).await?)? {
+                println!(
+                    "new signing secret (shown once): {}",
+                    v["signingSecret"].as_str().unwrap_or("?")
+                );
+                println!(
+                    "fingerprint: {}",
+                    v["secretFingerprint"].as_str().unwrap_or("?")
+                );
+                match v["previousSecretUntil"].as_str() {
+                    Some(until) => {
+                        println!("the previous secret is accepted until {until}; move senders to the new one before then")
+                    }
+                    None => println!("the previous secret is no longer accepted"),
                 }
             }
             return Ok(());

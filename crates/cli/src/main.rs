@@ -77,7 +77,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: client::RunsCmd,
     },
-    /// List, pause, resume, quarantine and release trigger subscriptions; their request counts.
+    /// List, pause, resume, quarantine and release trigger subscriptions; rotate a registered one's
+    /// signing secret; their request counts.
     Subscriptions {
         #[command(subcommand)]
         cmd: client::SubscriptionsCmd,

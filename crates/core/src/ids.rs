@@ -78,6 +78,7 @@ pub const RESERVED_SUBSCRIPTION_IDS: &[&str] = &[
     "quarantine",
     "release",
     "ingress-counts",
+    "rotate-secret",
     ".",
     "..",
 ];
