@@ -831,40 +831,11 @@ fn previous_secret(
     }))
 }
 
-/// Resolves a secret reference. `env:NAME` reads the environment variable (must be set and non-empty);
-/// `file:PATH` reads the file (relative paths against `base`), trimming trailing newlines.
+/// Resolves a secret reference through the one interface ([`tb_engine::secrets::Providers`]):
+/// `env:NAME` (set, not empty), `file:PATH` (relative to `base`, trailing newlines trimmed, not
+/// empty), or a registered external provider's `<name>:<key>`. Errors: what to fix, never the secret.
 pub fn resolve_secret(reference: &str, base: &Path) -> Result<String, String> {
-    if let Some(name) = reference.strip_prefix("env:") {
-        match std::env::var(name) {
-            Ok(v) if !v.is_empty() => Ok(v),
-            Ok(_) => Err(format!(
-                "environment variable {name} is empty; set it to the secret"
-            )),
-            Err(_) => Err(format!(
-                "environment variable {name} is not set; export {name}=<secret> before starting"
-            )),
-        }
-    } else if let Some(p) = reference.strip_prefix("file:") {
-        let path = base.join(p);
-        let s = std::fs::read_to_string(&path)
-            .map_err(|e| {
-                let shown = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
-                format!(
-                    "cannot read secret file {} (file: paths are relative to the config file's folder): {e}",
-                    shown.display()
-                )
-            })?;
-        let s = s.trim_end_matches(['\r', '\n']);
-        if s.is_empty() {
-            return Err(format!("secret file {} is empty", path.display()));
-        }
-        Ok(s.to_string())
-    } else {
-        Err(
-            "secret must be a reference: env:NAME or file:PATH (inline secrets are not accepted)"
-                .into(),
-        )
-    }
+    tb_engine::secrets::Providers::new(base).resolve(reference)
 }
 
 fn parse_source(s: &str) -> Option<Source> {

@@ -29,6 +29,7 @@ pub mod retry;
 pub mod rotation;
 pub mod run;
 pub mod schedule;
+pub mod secret_ref;
 pub mod service;
 pub mod session;
 pub mod signal;

@@ -27,6 +27,7 @@ pub mod runs;
 pub mod scheduler;
 pub mod schedules;
 pub mod sealing;
+pub mod secrets;
 pub mod service_dlq;
 pub mod sessions;
 pub mod ssrf;

@@ -175,9 +175,10 @@ impl SecretStore {
         store: &dyn tb_store::Store,
         name: &str,
     ) -> Result<Vec<u8>, TbError> {
-        match name.strip_prefix(STORED) {
-            Some(id) => self.open_stored(store, id).await,
-            None => self.read_raw(name).map(String::into_bytes),
+        // The one reference parser decides; a legacy file name has no scheme and is not a reference.
+        match tb_core::secret_ref::SecretRef::parse(name) {
+            Ok(tb_core::secret_ref::SecretRef::Store(id)) => self.open_stored(store, &id).await,
+            _ => self.read_raw(name).map(String::into_bytes),
         }
     }
 
