@@ -76,3 +76,9 @@ for p in glob.glob(os.path.join(ROOT, "examples/*.toml")):
 write("config", "limits", b'[limits]\nmax_json_depth = 8\ncontent_encodings = ["gzip"]\n'
       b'[[subscriptions]]\nid = "gh"\nconnector = "github"\nsecret = "env:NOPE"\n'
       b'[subscriptions.limits]\nmax_headers = 300\n')
+
+TP = "4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"
+for i, v in enumerate([f"00-{TP}-01", f"00-{TP}-00", f" \t00-{TP}-01 ", f"cc-{TP}-01-what-next",
+                       "00-00000000000000000000000000000000-00f067aa0ba902b7-01", f"ff-{TP}-01",
+                       f"00-{TP.upper()}-01"]):
+    write("traceparent", f"{i}", v.encode())

@@ -233,6 +233,56 @@ async fn no_secret_reaches_a_log_line_or_an_answer() {
         let h = [("x-id", id.to_string()), ("x-signature", sig)];
         assert_eq!(post(&http, &ingest("hmac"), &h, body).await, want);
     }
+    // A registered subscription and a rotation of its secret: each secret is in its one-time answer
+    // and nowhere else; both verify while the rotation's overlap lasts.
+    let call = |path: String, body: Value| {
+        http.post(format!("{base}{path}"))
+            .bearer_auth(API_KEY)
+            .json(&body)
+            .send()
+    };
+    let reg: Value = call(
+        "/v1/trigger-subscriptions".into(),
+        serde_json::json!({"source": "webhook", "workflowId": "worker"}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let rid = reg["subscription"]["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let registered = reg["binding"]["signingSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let rot: Value = call(
+        format!("/v1/trigger-subscriptions/{rid}/rotate-secret"),
+        serde_json::json!({"overlapSeconds": 600}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let rotated = rot["signingSecret"].as_str().unwrap().to_string();
+    for (secret, id) in [
+        (&registered, "msg_leaktest_0000000011"),
+        (&rotated, "msg_leaktest_0000000012"),
+    ] {
+        let key = tb_ingress::parse_whsec(secret).unwrap();
+        let h = [
+            ("webhook-id", id.to_string()),
+            ("webhook-timestamp", ts.to_string()),
+            (
+                "webhook-signature",
+                tb_ingress::standard_webhooks::sign(&key, id, ts, body),
+            ),
+        ];
+        assert_eq!(post(&http, &ingest(&rid), &h, body).await, 202);
+    }
     // Wait for both runs' deliveries to use up their 2 attempts against the failing worker.
     let start = Instant::now();
     loop {
@@ -258,12 +308,15 @@ async fn no_secret_reaches_a_log_line_or_an_answer() {
         "/v1/trigger-subscriptions",
         "/v1/trigger-subscriptions/github/dead-letters",
         "/v1/audit?limit=500",
+        "/v1/audit?action=subscription.rotate_secret",
         "/v1/activity",
         "/v1/bindings",
         "/metrics",
     ] {
         seen.push((path.to_string(), read(&http, &base, path).await));
     }
+    let p = format!("/v1/trigger-subscriptions/{rid}");
+    seen.push((p.clone(), read(&http, &base, &p).await));
     let ids = |text: &str, list: &str, key: &str| -> Vec<String> {
         let v: Value = serde_json::from_str(text).unwrap();
         v[list]
@@ -310,6 +363,8 @@ async fn no_secret_reaches_a_log_line_or_an_answer() {
         ("hmac", HMAC.into()),
         ("worker", worker_secret.clone().into_bytes()),
         ("api key", API_KEY.into()),
+        ("registered", registered.clone().into_bytes()),
+        ("rotated", rotated.clone().into_bytes()),
     ];
     for (what, s) in &secrets {
         for spelled in spellings(s) {
