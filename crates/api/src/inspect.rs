@@ -185,6 +185,7 @@ fn state_detail(st: &AppState, s: &tb_store::SubscriptionRecord) -> Value {
         .catalog()
         .subscription(&s.id)
         .and_then(|c| c.previous_secret.clone())
+        .filter(|p| tb_core::rotation::previous_accepted(p.until_ms, tb_engine::clock::now_ms()))
     {
         d["previousSecretUntil"] = wire::time(p.until_ms).into();
     }

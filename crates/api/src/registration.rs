@@ -135,19 +135,32 @@ pub const DEFAULT_OVERLAP_S: u64 = 86_400;
 /// signingSecret (shown once), secretFingerprint, previousSecretUntil (RFC 3339, or null with no
 /// overlap), overlapSeconds}`: a new signing secret for a registered webhook subscription; the old one
 /// is still accepted until `previousSecretUntil`, on every replica. Audited as
-/// `subscription.rotate_secret` (the overlap is recorded, never a secret). Errors: 400 `validation_error`
-/// (bad body, overlap over 30 days), 404 `not_found`, 409 `conflict` (a subscription from the config file
-/// or a schedule), 501 `capability_not_provided` (no secret store).
+/// `subscription.rotate_secret` (the overlap is recorded, never a secret). The key needs
+/// `webhooks:manage` and, as for registering, `runs:create`. Errors: 400 `validation_error` (bad body,
+/// overlap over 30 days), 403 `forbidden` (no `runs:create`), 404 `not_found`, 409 `conflict` (a
+/// subscription from the config file, a schedule, or another rotation committed first), 501
+/// `capability_not_provided` (no secret store), 503 `unavailable` (no sealing key, store down).
 #[utoipa::path(post, path = "/v1/trigger-subscriptions/{id}/rotate-secret", tag = "trigger-subscriptions", params(("id" = String, Path, description = "Subscription id")), request_body = RotateBody, responses((status = 200, description = "{subscriptionId, signingSecret, secretFingerprint, previousSecretUntil, overlapSeconds}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found"), (status = 409, description = "conflict"), (status = 501, description = "capability_not_provided")))]
 pub async fn rotate(
     State(st): State<AppState>,
     axum::extract::Path(id): axum::extract::Path<String>,
+    principal: Option<axum::Extension<crate::auth::Principal>>,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let Some(secrets) = st.secrets.as_ref() else {
         let b = json!({"error": "capability_not_provided", "message": "this host keeps no secrets of its own"});
         return Ok((StatusCode::NOT_IMPLEMENTED, Json(b)).into_response());
     };
+    let principal = principal
+        .map(|p| p.0)
+        .unwrap_or_else(crate::auth::Principal::anonymous);
+    // The new secret signs events that start runs, as registering does.
+    if !principal.may("runs:create") {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "a signing secret starts runs of the subscription's workflow: the API key also needs runs:create",
+        ));
+    }
     let b: RotateBody = if body.iter().all(u8::is_ascii_whitespace) {
         RotateBody::default()
     } else {

@@ -184,9 +184,9 @@ async fn a_rotation_that_cannot_apply_is_refused_and_changes_nothing() {
     let s1 = reg["binding"]["signingSecret"].as_str().unwrap();
     for (body, why) in [
         (r#"{"overlapSeconds": 2592001}"#, "over 30 days"),
-        (r#"{"overlapSeconds": -1}"#, "overlapSeconds"),
-        (r#"{"overlap": 60}"#, "unknown field"),
-        ("not json", "overlapSeconds"),
+        (r#"{"overlapSeconds": -1}"#, "invalid value: integer `-1`"),
+        (r#"{"overlap": 60}"#, "unknown field `overlap`"),
+        ("not json", "expected ident"),
     ] {
         let (st, v) = rotate(&s, id, body).await;
         assert_eq!(
@@ -207,4 +207,46 @@ async fn a_rotation_that_cannot_apply_is_refused_and_changes_nothing() {
         (200, Some(86_400)),
         "{v}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_rotations_form_one_chain_so_no_secret_handed_out_is_lost() {
+    let s = start(None, fast_retry(2), 0).await;
+    let (_, reg) = s
+        .post(
+            "/v1/trigger-subscriptions",
+            json!({"source": "webhook", "workflowId": "wf"}),
+        )
+        .await;
+    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
+    let ingest = reg["binding"]["ingestUrl"].as_str().unwrap();
+    let original = reg["binding"]["signingSecret"].as_str().unwrap();
+    // Eight rotations at once; each either commits on top of the one before it or is refused.
+    let answers = futures_util::future::join_all(
+        (0..8).map(|_| rotate(&s, id, r#"{"overlapSeconds": 3600}"#)),
+    )
+    .await;
+    let mut won = Vec::new();
+    for (st, v) in &answers {
+        match st {
+            200 => won.push(v["signingSecret"].as_str().unwrap().to_string()),
+            409 => assert!(
+                v["message"].as_str().unwrap().contains("changed meanwhile"),
+                "{v}"
+            ),
+            other => panic!("{other}: {v}"),
+        }
+    }
+    assert!(!won.is_empty());
+    // The commits form one chain: the last secret and the one it replaced are accepted, and no
+    // other. Two rotations that both replaced the original would leave only one of them working.
+    let mut accepted = 0;
+    for (i, secret) in won.iter().enumerate() {
+        if post_sw(&s, ingest, secret, &format!("msg_rotation_race_{i:04}")).await == 202 {
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, won.len().min(2), "{} rotations won", won.len());
+    let original_ok = post_sw(&s, ingest, original, "msg_rotation_race_orig").await == 202;
+    assert_eq!(original_ok, won.len() == 1);
 }

@@ -172,7 +172,16 @@ async fn each_attempt_is_its_own_trace_linked_to_the_receipt_span() {
     );
     assert_eq!(d["delivery"]["traceContext"], stored.as_str(), "{d}");
 
-    // Each attempt: a root of a new trace with one link, to the receipt span.
+    // Each attempt: a root of a new trace with one link, to the receipt span. An attempt's span ends
+    // after its commit, so the second may end just after the delivery reads delivered.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while spans("attempt", "delivery", &delivery).len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "two attempt spans within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let mut attempts = spans("attempt", "delivery", &delivery);
     attempts.sort_by_key(|a| attr(a, "attempt"));
     assert_eq!(attempts.len(), 2, "one span per attempt");
@@ -228,10 +237,7 @@ async fn a_request_without_a_traceparent_starts_a_trace_and_a_bad_one_is_ignored
         let r = spans("receipt", "receipt", receipt);
         assert_eq!(r.len(), 1, "{key}");
         assert_eq!(r[0].parent_span_id, SpanId::INVALID, "{key}: a new root");
-        assert_ne!(
-            r[0].span_context.trace_id(),
-            TraceId::from_hex(SENDER_TRACE).unwrap()
-        );
+        assert!(!r[0].parent_span_is_remote, "{key}");
     }
 }
 
@@ -301,6 +307,7 @@ async fn an_attempt_after_a_restart_links_to_the_stored_receipt_span() {
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     assert!(delivered, "the restarted engine delivered it within 10 s");
+    // The worker waits for its attempts in flight before it returns: the span has ended then.
     tx.send(true).unwrap();
     worker.await.unwrap();
     let a = spans("attempt", "delivery", &delivery);

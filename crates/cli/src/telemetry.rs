@@ -5,8 +5,9 @@
 //! OTLP/HTTP base, e.g. `http://otel-collector:4318`; spans are posted to `<base>/v1/traces`), or the
 //! standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`. Spans go out as
 //! protobuf over HTTP in batches from a background thread (the SDK's `OTEL_BSP_*` settings apply, as
-//! do `OTEL_EXPORTER_OTLP_HEADERS` and `_TIMEOUT`); a collector that is down costs dropped spans, never
-//! a refused request. Only the bridge's own spans are exported ([`tb_engine::trace::TARGET`]).
+//! does `OTEL_EXPORTER_OTLP_HEADERS`; each request is bounded at 10 s by our client); a collector that
+//! is down costs dropped spans, never a refused request. `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is used
+//! as given (no `/v1/traces` appended), as the OpenTelemetry specification says. Only the bridge's own spans are exported ([`tb_engine::trace::TARGET`]).
 //!
 //! The exporter sends through [`OtlpClient`]: the process's own reqwest client, run on the `serve`
 //! runtime (the SDK's export thread has none), so the exporter brings no HTTP stack of its own.
@@ -135,15 +136,25 @@ pub fn init(
         .with_http()
         .with_http_client(client.clone())
         .with_protocol(Protocol::HttpBinary);
+    // What the log shows: scheme, host and port only (a URL may carry a token as user info).
+    let mut shown = "(from OTEL_EXPORTER_OTLP_*)".to_string();
     if let Some(url) = &endpoint {
-        url.parse::<http::Uri>()
+        let uri = url
+            .parse::<http::Uri>()
             .ok()
-            .filter(|u| u.scheme().is_some() && u.authority().is_some())
+            .filter(|u| matches!(u.scheme_str(), Some("http" | "https")))
+            .filter(|u| u.host().is_some_and(|h| !h.is_empty()))
             .ok_or_else(|| {
                 anyhow::anyhow!(
-                    "--otlp-endpoint: {url:?} is not an http(s) URL (e.g. http://otel-collector:4318)"
+                    "--otlp-endpoint: not an http(s) URL with a host (e.g. http://otel-collector:4318)"
                 )
             })?;
+        shown = format!(
+            "{}://{}{}/v1/traces",
+            uri.scheme_str().unwrap_or("http"),
+            uri.host().unwrap_or_default(),
+            uri.port().map(|p| format!(":{p}")).unwrap_or_default()
+        );
         exporter = exporter.with_endpoint(url);
     }
     let exporter = exporter
@@ -172,10 +183,7 @@ pub fn init(
                 .with_target(tb_engine::trace::TARGET, tracing::Level::TRACE),
         );
     tracing_subscriber::registry().with(fmt).with(otel).init();
-    tracing::info!(
-        endpoint = endpoint.as_deref().unwrap_or("(from OTEL_EXPORTER_OTLP_*)"),
-        "exporting spans over OTLP/HTTP"
-    );
+    tracing::info!(endpoint = %shown, "exporting spans over OTLP/HTTP");
     Ok(Some((provider, client)))
 }
 
@@ -203,5 +211,23 @@ mod tests {
             endpoint(Some("http://c:4318/")),
             Some(Some("http://c:4318/v1/traces".into()))
         );
+    }
+
+    #[test]
+    fn an_endpoint_that_is_not_http_is_refused_without_echoing_it() {
+        for bad in [
+            "ftp://c:21",
+            "c:4318",
+            "https://:4318",
+            "not a url",
+            "file:///etc/passwd",
+        ] {
+            let filter = tracing_subscriber::EnvFilter::new("off");
+            let e = super::init(filter, false, false, Some(bad), None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("not an http(s) URL"), "{bad}: {e}");
+            assert!(!e.contains(bad), "{bad}: {e}");
+        }
     }
 }

@@ -89,7 +89,7 @@ workflow = "noop"
     )
     .unwrap();
     let port = free_port();
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["serve", "--config"])
         .arg(&config)
         .args(["--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
@@ -103,6 +103,8 @@ workflow = "noop"
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn server");
+    // Killed however the test ends.
+    let _child = Killed(child);
     let base = format!("http://127.0.0.1:{port}");
     let healthy = (0..200).any(|_| {
         std::thread::sleep(Duration::from_millis(25));
@@ -183,6 +185,14 @@ workflow = "noop"
     assert_eq!(attempt.links.len(), 1);
     assert_eq!(attempt.links[0].trace_id, receipt.trace_id);
     assert_eq!(attempt.links[0].span_id, receipt.span_id);
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// A child process killed (and reaped) when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }

@@ -98,7 +98,8 @@ async fn record_refusal(engine: &Engine, sub: &SubscriptionConfig, headers: &Hea
         },
         capability: None,
         target_run: None,
-        trace_parent: crate::trace::from_headers(headers),
+        // A forged request does not choose our traces.
+        trace_parent: None,
     };
     if let Err(e) = accept(engine, inbound).await {
         tracing::error!(subscription = %sub.id, error = %e, "recording a refused request failed");

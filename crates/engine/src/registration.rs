@@ -159,6 +159,12 @@ impl SecretStore {
             .map_err(|e| io("cannot read", &p, e))
     }
 
+    /// Removes the secret file `file` of this store's directory (a rotated legacy registration's).
+    fn remove_file(&self, file: &str) -> Result<(), TbError> {
+        let p = self.dir.join(file);
+        std::fs::remove_file(&p).map_err(|e| io("cannot remove", &p, e))
+    }
+
     fn read(&self, file: &str) -> Result<Vec<u8>, TbError> {
         let p = self.dir.join(file);
         let text = std::fs::read_to_string(&p).map_err(|e| io("cannot read", &p, e))?;
@@ -430,13 +436,24 @@ async fn open_whsec(secrets: &SecretStore, engine: &Engine, id: &str) -> Result<
 }
 
 /// What a rotation gave: the new secret (shown once), its fingerprint, and until when the previous
-/// secret is still accepted (`None`: it no longer is).
-#[derive(Debug, Clone)]
+/// secret is still accepted (`None`: it no longer is). Its `Debug` never shows the secret.
+#[derive(Clone)]
 pub struct Rotated {
     pub subscription_id: String,
     pub signing_secret: String,
     pub fingerprint: String,
     pub previous_secret_until: Option<i64>,
+}
+
+impl std::fmt::Debug for Rotated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rotated")
+            .field("subscription_id", &self.subscription_id)
+            .field("signing_secret", &"<redacted>")
+            .field("fingerprint", &self.fingerprint)
+            .field("previous_secret_until", &self.previous_secret_until)
+            .finish()
+    }
 }
 
 /// Rotates the signing secret of registered subscription `id` (issue #14): a new `whsec_` secret is
@@ -448,7 +465,8 @@ pub struct Rotated {
 ///
 /// Errors: `not_found` (404) no such subscription; `conflict` (409) a subscription from the config file
 /// (its secret rotates there, `[subscriptions.rotation]`) or a schedule; `validation_error` (400) an
-/// overlap over 30 days; `unavailable` (no sealing key, store write failed).
+/// overlap over 30 days; `conflict` (409) also when another rotation committed between this one's
+/// read and its commit (nothing written); `unavailable` (no sealing key, store write failed).
 pub async fn rotate(
     engine: &Engine,
     secrets: &SecretStore,
@@ -489,20 +507,44 @@ pub async fn rotate(
             )
         })?;
     let sealing = secrets.sealing_key()?;
+    // The secret replaced is the one in the store now, not this replica's copy (which may lag
+    // behind another replica's rotation); the commit checks it is still the one stored.
+    let expected = engine.store.sealed_secret(id).await.map_err(store_err)?;
+    let old_key = match (&expected, &reg.secret_file) {
+        (Some(sealed_now), _) => {
+            let text = sealing.open(id, sealed_now)?;
+            tb_ingress::parse_whsec(String::from_utf8_lossy(&text).trim())
+                .map_err(|e| TbError::new(ErrorCode::Internal, format!("secret {id}: {e}")))?
+        }
+        (None, Some(file)) => secrets.read(file)?,
+        (None, None) => {
+            return Err(TbError::new(
+                ErrorCode::Internal,
+                format!("subscription {id} has no stored secret to rotate"),
+            ))
+        }
+    };
     let now = clock::now_ms();
     let key: [u8; 32] = rand::random();
     let signing_secret = format!("whsec_{}", STANDARD.encode(key));
+    let prev_id = previous_secret_id(id);
     let mut sealed = vec![(id.to_string(), sealing.seal(id, signing_secret.as_bytes()))];
     let until = (overlap_ms > 0).then_some(now + overlap_ms);
     let previous = until.map(|until_ms| {
-        let prev_id = previous_secret_id(id);
-        let text = format!("whsec_{}", STANDARD.encode(&current.secret));
+        let text = format!("whsec_{}", STANDARD.encode(&old_key));
         sealed.push((prev_id.clone(), sealing.seal(&prev_id, text.as_bytes())));
         crate::catalog::PreviousSecret {
-            secret: current.secret.clone(),
+            secret: old_key.clone(),
             until_ms,
         }
     });
+    // With no overlap the previous secret of an earlier rotation is deleted in the same commit.
+    let remove = if until.is_none() {
+        vec![prev_id.clone()]
+    } else {
+        Vec::new()
+    };
+    let legacy_file = reg.secret_file.clone();
     let reg = Registration {
         workflow_id: reg.workflow_id,
         // A registration that kept its secret in a file moves to the store now.
@@ -520,10 +562,16 @@ pub async fn rotate(
     );
     let rec = engine
         .store
-        .register_subscription(sub.store_def(), sealed, now)
+        .rotate_subscription_secret(sub.store_def(), expected, sealed, remove, now)
         .await
         .map_err(store_err)?;
     engine.add_to_catalog(sub, binding, rec.state);
+    // The file of a registration made before secrets were sealed is no longer read: remove it.
+    if let Some(file) = legacy_file {
+        if let Err(e) = secrets.remove_file(&file) {
+            tracing::warn!(subscription = %id, error = %e.message, "the old secret file of a rotated registration could not be removed");
+        }
+    }
     tracing::info!(subscription = %id, overlap_s, "signing secret rotated");
     Ok(Rotated {
         subscription_id: id.to_string(),

@@ -12,7 +12,8 @@
 //!   attempt's own context is what the `http` executor sends as `traceparent` and the `nats` executor
 //!   as `X-Triggers-Traceparent`.
 //!
-//! Spans reach OpenTelemetry only when `serve` installs the layer (`[tracing] otlp_endpoint`). Without
+//! Spans reach OpenTelemetry only when `serve` installs the layer (`--otlp-endpoint`, or the
+//! standard `OTEL_EXPORTER_OTLP_ENDPOINT`). Without
 //! it the bridge has no span ids of its own, and the rules fall back so the trace still passes through:
 //! a receipt stores the sender's trace id with a fresh span id (nothing when the sender sent none), and
 //! an attempt sends that trace id, or one derived from the receipt id, with a span id derived from the

@@ -478,6 +478,20 @@ pub trait Store: Send + Sync + 'static {
         sealed_secrets: Vec<(String, Vec<u8>)>,
         now: i64,
     ) -> StoreResult<SubscriptionRecord>;
+    /// A rotation of a registered subscription's secret ([`Store::register_subscription`] after a check):
+    /// the subscription row is locked, and the secret sealed under its id must still be `expected`
+    /// (what the caller read before sealing the new one; `None` for a secret kept in a file), so two
+    /// rotations racing on any replicas never both win. `remove` names sealed secrets deleted in the
+    /// same commit (an ended overlap's previous secret). Errors: `NotFound` (no such subscription);
+    /// `Conflict` (the secret changed meanwhile; nothing written).
+    async fn rotate_subscription_secret(
+        &self,
+        def: SubscriptionDef,
+        expected: Option<Vec<u8>>,
+        sealed_secrets: Vec<(String, Vec<u8>)>,
+        remove: Vec<String>,
+        now: i64,
+    ) -> StoreResult<SubscriptionRecord>;
     /// The sealed secret stored under `id` (a registered subscription id, or a webhook secret id), if any.
     async fn sealed_secret(&self, id: &str) -> StoreResult<Option<Vec<u8>>>;
     /// [`Store::create_webhook`] with the webhook's sealed secrets `(secret id, sealed bytes)` stored in

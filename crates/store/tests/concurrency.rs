@@ -681,3 +681,83 @@ async fn timer_loops_on_three_handles_step_each_due_run_once() {
         assert_eq!(stores[0].next_timer_at().await.unwrap(), None);
     }
 }
+
+/// Rotations of one registered subscription's secret racing through four handles (issue #14): each
+/// expects the secret it read, so exactly one commits and the rest are refused `Conflict`, writing
+/// nothing; the stored secret and the previous one are the winner's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_secret_rotations_commit_exactly_one() {
+    for (backend, stores, _guard) in handles(4).await {
+        let def = trigger_bridge_store::SubscriptionDef {
+            id: "sub_rot".into(),
+            source: tb_core::subscription::Source::Webhook,
+            connector: "standard-webhooks".into(),
+            config: serde_json::json!({}),
+            failure_threshold: 5,
+        };
+        stores[0]
+            .register_subscription(def.clone(), vec![("sub_rot".into(), b"S0".to_vec())], 1_000)
+            .await
+            .unwrap();
+        let outcomes = race(4, |i| {
+            let (s, def) = (stores[i].clone(), def.clone());
+            async move {
+                let mine = format!("S{}", i + 1).into_bytes();
+                let sealed = vec![
+                    ("sub_rot".to_string(), mine.clone()),
+                    ("sub_rot#previous".to_string(), b"S0".to_vec()),
+                ];
+                let r = s
+                    .rotate_subscription_secret(
+                        def,
+                        Some(b"S0".to_vec()),
+                        sealed,
+                        Vec::new(),
+                        2_000,
+                    )
+                    .await;
+                (mine, r)
+            }
+        })
+        .await;
+        let won: Vec<&Vec<u8>> = outcomes
+            .iter()
+            .filter(|(_, r)| r.is_ok())
+            .map(|(m, _)| m)
+            .collect();
+        assert_eq!(won.len(), 1, "{backend}: one rotation commits");
+        for (_, r) in &outcomes {
+            if let Err(e) = r {
+                assert!(
+                    matches!(e, trigger_bridge_store::StoreError::Conflict(_)),
+                    "{backend}: {e:?}"
+                );
+            }
+        }
+        let stored = stores[0].sealed_secret("sub_rot").await.unwrap();
+        assert_eq!(stored.as_ref(), Some(won[0]), "{backend}");
+        // An ended overlap: the next rotation deletes the previous secret in its commit.
+        stores[1]
+            .rotate_subscription_secret(
+                def.clone(),
+                stored,
+                vec![("sub_rot".into(), b"S9".to_vec())],
+                vec!["sub_rot#previous".into()],
+                3_000,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            stores[0].sealed_secret("sub_rot#previous").await.unwrap(),
+            None,
+            "{backend}"
+        );
+        let gone = stores[0]
+            .rotate_subscription_secret(def, None, Vec::new(), Vec::new(), 4_000)
+            .await;
+        assert!(
+            matches!(gone, Err(trigger_bridge_store::StoreError::Conflict(_))),
+            "{backend}: a stale expectation is refused: {gone:?}"
+        );
+    }
+}

@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use super::{Backend, Db};
 use crate::{StoreError, StoreResult};
 
-/// Most items a backend should put in one batch: with 11-18 parameters per row, a batch's statements
+/// Most items a backend should put in one batch: with 11-19 parameters per row, a batch's statements
 /// stay far below PostgreSQL's 65 535 parameters.
 pub const MAX_BATCH: usize = 64;
 

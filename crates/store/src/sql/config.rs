@@ -95,6 +95,43 @@ pub(crate) fn register_subscription(
     Ok(rec)
 }
 
+/// [`register_subscription`] for a rotation: the subscription row is locked first (PostgreSQL `FOR
+/// UPDATE`; SQLite has one writer), the secret sealed under its id must still be `expected` (`None`:
+/// none is, a registration whose secret is a file), else `Conflict` and nothing is written; `remove`
+/// names sealed secrets deleted in the same commit.
+pub(crate) fn rotate_subscription_secret(
+    c: &dyn Db,
+    def: &SubscriptionDef,
+    expected: Option<&[u8]>,
+    sealed: &[(String, Vec<u8>)],
+    remove: &[String],
+    now: i64,
+) -> StoreResult<SubscriptionRecord> {
+    let lock = match c.dialect() {
+        crate::sql::Dialect::Postgres => " FOR UPDATE",
+        crate::sql::Dialect::Sqlite => "",
+    };
+    let row: Option<String> = c.value(
+        &format!("SELECT id FROM subscriptions WHERE id = ?1{lock}"),
+        p![def.id],
+    )?;
+    if row.is_none() {
+        return Err(crate::StoreError::not_found(
+            crate::RecordKind::Subscription,
+        ));
+    }
+    if sealed_secret(c, &def.id)?.as_deref() != expected {
+        return Err(crate::StoreError::Conflict(format!(
+            "the secret of {} changed meanwhile (another rotation committed first); read it again and rotate if still needed",
+            def.id
+        )));
+    }
+    for id in remove {
+        c.exec("DELETE FROM sealed_secrets WHERE id = ?1", p![id])?;
+    }
+    register_subscription(c, def, sealed, now)
+}
+
 /// [`write::insert_subscription`] plus its `registration` change row when it inserted.
 pub(crate) fn register_new_subscription(
     c: &dyn Db,

@@ -23,7 +23,7 @@ use crate::model::{IngestOutcome, NewReceipt};
 use crate::{StoreError, StoreResult};
 
 /// Deliveries above which a receipt takes the single path, so one statement's parameters stay bounded
-/// (13 per receipt and 18 per delivery, at most [`super::batch::MAX_BATCH`] receipts: far below
+/// (13 per receipt and 19 per delivery, at most [`super::batch::MAX_BATCH`] receipts: far below
 /// PostgreSQL's 65 535).
 const MAX_BATCHED_DELIVERIES: usize = 16;
 

@@ -624,6 +624,27 @@ impl<B: Backend> Store for SqlStore<B> {
             .write(move |c| config::register_subscription(c, &def, &sealed_secrets, now))
             .await
     }
+    async fn rotate_subscription_secret(
+        &self,
+        def: SubscriptionDef,
+        expected: Option<Vec<u8>>,
+        sealed_secrets: Vec<(String, Vec<u8>)>,
+        remove: Vec<String>,
+        now: i64,
+    ) -> StoreResult<SubscriptionRecord> {
+        self.backend
+            .write(move |c| {
+                config::rotate_subscription_secret(
+                    c,
+                    &def,
+                    expected.as_deref(),
+                    &sealed_secrets,
+                    &remove,
+                    now,
+                )
+            })
+            .await
+    }
     async fn sealed_secret(&self, id: &str) -> StoreResult<Option<Vec<u8>>> {
         let id = id.to_string();
         self.backend
