@@ -34,6 +34,16 @@ use tb_store::{IdempotencyClaim, Store, StoredReply};
 use crate::auth::Principal;
 use crate::AppState;
 
+/// Marks an answer that carries a one-time secret (a registration's or a rotation's signing secret):
+/// the handler puts it in the response's extensions. Its stored reply is sealed with the host's sealing
+/// key (as the secret itself is), never kept in clear; without a key it is not stored at all (a retry
+/// then runs the handler again).
+#[derive(Debug, Clone, Copy)]
+pub struct OneTimeSecret;
+
+/// Prefix of a stored reply body that is sealed ([`OneTimeSecret`]).
+const SEALED_REPLY: &[u8] = b"tb-sealed-reply-v1:";
+
 /// Largest request or response body held for idempotency, in bytes.
 const MAX_BODY: usize = 1 << 20;
 /// Lease of an in-flight claim, in ms; a crashed holder's claim is taken over after it.
@@ -96,6 +106,16 @@ impl Drop for Release {
             }
         });
     }
+}
+
+/// The host's sealing key, when it has one.
+fn sealing_key(st: &AppState) -> Option<&tb_engine::sealing::SecretKey> {
+    st.secrets.as_ref().and_then(|s| s.sealing_key().ok())
+}
+
+/// The associated data a sealed reply is bound to: its scope and key, so it opens only for them.
+fn scope_key(scope: &str, key: &str) -> String {
+    format!("idempotency {scope} {key}")
 }
 
 /// Whether a final answer is stored for replay.
@@ -190,7 +210,21 @@ pub async fn layer(
             Some(retry_after_ms.div_ceil(1000).max(1)),
         ),
         Ok(IdempotencyClaim::Replay(r)) => {
-            let mut resp = Response::new(Body::from(r.body));
+            let body = match r.body.strip_prefix(SEALED_REPLY) {
+                None => r.body,
+                Some(sealed) => match sealing_key(&st).map(|k| k.open(&scope_key(&scope, &key), sealed)) {
+                    Some(Ok(plain)) => plain,
+                    _ => {
+                        return envelope(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "unavailable",
+                            "the first answer to this Idempotency-Key is sealed and this replica cannot open it (its TRIGGER_BRIDGE_SECRET_KEY differs)",
+                            None,
+                        )
+                    }
+                },
+            };
+            let mut resp = Response::new(Body::from(body));
             *resp.status_mut() = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
             if let Some(ct) = r.content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
                 resp.headers_mut().insert(header::CONTENT_TYPE, ct);
@@ -209,6 +243,7 @@ pub async fn layer(
                 lease_until,
             };
             let store = store.clone();
+            let seal = sealing_key(&st).cloned();
             let task = tokio::spawn(async move {
                 let resp = next
                     .run(Request::from_parts(parts, Body::from(bytes)))
@@ -217,15 +252,27 @@ pub async fn layer(
                 let rbytes = axum::body::to_bytes(rbody, MAX_BODY)
                     .await
                     .unwrap_or_default();
-                let reply = cacheable(rparts.status).then(|| StoredReply {
-                    status: rparts.status.as_u16(),
-                    content_type: rparts
-                        .headers
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_string),
-                    body: rbytes.to_vec(),
-                });
+                // An answer with a one-time secret is kept only sealed (or not at all without a key).
+                let body = match (rparts.extensions.get::<OneTimeSecret>(), &seal) {
+                    (None, _) => Some(rbytes.to_vec()),
+                    (Some(_), Some(k)) => {
+                        let mut b = SEALED_REPLY.to_vec();
+                        b.extend(k.seal(&scope_key(&scope, &key), &rbytes));
+                        Some(b)
+                    }
+                    (Some(_), None) => None,
+                };
+                let reply = body
+                    .filter(|_| cacheable(rparts.status))
+                    .map(|body| StoredReply {
+                        status: rparts.status.as_u16(),
+                        content_type: rparts
+                            .headers
+                            .get(header::CONTENT_TYPE)
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_string),
+                        body,
+                    });
                 if let Err(e) = store
                     .idempotency_finish(&scope, &key, reply, tb_engine::clock::now_ms())
                     .await

@@ -61,9 +61,6 @@ pub async fn register(
         let b = json!({"error": "capability_not_provided", "message": "this host does not serve registration"});
         return Ok((StatusCode::NOT_IMPLEMENTED, Json(b)).into_response());
     };
-    let principal = principal
-        .map(|p| p.0)
-        .unwrap_or_else(crate::auth::Principal::anonymous);
     let b = crate::error::json_body(
         body,
         "TriggerSubscriptionRegistration: {source, workflowId, dedupEnabled?, retryPolicy?, verification?}",
@@ -90,12 +87,10 @@ pub async fn register(
             "retryPolicy.maxAttempts must be within 1..=100",
         ));
     }
-    if !principal.may("runs:create") {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "registering a subscription starts runs of workflowId: the API key also needs runs:create",
-        ));
-    }
+    may_start_runs(
+        principal,
+        "registering a subscription starts runs of workflowId",
+    )?;
     let req = RegistrationRequest {
         workflow_id: b.workflow_id,
         dedup_enabled: b.dedup_enabled.unwrap_or(true),
@@ -116,7 +111,29 @@ pub async fn register(
             "secretFingerprint": done.fingerprint,
         },
     });
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    let mut resp = (StatusCode::CREATED, Json(body)).into_response();
+    resp.extensions_mut()
+        .insert(crate::idempotency::OneTimeSecret);
+    Ok(resp)
+}
+
+/// Refuses (403 `forbidden`, saying `why` and what is missing) a key without `runs:create`: a signing
+/// secret the host hands out starts runs.
+fn may_start_runs(
+    principal: Option<axum::Extension<crate::auth::Principal>>,
+    why: &str,
+) -> Result<(), ApiError> {
+    let principal = principal
+        .map(|p| p.0)
+        .unwrap_or_else(crate::auth::Principal::anonymous);
+    if principal.may("runs:create") {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("{why}: the API key also needs runs:create"),
+        ))
+    }
 }
 
 /// Body of `POST /v1/trigger-subscriptions/{id}/rotate-secret`: `{"overlapSeconds": N}` (optional;
@@ -151,16 +168,11 @@ pub async fn rotate(
         let b = json!({"error": "capability_not_provided", "message": "this host keeps no secrets of its own"});
         return Ok((StatusCode::NOT_IMPLEMENTED, Json(b)).into_response());
     };
-    let principal = principal
-        .map(|p| p.0)
-        .unwrap_or_else(crate::auth::Principal::anonymous);
     // The new secret signs events that start runs, as registering does.
-    if !principal.may("runs:create") {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "a signing secret starts runs of the subscription's workflow: the API key also needs runs:create",
-        ));
-    }
+    may_start_runs(
+        principal,
+        "a signing secret starts runs of the subscription's workflow",
+    )?;
     let b: RotateBody = if body.iter().all(u8::is_ascii_whitespace) {
         RotateBody::default()
     } else {
@@ -173,12 +185,15 @@ pub async fn rotate(
     };
     let overlap = b.overlap_seconds.unwrap_or(DEFAULT_OVERLAP_S);
     let done = tb_engine::registration::rotate(&st.engine, secrets, &id, overlap).await?;
-    Ok(Json(json!({
+    let mut resp = Json(json!({
         "subscriptionId": done.subscription_id,
         "signingSecret": done.signing_secret,
         "secretFingerprint": done.fingerprint,
         "previousSecretUntil": done.previous_secret_until.map(wire::time),
         "overlapSeconds": overlap,
     }))
-    .into_response())
+    .into_response();
+    resp.extensions_mut()
+        .insert(crate::idempotency::OneTimeSecret);
+    Ok(resp)
 }

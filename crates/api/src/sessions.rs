@@ -444,7 +444,11 @@ pub async fn mint(
     if let Some(s) = m.hmac_secret {
         v["hmacSecret"] = json!(s);
     }
-    Ok((StatusCode::CREATED, Json(v)).into_response())
+    // The token is a bearer secret, shown once: an idempotent replay of this answer is kept sealed.
+    let mut resp = (StatusCode::CREATED, Json(v)).into_response();
+    resp.extensions_mut()
+        .insert(crate::idempotency::OneTimeSecret);
+    Ok(resp)
 }
 
 /// Every minted endpoint, newest first; tokens are never shown again.

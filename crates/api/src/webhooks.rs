@@ -85,15 +85,39 @@ pub async fn register(
         None
     };
     let tenant = b.tenant_id.unwrap_or_else(|| "default".into());
-    match tb_engine::webhooks::register(&st.engine, secrets, &b.url, b.events, tenant, st.engine.webhook_allow_private.load(std::sync::atomic::Ordering::Relaxed), standard_secret).await {
-        Ok(c) => Ok((
-            StatusCode::CREATED,
-            Json(json!({"webhookId": c.webhook_id, "secret": c.secret, "secretFingerprint": c.fingerprint})),
-        )
-            .into_response()),
+    match tb_engine::webhooks::register(
+        &st.engine,
+        secrets,
+        &b.url,
+        b.events,
+        tenant,
+        st.engine
+            .webhook_allow_private
+            .load(std::sync::atomic::Ordering::Relaxed),
+        standard_secret,
+    )
+    .await
+    {
+        Ok(c) => {
+            let mut resp = (
+                StatusCode::CREATED,
+                Json(json!({"webhookId": c.webhook_id, "secret": c.secret, "secretFingerprint": c.fingerprint})),
+            )
+                .into_response();
+            resp.extensions_mut()
+                .insert(crate::idempotency::OneTimeSecret);
+            Ok(resp)
+        }
         Err(e) if e.message.starts_with("webhook_") => {
-            let (code, msg) = e.message.split_once(": ").unwrap_or(("webhook_url_rejected", ""));
-            Ok((StatusCode::BAD_REQUEST, Json(json!({"error": code, "message": msg}))).into_response())
+            let (code, msg) = e
+                .message
+                .split_once(": ")
+                .unwrap_or(("webhook_url_rejected", ""));
+            Ok((
+                StatusCode::BAD_REQUEST,
+                Json(json!({"error": code, "message": msg})),
+            )
+                .into_response())
         }
         Err(e) => Err(e.into()),
     }

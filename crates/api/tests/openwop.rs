@@ -353,31 +353,6 @@ async fn api_keys_guard_management_but_not_ingest_or_discovery() {
     assert_eq!(st, StatusCode::ACCEPTED);
 }
 
-/// Signs and posts a Standard Webhooks request to a path.
-async fn post_sw(
-    s: &Server,
-    path: &str,
-    secret: &str,
-    id: &str,
-    body: &[u8],
-    ts: i64,
-) -> (u16, Value) {
-    let key = tb_ingress::parse_whsec(secret).unwrap();
-    let sig = tb_ingress::standard_webhooks::sign(&key, id, ts, body);
-    let r = s
-        .http
-        .post(format!("{}{path}", s.base))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header("webhook-signature", sig)
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openwop_client_registers_posts_follows_the_run_and_reads_dead_letters() {
     let s = start(None, fast_retry(2), 0).await;

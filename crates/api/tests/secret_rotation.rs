@@ -8,26 +8,10 @@ mod support;
 use serde_json::{json, Value};
 use support::*;
 
-/// Signs a Standard Webhooks request with `secret` and posts it to `path`: the status.
-async fn post_sw(s: &Server, path: &str, secret: &str, id: &str) -> u16 {
+/// [`support::post_sw`] of a fixed body, now: the status.
+async fn post(s: &Server, path: &str, secret: &str, id: &str) -> u16 {
     let body = br#"{"type":"invoice.paid","data":{"n":1}}"#;
-    let key = tb_ingress::parse_whsec(secret).unwrap();
-    let ts = chrono_now();
-    let r = s
-        .http
-        .post(format!("{}{path}", s.base))
-        .header("content-type", "application/json")
-        .header("webhook-id", id)
-        .header("webhook-timestamp", ts.to_string())
-        .header(
-            "webhook-signature",
-            tb_ingress::standard_webhooks::sign(&key, id, ts, body),
-        )
-        .body(body.to_vec())
-        .send()
-        .await
-        .unwrap();
-    r.status().as_u16()
+    post_sw(s, path, secret, id, body, chrono_now()).await.0
 }
 
 async fn rotate(s: &Server, id: &str, body: &str) -> (u16, Value) {
@@ -64,7 +48,7 @@ async fn a_rotated_secret_overlaps_for_its_window_and_is_audited_without_secrets
         .as_str()
         .unwrap()
         .to_string();
-    assert_eq!(post_sw(&s, &ingest, &s1, "msg_rotation_000001").await, 202);
+    assert_eq!(post(&s, &ingest, &s1, "msg_rotation_000001").await, 202);
 
     // Rotate with a one-hour overlap: a new secret, shown once; both are accepted.
     let before = tb_engine::clock::now_ms();
@@ -78,13 +62,10 @@ async fn a_rotated_secret_overlaps_for_its_window_and_is_audited_without_secrets
         .unwrap()
         .timestamp_millis();
     assert!((before + 3_600_000..=before + 3_610_000).contains(&until));
-    assert_eq!(post_sw(&s, &ingest, &s1, "msg_rotation_000002").await, 202);
-    assert_eq!(post_sw(&s, &ingest, &s2, "msg_rotation_000003").await, 202);
+    assert_eq!(post(&s, &ingest, &s1, "msg_rotation_000002").await, 202);
+    assert_eq!(post(&s, &ingest, &s2, "msg_rotation_000003").await, 202);
     let forged = "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
-    assert_eq!(
-        post_sw(&s, &ingest, forged, "msg_rotation_000004").await,
-        401
-    );
+    assert_eq!(post(&s, &ingest, forged, "msg_rotation_000004").await, 401);
     let detail = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
     assert_eq!(
         detail["stateDetail"]["previousSecretUntil"], r["previousSecretUntil"],
@@ -119,9 +100,9 @@ async fn a_rotated_secret_overlaps_for_its_window_and_is_audited_without_secrets
     assert_eq!(st, 200, "{r3}");
     assert_eq!(r3["previousSecretUntil"], Value::Null);
     let s3 = r3["signingSecret"].as_str().unwrap().to_string();
-    assert_eq!(post_sw(&s, &ingest, &s2, "msg_rotation_000005").await, 401);
-    assert_eq!(post_sw(&s, &ingest, &s1, "msg_rotation_000006").await, 401);
-    assert_eq!(post_sw(&s, &ingest, &s3, "msg_rotation_000007").await, 202);
+    assert_eq!(post(&s, &ingest, &s2, "msg_rotation_000005").await, 401);
+    assert_eq!(post(&s, &ingest, &s1, "msg_rotation_000006").await, 401);
+    assert_eq!(post(&s, &ingest, &s3, "msg_rotation_000007").await, 202);
     let detail = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
     assert!(detail["stateDetail"].get("previousSecretUntil").is_none());
 
@@ -197,7 +178,7 @@ async fn a_rotation_that_cannot_apply_is_refused_and_changes_nothing() {
         assert!(v["message"].as_str().unwrap().contains(why), "{body}: {v}");
     }
     // Nothing changed: the registered secret still works and no rotation is in force.
-    assert_eq!(post_sw(&s, ingest, s1, "msg_rotation_000101").await, 202);
+    assert_eq!(post(&s, ingest, s1, "msg_rotation_000101").await, 202);
     let detail = s.get(&format!("/v1/trigger-subscriptions/{id}")).await;
     assert!(detail["stateDetail"].get("previousSecretUntil").is_none());
     // An empty body takes the default overlap of 24 h.
@@ -242,11 +223,128 @@ async fn racing_rotations_form_one_chain_so_no_secret_handed_out_is_lost() {
     // other. Two rotations that both replaced the original would leave only one of them working.
     let mut accepted = 0;
     for (i, secret) in won.iter().enumerate() {
-        if post_sw(&s, ingest, secret, &format!("msg_rotation_race_{i:04}")).await == 202 {
+        if post(&s, ingest, secret, &format!("msg_rotation_race_{i:04}")).await == 202 {
             accepted += 1;
         }
     }
     assert_eq!(accepted, won.len().min(2), "{} rotations won", won.len());
-    let original_ok = post_sw(&s, ingest, original, "msg_rotation_race_orig").await == 202;
+    let original_ok = post(&s, ingest, original, "msg_rotation_race_orig").await == 202;
     assert_eq!(original_ok, won.len() == 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_that_may_not_start_runs_may_not_rotate() {
+    let key = |name: &str, scopes: &[&str]| trigger_bridge_api::auth::ApiKey {
+        name: name.into(),
+        sha256: trigger_bridge_api::auth::digest(name),
+        scopes: scopes.iter().map(|s| s.to_string()).collect(),
+    };
+    let s = start_with_keys(
+        None,
+        fast_retry(2),
+        0,
+        vec![
+            key("admin-key", &["*"]),
+            key("manage-key", &["webhooks:manage"]),
+        ],
+    )
+    .await;
+    let call = |k: &'static str, path: String, body: Value| {
+        s.http
+            .post(format!("{}{path}", s.base))
+            .bearer_auth(k)
+            .json(&body)
+            .send()
+    };
+    let reg: Value = call(
+        "admin-key",
+        "/v1/trigger-subscriptions".into(),
+        json!({"source": "webhook", "workflowId": "wf"}),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
+    let path = format!("/v1/trigger-subscriptions/{id}/rotate-secret");
+    let r = call("manage-key", path.clone(), json!({})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 403);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"], "forbidden");
+    assert!(
+        v["message"].as_str().unwrap().contains("runs:create"),
+        "{v}"
+    );
+    assert!(v.get("signingSecret").is_none());
+    let r = call("admin-key", path, json!({})).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_replay_of_a_one_time_secret_is_stored_sealed() {
+    let s = start(None, fast_retry(2), 0).await;
+    let send = |path: String, key: &'static str, body: Value| {
+        s.http
+            .post(format!("{}{path}", s.base))
+            .header("idempotency-key", key)
+            .json(&body)
+            .send()
+    };
+    let mut answers = Vec::new();
+    for _ in 0..2 {
+        let r = send(
+            "/v1/trigger-subscriptions".into(),
+            "idem-register-1",
+            json!({"source": "webhook", "workflowId": "wf"}),
+        )
+        .await
+        .unwrap();
+        let replay = r.headers().get("openwop-idempotent-replay").is_some();
+        answers.push((replay, r.json::<Value>().await.unwrap()));
+    }
+    assert!(
+        !answers[0].0 && answers[1].0,
+        "the second answer is a replay"
+    );
+    assert_eq!(answers[0].1, answers[1].1, "replayed unchanged");
+    let id = answers[0].1["subscription"]["subscriptionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let registered = answers[0].1["binding"]["signingSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut rotated = Vec::new();
+    for _ in 0..2 {
+        let v: Value = send(
+            format!("/v1/trigger-subscriptions/{id}/rotate-secret"),
+            "idem-rotate-1",
+            json!({"overlapSeconds": 60}),
+        )
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+        rotated.push(v["signingSecret"].as_str().unwrap().to_string());
+    }
+    assert_eq!(rotated[0], rotated[1], "one rotation, replayed");
+    // What the store keeps for the replays holds neither secret in clear.
+    let db = rusqlite::Connection::open(s._dir.path().join("trigger-bridge.db")).unwrap();
+    let mut stmt = db.prepare("SELECT body FROM idempotency_keys").unwrap();
+    let bodies: Vec<Vec<u8>> = stmt
+        .query_map([], |r| r.get::<_, Option<Vec<u8>>>(0))
+        .unwrap()
+        .filter_map(|b| b.unwrap())
+        .collect();
+    assert_eq!(bodies.len(), 2, "both replies stored");
+    for b in &bodies {
+        assert!(b.starts_with(b"tb-sealed-reply-v1:"));
+        for secret in [&registered, &rotated[0]] {
+            let text = String::from_utf8_lossy(b);
+            assert!(!text.contains(&secret[6..]), "a secret stored in clear");
+        }
+    }
 }

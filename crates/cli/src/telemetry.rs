@@ -83,7 +83,33 @@ impl opentelemetry_http::HttpClient for OtlpClient {
             }
             Ok::<_, opentelemetry_http::HttpError>(out.body(bytes::Bytes::from(body))?)
         });
-        task.await?
+        let out = task.await?;
+        let failed = match &out {
+            Ok(r) if r.status().is_success() => None,
+            Ok(r) => Some(format!("the collector answered {}", r.status())),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = failed {
+            report_failure(&why);
+        }
+        out
+    }
+}
+
+/// Counts a failed export (`tb_otlp_export_failures_total`) and logs it at `warn`, at most once a
+/// minute (a collector that is down must not flood the log).
+fn report_failure(why: &str) {
+    use std::sync::atomic::{AtomicI64, Ordering};
+    static LAST_WARN_S: AtomicI64 = AtomicI64::new(0);
+    metrics::counter!("tb_otlp_export_failures_total").increment(1);
+    let now = tb_engine::clock::now_ms() / 1000;
+    let last = LAST_WARN_S.load(Ordering::Relaxed);
+    if now - last >= 60
+        && LAST_WARN_S
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::warn!(error = %why, "exporting spans over OTLP failed; spans are dropped (tb_otlp_export_failures_total counts each failed batch)");
     }
 }
 
@@ -144,16 +170,19 @@ pub fn init(
             .ok()
             .filter(|u| matches!(u.scheme_str(), Some("http" | "https")))
             .filter(|u| u.host().is_some_and(|h| !h.is_empty()))
+            // `/v1/traces` is appended to the path: a query or fragment would swallow it.
+            .filter(|u| u.query().is_none() && !url.contains('#'))
             .ok_or_else(|| {
                 anyhow::anyhow!(
-                    "--otlp-endpoint: not an http(s) URL with a host (e.g. http://otel-collector:4318)"
+                    "--otlp-endpoint: not an http(s) URL with a host and no query (e.g. http://otel-collector:4318)"
                 )
             })?;
         shown = format!(
-            "{}://{}{}/v1/traces",
+            "{}://{}{}{}",
             uri.scheme_str().unwrap_or("http"),
             uri.host().unwrap_or_default(),
-            uri.port().map(|p| format!(":{p}")).unwrap_or_default()
+            uri.port().map(|p| format!(":{p}")).unwrap_or_default(),
+            uri.path()
         );
         exporter = exporter.with_endpoint(url);
     }
@@ -219,6 +248,8 @@ mod tests {
             "ftp://c:21",
             "c:4318",
             "https://:4318",
+            "http://c:4318/?token=x",
+            "http://c:4318/#x",
             "not a url",
             "file:///etc/passwd",
         ] {

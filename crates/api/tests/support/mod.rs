@@ -387,3 +387,29 @@ pub fn check(v: &jsonschema::Validator, instance: &Value) {
         .collect();
     assert!(errs.is_empty(), "{errs:?}\n{instance}");
 }
+
+/// Signs a Standard Webhooks request with `secret` (a `whsec_` value) at `ts` (Unix s) and posts it
+/// to `path`: the status and the JSON answer (`Null` when none).
+pub async fn post_sw(
+    s: &Server,
+    path: &str,
+    secret: &str,
+    id: &str,
+    body: &[u8],
+    ts: i64,
+) -> (u16, Value) {
+    let key = tb_ingress::parse_whsec(secret).unwrap();
+    let sig = tb_ingress::standard_webhooks::sign(&key, id, ts, body);
+    let r = s
+        .http
+        .post(format!("{}{path}", s.base))
+        .header("content-type", "application/json")
+        .header("webhook-id", id)
+        .header("webhook-timestamp", ts.to_string())
+        .header("webhook-signature", sig)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
