@@ -108,6 +108,30 @@ impl Drop for Release {
     }
 }
 
+/// The reply kept for a one-time-secret answer on a host without a sealing key: 409
+/// `idempotency_reply_withheld`, naming the record the first request created.
+fn withheld(first: &[u8]) -> StoredReply {
+    let v: serde_json::Value = serde_json::from_slice(first).unwrap_or_default();
+    let created = [
+        "/endpointId",
+        "/subscription/subscriptionId",
+        "/webhookId",
+        "/subscriptionId",
+    ]
+    .iter()
+    .find_map(|p| v.pointer(p).and_then(|x| x.as_str()))
+    .unwrap_or("?");
+    let body = json!({
+        "error": "idempotency_reply_withheld",
+        "message": format!("the first request with this Idempotency-Key succeeded and created {created}; its answer held a secret shown once, which this host keeps nowhere (it has no sealing key), so it is not replayed"),
+    });
+    StoredReply {
+        status: StatusCode::CONFLICT.as_u16(),
+        content_type: Some("application/json".into()),
+        body: body.to_string().into_bytes(),
+    }
+}
+
 /// The host's sealing key, when it has one.
 fn sealing_key(st: &AppState) -> Option<&tb_engine::sealing::SecretKey> {
     st.secrets.as_ref().and_then(|s| s.sealing_key().ok())
@@ -214,11 +238,19 @@ pub async fn layer(
                 None => r.body,
                 Some(sealed) => match sealing_key(&st).map(|k| k.open(&scope_key(&scope, &key), sealed)) {
                     Some(Ok(plain)) => plain,
-                    _ => {
+                    None => {
                         return envelope(
                             StatusCode::SERVICE_UNAVAILABLE,
                             "unavailable",
-                            "the first answer to this Idempotency-Key is sealed and this replica cannot open it (its TRIGGER_BRIDGE_SECRET_KEY differs)",
+                            "the first answer to this Idempotency-Key is sealed and this replica has no sealing key (set TRIGGER_BRIDGE_SECRET_KEY as on the others)",
+                            None,
+                        )
+                    }
+                    Some(Err(_)) => {
+                        return envelope(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "unavailable",
+                            "the first answer to this Idempotency-Key is sealed and does not open with this replica's TRIGGER_BRIDGE_SECRET_KEY (another key, or an altered record)",
                             None,
                         )
                     }
@@ -252,27 +284,32 @@ pub async fn layer(
                 let rbytes = axum::body::to_bytes(rbody, MAX_BODY)
                     .await
                     .unwrap_or_default();
-                // An answer with a one-time secret is kept only sealed (or not at all without a key).
-                let body = match (rparts.extensions.get::<OneTimeSecret>(), &seal) {
-                    (None, _) => Some(rbytes.to_vec()),
-                    (Some(_), Some(k)) => {
-                        let mut b = SEALED_REPLY.to_vec();
-                        b.extend(k.seal(&scope_key(&scope, &key), &rbytes));
-                        Some(b)
+                // An answer with a one-time secret is kept only sealed; without a key, a refusal naming
+                // what was created is kept instead, so a retry never creates a second one.
+                let content_type = rparts
+                    .headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                let reply = cacheable(rparts.status).then(|| {
+                    match (rparts.extensions.get::<OneTimeSecret>(), &seal) {
+                        (None, _) => StoredReply {
+                            status: rparts.status.as_u16(),
+                            content_type,
+                            body: rbytes.to_vec(),
+                        },
+                        (Some(_), Some(k)) => {
+                            let mut b = SEALED_REPLY.to_vec();
+                            b.extend(k.seal(&scope_key(&scope, &key), &rbytes));
+                            StoredReply {
+                                status: rparts.status.as_u16(),
+                                content_type,
+                                body: b,
+                            }
+                        }
+                        (Some(_), None) => withheld(&rbytes),
                     }
-                    (Some(_), None) => None,
-                };
-                let reply = body
-                    .filter(|_| cacheable(rparts.status))
-                    .map(|body| StoredReply {
-                        status: rparts.status.as_u16(),
-                        content_type: rparts
-                            .headers
-                            .get(header::CONTENT_TYPE)
-                            .and_then(|v| v.to_str().ok())
-                            .map(str::to_string),
-                        body,
-                    });
+                });
                 if let Err(e) = store
                     .idempotency_finish(&scope, &key, reply, tb_engine::clock::now_ms())
                     .await
@@ -292,5 +329,27 @@ pub async fn layer(
                 ),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_withheld_reply_names_what_was_created_and_holds_no_secret() {
+        let first = br#"{"endpointId":"sgep_1","token":"tok_secret","url":"/v1/hooks/tok_secret"}"#;
+        let r = withheld(first);
+        assert_eq!(r.status, 409);
+        let text = String::from_utf8(r.body).unwrap();
+        assert!(text.contains("idempotency_reply_withheld") && text.contains("created sgep_1"));
+        assert!(!text.contains("tok_secret"), "{text}");
+        let reg =
+            br#"{"subscription":{"subscriptionId":"sub_9"},"binding":{"signingSecret":"whsec_x"}}"#;
+        let text = String::from_utf8(withheld(reg).body).unwrap();
+        assert!(
+            text.contains("created sub_9") && !text.contains("whsec_x"),
+            "{text}"
+        );
     }
 }

@@ -160,7 +160,19 @@ impl SecretStore {
     }
 
     /// Removes the secret file `file` of this store's directory (a rotated legacy registration's).
+    /// Errors: `validation_error` for a name that is not one plain file name (nothing outside the
+    /// directory is ever removed), `unavailable` for the OS error.
     fn remove_file(&self, file: &str) -> Result<(), TbError> {
+        let plain = matches!(
+            Path::new(file).components().collect::<Vec<_>>().as_slice(),
+            [std::path::Component::Normal(_)]
+        );
+        if !plain {
+            return Err(TbError::new(
+                ErrorCode::ValidationError,
+                format!("{file:?} is not a file name of the secrets directory"),
+            ));
+        }
         let p = self.dir.join(file);
         std::fs::remove_file(&p).map_err(|e| io("cannot remove", &p, e))
     }
@@ -473,6 +485,10 @@ pub async fn rotate(
     id: &str,
     overlap_s: u64,
 ) -> Result<Rotated, TbError> {
+    // Rotations in this process run one at a time, so their commits reach the catalog in commit order
+    // (across replicas the store's check and the change log order them).
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(current) = engine.catalog().subscription(id).cloned() else {
         return Err(engine.missing_subscription(id));
     };
@@ -519,8 +535,8 @@ pub async fn rotate(
         (None, Some(file)) => secrets.read(file)?,
         (None, None) => {
             return Err(TbError::new(
-                ErrorCode::Internal,
-                format!("subscription {id} has no stored secret to rotate"),
+                ErrorCode::Conflict,
+                format!("subscription {id} has no stored secret yet (this replica is ahead of the store); retry"),
             ))
         }
     };
