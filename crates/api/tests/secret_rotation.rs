@@ -348,3 +348,40 @@ async fn an_idempotent_replay_of_a_one_time_secret_is_stored_sealed() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_previous_secret_of_an_ended_overlap_is_removed_from_the_store() {
+    let s = start(None, fast_retry(2), 0).await;
+    let (_, reg) = s
+        .post(
+            "/v1/trigger-subscriptions",
+            json!({"source": "webhook", "workflowId": "wf"}),
+        )
+        .await;
+    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
+    let (st, r) = rotate(&s, id, r#"{"overlapSeconds": 60}"#).await;
+    assert_eq!(st, 200, "{r}");
+    let until = chrono::DateTime::parse_from_rfc3339(r["previousSecretUntil"].as_str().unwrap())
+        .unwrap()
+        .timestamp_millis();
+    let prev = tb_engine::registration::previous_secret_id(id);
+    let stored = |s: &Server| {
+        let (store, prev) = (s.engine.store.clone(), prev.clone());
+        async move { store.sealed_secret(&prev).await.unwrap() }
+    };
+    assert!(stored(&s).await.is_some());
+    // While the overlap lasts nothing is removed, even when asked directly.
+    let drop = tb_engine::registration::drop_ended_previous_secrets;
+    assert_eq!(drop(&s.engine, until - 1).await, 0);
+    assert!(!s
+        .engine
+        .store
+        .drop_ended_previous_secret(id, &prev, until - 1)
+        .await
+        .unwrap());
+    assert!(stored(&s).await.is_some());
+    // Once it has ended the sweep removes it, once.
+    assert_eq!(drop(&s.engine, until).await, 1);
+    assert!(stored(&s).await.is_none());
+    assert_eq!(drop(&s.engine, until + 1).await, 0);
+}

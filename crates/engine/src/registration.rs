@@ -433,6 +433,39 @@ async fn load_record(engine: &Engine, secrets: &SecretStore, rec: SubscriptionRe
     true
 }
 
+/// Deletes the sealed previous secrets of registrations whose rotation overlap has ended at `now`
+/// (the sweeper calls it every pass): nothing accepts them any more, so nothing keeps them at rest.
+/// The store re-checks each end under the subscription's lock. Returns how many were deleted; a
+/// failure is logged and the rest go on.
+pub async fn drop_ended_previous_secrets(engine: &Engine, now: i64) -> usize {
+    let ended: Vec<String> = engine
+        .catalog()
+        .subscriptions()
+        .filter(|s| {
+            s.registration
+                .as_ref()
+                .and_then(|r| r.previous_secret_until)
+                .is_some_and(|u| !tb_core::rotation::previous_accepted(u, now))
+        })
+        .map(|s| s.id.clone())
+        .collect();
+    let mut n = 0;
+    for id in ended {
+        match engine
+            .store
+            .drop_ended_previous_secret(&id, &previous_secret_id(&id), now)
+            .await
+        {
+            Ok(true) => n += 1,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(subscription = %id, error = %e, "removing an ended rotation's previous secret failed")
+            }
+        }
+    }
+    n
+}
+
 /// The id the previous secret of a rotated registration is sealed under (the current one is under
 /// the subscription id itself).
 pub fn previous_secret_id(subscription: &str) -> String {

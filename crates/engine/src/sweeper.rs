@@ -77,6 +77,14 @@ pub async fn run(engine: Arc<Engine>, cfg: SweeperConfig, mut shutdown: watch::R
             }
             Err(e) => tracing::warn!(error = %e, "retention sweep failed"),
         }
+        let dropped =
+            crate::registration::drop_ended_previous_secrets(&engine, clock::now_ms()).await;
+        if dropped > 0 {
+            tracing::info!(
+                secrets = dropped,
+                "previous secrets of ended rotations removed"
+            );
+        }
         tokio::select! {
             _ = tokio::time::sleep(cfg.interval) => {}
             _ = shutdown.changed() => return,

@@ -492,6 +492,15 @@ pub trait Store: Send + Sync + 'static {
         remove: Vec<String>,
         now: i64,
     ) -> StoreResult<SubscriptionRecord>;
+    /// Deletes the sealed previous secret `previous_id` of subscription `id` when the overlap its row
+    /// records has ended at `now` (Unix ms) or is gone; the row is locked first, so a rotation committed
+    /// meanwhile keeps its secret. Returns whether one was deleted. Errors: the store's.
+    async fn drop_ended_previous_secret(
+        &self,
+        id: &str,
+        previous_id: &str,
+        now: i64,
+    ) -> StoreResult<bool>;
     /// The sealed secret stored under `id` (a registered subscription id, or a webhook secret id), if any.
     async fn sealed_secret(&self, id: &str) -> StoreResult<Option<Vec<u8>>>;
     /// [`Store::create_webhook`] with the webhook's sealed secrets `(secret id, sealed bytes)` stored in

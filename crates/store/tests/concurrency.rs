@@ -761,3 +761,56 @@ async fn racing_secret_rotations_commit_exactly_one() {
         );
     }
 }
+
+/// An ended rotation's previous secret is deleted only once the end its row records has passed, on
+/// both backends (the row is read under its lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ended_previous_secret_is_dropped_only_after_its_end() {
+    for (backend, stores, _guard) in handles(2).await {
+        let def = trigger_bridge_store::SubscriptionDef {
+            id: "sub_end".into(),
+            source: tb_core::subscription::Source::Webhook,
+            connector: "standard-webhooks".into(),
+            config: serde_json::json!({"registration": {"workflow_id": "wf", "previousSecretUntil": 5_000}}),
+            failure_threshold: 5,
+        };
+        stores[0]
+            .register_subscription(
+                def,
+                vec![
+                    ("sub_end".into(), b"S1".to_vec()),
+                    ("sub_end#previous".into(), b"S0".to_vec()),
+                ],
+                1_000,
+            )
+            .await
+            .unwrap();
+        let s = &stores[1];
+        assert!(
+            !s.drop_ended_previous_secret("sub_end", "sub_end#previous", 4_999)
+                .await
+                .unwrap(),
+            "{backend}"
+        );
+        assert!(
+            s.sealed_secret("sub_end#previous").await.unwrap().is_some(),
+            "{backend}"
+        );
+        assert!(
+            s.drop_ended_previous_secret("sub_end", "sub_end#previous", 5_000)
+                .await
+                .unwrap(),
+            "{backend}"
+        );
+        assert_eq!(
+            s.sealed_secret("sub_end#previous").await.unwrap(),
+            None,
+            "{backend}"
+        );
+        assert_eq!(
+            s.sealed_secret("sub_end").await.unwrap(),
+            Some(b"S1".to_vec()),
+            "{backend}"
+        );
+    }
+}

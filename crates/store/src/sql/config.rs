@@ -132,6 +132,33 @@ pub(crate) fn rotate_subscription_secret(
     register_subscription(c, def, sealed, now)
 }
 
+/// Deletes the sealed secret `previous_id` of subscription `id` once the overlap its row records
+/// (`config.registration.previousSecretUntil`) has ended at `now` or is gone: the subscription row is
+/// locked first, so a rotation committing meanwhile (which writes a new end) is never undone. Returns
+/// whether a secret was deleted.
+pub(crate) fn drop_ended_previous_secret(
+    c: &dyn Db,
+    id: &str,
+    previous_id: &str,
+    now: i64,
+) -> StoreResult<bool> {
+    let lock = match c.dialect() {
+        crate::sql::Dialect::Postgres => " FOR UPDATE",
+        crate::sql::Dialect::Sqlite => "",
+    };
+    let config: Option<String> = c.value(
+        &format!("SELECT config FROM subscriptions WHERE id = ?1{lock}"),
+        p![id],
+    )?;
+    let until = config
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.pointer("/registration/previousSecretUntil")?.as_i64());
+    if until.is_some_and(|u| tb_core::rotation::previous_accepted(u, now)) {
+        return Ok(false);
+    }
+    Ok(c.exec("DELETE FROM sealed_secrets WHERE id = ?1", p![previous_id])? > 0)
+}
+
 /// [`write::insert_subscription`] plus its `registration` change row when it inserted.
 pub(crate) fn register_new_subscription(
     c: &dyn Db,

@@ -645,6 +645,17 @@ impl<B: Backend> Store for SqlStore<B> {
             })
             .await
     }
+    async fn drop_ended_previous_secret(
+        &self,
+        id: &str,
+        previous_id: &str,
+        now: i64,
+    ) -> StoreResult<bool> {
+        let (id, previous_id) = (id.to_string(), previous_id.to_string());
+        self.backend
+            .write(move |c| config::drop_ended_previous_secret(c, &id, &previous_id, now))
+            .await
+    }
     async fn sealed_secret(&self, id: &str) -> StoreResult<Option<Vec<u8>>> {
         let id = id.to_string();
         self.backend
