@@ -225,6 +225,7 @@ pub struct CreateRunBody {
 #[utoipa::path(post, path = "/v1/runs", tag = "runs", request_body = CreateRunBody, responses((status = 201, description = "{runId, status, eventsUrl, statusUrl}"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn create(
     State(st): State<AppState>,
+    headers: axum::http::HeaderMap,
     body: bytes::Bytes,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
@@ -238,7 +239,14 @@ pub async fn create(
             "inputs must be an object",
         ));
     }
-    let run_id = tb_engine::runs::start(&st.engine, &b.workflow_id, inputs).await?;
+    // A caller's trace continues into the run's receipt span.
+    let run_id = tb_engine::runs::start_traced(
+        &st.engine,
+        &b.workflow_id,
+        inputs,
+        tb_engine::trace::from_headers(&headers),
+    )
+    .await?;
     let reply = json!({
         "runId": run_id,
         "status": "pending",

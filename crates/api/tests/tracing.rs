@@ -325,3 +325,49 @@ async fn an_attempt_after_a_restart_links_to_the_stored_receipt_span() {
         )]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_started_through_the_api_continues_the_callers_trace() {
+    exporter();
+    let (url, seen) = tracing_worker(vec![]).await;
+    let (dir, store) = store();
+    let s = serve(dir, store, catalog(url), Vec::new()).await;
+    let r = s
+        .http
+        .post(format!("{}/v1/runs", s.base))
+        .header("traceparent", format!("00-{SENDER_TRACE}-{SENDER_SPAN}-01"))
+        .json(&serde_json::json!({"workflowId": "pr-triage"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let v: serde_json::Value = r.json().await.unwrap();
+    let run = s
+        .wait_for(&format!("/v1/runs/{}", v["runId"].as_str().unwrap()), |r| {
+            r["trigger"]["receiptId"].is_string()
+        })
+        .await;
+    let receipt = run["trigger"]["receiptId"].as_str().unwrap();
+    let r = spans("receipt", "receipt", receipt);
+    assert_eq!(r.len(), 1, "{run}");
+    assert_eq!(
+        r[0].span_context.trace_id(),
+        TraceId::from_hex(SENDER_TRACE).unwrap()
+    );
+    assert_eq!(r[0].parent_span_id, SpanId::from_hex(SENDER_SPAN).unwrap());
+    assert_eq!(attr(&r[0], "source").as_deref(), Some("api"));
+    // Its attempt reached the worker with the attempt's own context.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while seen.lock().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the worker was called within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let sent = seen.lock().unwrap()[0].clone();
+    assert!(
+        sent.starts_with("00-") && !sent.contains(SENDER_TRACE),
+        "{sent}"
+    );
+}

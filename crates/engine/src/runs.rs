@@ -19,6 +19,17 @@ use crate::{clock, Engine, API_SOURCE};
 /// delivery's workflow and inputs. Returns the run id.
 /// Errors: `not_found` (no such workflow), `unavailable` (store).
 pub async fn start(engine: &Engine, workflow_id: &str, inputs: Value) -> Result<String, TbError> {
+    start_traced(engine, workflow_id, inputs, None).await
+}
+
+/// [`start`] for a request that carried a W3C `traceparent`: the run's `receipt` span is its child
+/// ([`crate::trace`]). Errors: those of [`start`].
+pub async fn start_traced(
+    engine: &Engine,
+    workflow_id: &str,
+    inputs: Value,
+    trace_parent: Option<tb_core::trace::TraceContext>,
+) -> Result<String, TbError> {
     if engine.catalog().workflow(workflow_id).is_none() {
         return Err(TbError::new(ErrorCode::NotFound, "no such workflow"));
     }
@@ -52,7 +63,7 @@ pub async fn start(engine: &Engine, workflow_id: &str, inputs: Value) -> Result<
         }]),
         capability: None,
         target_run: None,
-        trace_parent: None,
+        trace_parent,
     };
     accept(engine, inbound).await?;
     Ok(run_id)
