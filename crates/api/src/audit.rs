@@ -121,7 +121,7 @@ const CREATED_ID: &[&str] = &[
 ];
 
 /// The id of the record an answer created, if it names one.
-fn created_id(body: &Value) -> Option<&str> {
+pub(crate) fn created_id(body: &Value) -> Option<&str> {
     CREATED_ID
         .iter()
         .find_map(|p| body.pointer(p).and_then(Value::as_str))

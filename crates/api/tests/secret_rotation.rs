@@ -14,6 +14,24 @@ async fn post(s: &Server, path: &str, secret: &str, id: &str) -> u16 {
     post_sw(s, path, secret, id, body, chrono_now()).await.0
 }
 
+/// A registered subscription: `(id, ingest path, signing secret)` and the whole 201 answer.
+async fn register(s: &Server) -> (String, String, String, Value) {
+    let (st, reg) = s
+        .post(
+            "/v1/trigger-subscriptions",
+            json!({"source": "webhook", "workflowId": "wf"}),
+        )
+        .await;
+    assert_eq!(st.as_u16(), 201, "{reg}");
+    let field = |p: &str| reg.pointer(p).and_then(Value::as_str).unwrap().to_string();
+    let (id, ingest, secret) = (
+        field("/subscription/subscriptionId"),
+        field("/binding/ingestUrl"),
+        field("/binding/signingSecret"),
+    );
+    (id, ingest, secret, reg)
+}
+
 async fn rotate(s: &Server, id: &str, body: &str) -> (u16, Value) {
     let r = s
         .http
@@ -32,22 +50,7 @@ async fn rotate(s: &Server, id: &str, body: &str) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotated_secret_overlaps_for_its_window_and_is_audited_without_secrets() {
     let s = start(None, fast_retry(2), 0).await;
-    let (st, reg) = s
-        .post(
-            "/v1/trigger-subscriptions",
-            json!({"source": "webhook", "workflowId": "wf"}),
-        )
-        .await;
-    assert_eq!(st.as_u16(), 201, "{reg}");
-    let id = reg["subscription"]["subscriptionId"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let ingest = reg["binding"]["ingestUrl"].as_str().unwrap().to_string();
-    let s1 = reg["binding"]["signingSecret"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (id, ingest, s1, reg) = register(&s).await;
     assert_eq!(post(&s, &ingest, &s1, "msg_rotation_000001").await, 202);
 
     // Rotate with a one-hour overlap: a new secret, shown once; both are accepted.
@@ -154,15 +157,8 @@ async fn a_rotation_that_cannot_apply_is_refused_and_changes_nothing() {
     let (st, v) = rotate(&s, "nope", "").await;
     assert_eq!((st, v["error"].as_str()), (404, Some("not_found")), "{v}");
 
-    let (_, reg) = s
-        .post(
-            "/v1/trigger-subscriptions",
-            json!({"source": "webhook", "workflowId": "wf"}),
-        )
-        .await;
-    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
-    let ingest = reg["binding"]["ingestUrl"].as_str().unwrap();
-    let s1 = reg["binding"]["signingSecret"].as_str().unwrap();
+    let (id, ingest, s1, _) = register(&s).await;
+    let (id, ingest, s1) = (id.as_str(), ingest.as_str(), s1.as_str());
     for (body, why) in [
         (r#"{"overlapSeconds": 2592001}"#, "over 30 days"),
         (r#"{"overlapSeconds": -1}"#, "invalid value: integer `-1`"),
@@ -193,15 +189,8 @@ async fn a_rotation_that_cannot_apply_is_refused_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_rotations_form_one_chain_so_no_secret_handed_out_is_lost() {
     let s = start(None, fast_retry(2), 0).await;
-    let (_, reg) = s
-        .post(
-            "/v1/trigger-subscriptions",
-            json!({"source": "webhook", "workflowId": "wf"}),
-        )
-        .await;
-    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
-    let ingest = reg["binding"]["ingestUrl"].as_str().unwrap();
-    let original = reg["binding"]["signingSecret"].as_str().unwrap();
+    let (id, ingest, original, _) = register(&s).await;
+    let (id, ingest, original) = (id.as_str(), ingest.as_str(), original.as_str());
     // Eight rotations at once; each either commits on top of the one before it or is refused.
     let answers = futures_util::future::join_all(
         (0..8).map(|_| rotate(&s, id, r#"{"overlapSeconds": 3600}"#)),
@@ -352,13 +341,8 @@ async fn an_idempotent_replay_of_a_one_time_secret_is_stored_sealed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_previous_secret_of_an_ended_overlap_is_removed_from_the_store() {
     let s = start(None, fast_retry(2), 0).await;
-    let (_, reg) = s
-        .post(
-            "/v1/trigger-subscriptions",
-            json!({"source": "webhook", "workflowId": "wf"}),
-        )
-        .await;
-    let id = reg["subscription"]["subscriptionId"].as_str().unwrap();
+    let (id, _, _, _) = register(&s).await;
+    let id = id.as_str();
     let (st, r) = rotate(&s, id, r#"{"overlapSeconds": 60}"#).await;
     assert_eq!(st, 200, "{r}");
     let until = chrono::DateTime::parse_from_rfc3339(r["previousSecretUntil"].as_str().unwrap())

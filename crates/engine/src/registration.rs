@@ -475,8 +475,12 @@ pub fn previous_secret_id(subscription: &str) -> String {
 /// The key bytes of the `whsec_` secret sealed under `id`. Errors: those of
 /// [`SecretStore::open_stored`], or `internal` for a sealed text that is not a `whsec_` secret.
 async fn open_whsec(secrets: &SecretStore, engine: &Engine, id: &str) -> Result<Vec<u8>, TbError> {
-    let text = secrets.open_stored(engine.store.as_ref(), id).await?;
-    tb_ingress::parse_whsec(String::from_utf8_lossy(&text).trim())
+    whsec_key(id, &secrets.open_stored(engine.store.as_ref(), id).await?)
+}
+
+/// The key bytes of the opened `whsec_` text `text` of secret `id`. Errors: `internal` for another text.
+fn whsec_key(id: &str, text: &[u8]) -> Result<Vec<u8>, TbError> {
+    tb_ingress::parse_whsec(String::from_utf8_lossy(text).trim())
         .map_err(|e| TbError::new(ErrorCode::Internal, format!("secret {id}: {e}")))
 }
 
@@ -560,11 +564,7 @@ pub async fn rotate(
     // behind another replica's rotation); the commit checks it is still the one stored.
     let expected = engine.store.sealed_secret(id).await.map_err(store_err)?;
     let old_key = match (&expected, &reg.secret_file) {
-        (Some(sealed_now), _) => {
-            let text = sealing.open(id, sealed_now)?;
-            tb_ingress::parse_whsec(String::from_utf8_lossy(&text).trim())
-                .map_err(|e| TbError::new(ErrorCode::Internal, format!("secret {id}: {e}")))?
-        }
+        (Some(sealed_now), _) => whsec_key(id, &sealing.open(id, sealed_now)?)?,
         (None, Some(file)) => secrets.read(file)?,
         (None, None) => {
             return Err(TbError::new(

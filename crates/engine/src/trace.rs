@@ -92,7 +92,7 @@ fn fallback(
     attempt: u32,
 ) -> TraceContext {
     let digest = |s: String| Sha256::digest(s.as_bytes());
-    let trace_id = stored.map_or_else(
+    let mut trace_id = stored.map_or_else(
         || {
             let mut t = [0u8; 16];
             t.copy_from_slice(&digest(format!("trace:{receipt}"))[..16]);
@@ -102,17 +102,9 @@ fn fallback(
     );
     let mut span_id = [0u8; 8];
     span_id.copy_from_slice(&digest(format!("span:{delivery}:{attempt}"))[..8]);
-    // A digest of all zeros is as good as impossible; the constant keeps the value valid anyway.
-    if span_id == [0; 8] {
-        span_id[7] = 1;
-    }
-    if trace_id == [0; 16] {
-        return TraceContext {
-            trace_id: [1; 16],
-            span_id,
-            flags: 1,
-        };
-    }
+    // An all-zero digest prefix is as good as impossible; one bit keeps the ids valid anyway.
+    trace_id[15] |= u8::from(trace_id == [0; 16]);
+    span_id[7] |= u8::from(span_id == [0; 8]);
     TraceContext {
         trace_id,
         span_id,

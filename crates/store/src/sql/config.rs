@@ -95,6 +95,19 @@ pub(crate) fn register_subscription(
     Ok(rec)
 }
 
+/// The `config` of subscription `id`, its row locked for the rest of the transaction (PostgreSQL `FOR
+/// UPDATE`; SQLite has one writer); `None` when there is no such row.
+fn locked_config(c: &dyn Db, id: &str) -> StoreResult<Option<String>> {
+    let lock = match c.dialect() {
+        crate::sql::Dialect::Postgres => " FOR UPDATE",
+        crate::sql::Dialect::Sqlite => "",
+    };
+    c.value(
+        &format!("SELECT config FROM subscriptions WHERE id = ?1{lock}"),
+        p![id],
+    )
+}
+
 /// [`register_subscription`] for a rotation: the subscription row is locked first (PostgreSQL `FOR
 /// UPDATE`; SQLite has one writer), the secret sealed under its id must still be `expected` (`None`:
 /// none is, a registration whose secret is a file), else `Conflict` and nothing is written; `remove`
@@ -107,15 +120,7 @@ pub(crate) fn rotate_subscription_secret(
     remove: &[String],
     now: i64,
 ) -> StoreResult<SubscriptionRecord> {
-    let lock = match c.dialect() {
-        crate::sql::Dialect::Postgres => " FOR UPDATE",
-        crate::sql::Dialect::Sqlite => "",
-    };
-    let row: Option<String> = c.value(
-        &format!("SELECT id FROM subscriptions WHERE id = ?1{lock}"),
-        p![def.id],
-    )?;
-    if row.is_none() {
+    if locked_config(c, &def.id)?.is_none() {
         return Err(crate::StoreError::not_found(
             crate::RecordKind::Subscription,
         ));
@@ -142,15 +147,7 @@ pub(crate) fn drop_ended_previous_secret(
     previous_id: &str,
     now: i64,
 ) -> StoreResult<bool> {
-    let lock = match c.dialect() {
-        crate::sql::Dialect::Postgres => " FOR UPDATE",
-        crate::sql::Dialect::Sqlite => "",
-    };
-    let config: Option<String> = c.value(
-        &format!("SELECT config FROM subscriptions WHERE id = ?1{lock}"),
-        p![id],
-    )?;
-    let until = config
+    let until = locked_config(c, id)?
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v.pointer("/registration/previousSecretUntil")?.as_i64());
     if until.is_some_and(|u| tb_core::rotation::previous_accepted(u, now)) {
