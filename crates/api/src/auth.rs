@@ -94,7 +94,13 @@ pub enum Access {
     Public,
     /// A bearer API key holding this OpenWOP §12 scope (one of [`SCOPES`]).
     Scope(&'static str),
+    /// Any known bearer API key, whatever its scopes: only `GET /v1/auth/key`, which tells a client
+    /// what its own key may do.
+    AnyKey,
 }
+
+/// The scope string [`require`] takes for [`Access::AnyKey`]: no scope is needed, only a known key.
+pub const ANY_KEY: &str = "";
 
 fn deny(status: StatusCode, code: &str, message: &str) -> Response {
     let mut r = (status, Json(json!({"error": code, "message": message}))).into_response();
@@ -142,7 +148,7 @@ pub async fn require(
             "unauthenticated",
             "unknown API key",
         ),
-        Some(k) if !k.allows(scope) => deny(
+        Some(k) if scope != ANY_KEY && !k.allows(scope) => deny(
             StatusCode::FORBIDDEN,
             "forbidden",
             &format!("this API key lacks the scope {scope}"),
@@ -153,4 +159,17 @@ pub async fn require(
             next.run(req).await
         }
     }
+}
+
+/// `GET /v1/auth/key` (any known key) -> `{name, scopes}`: what the caller's key may do, so a client
+/// (the MCP server above all) offers only the operations that will not be refused. Never the key.
+#[utoipa::path(get, path = "/v1/auth/key", tag = "auth", responses((status = 200, description = "{name, scopes}"), (status = 401, description = "unauthenticated")))]
+pub async fn key_info(p: Option<axum::Extension<Principal>>) -> Json<tb_api_types::KeyInfo> {
+    let p = p
+        .map(|axum::Extension(p)| p)
+        .unwrap_or_else(Principal::anonymous);
+    Json(tb_api_types::KeyInfo {
+        name: p.0,
+        scopes: p.1,
+    })
 }

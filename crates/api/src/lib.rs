@@ -80,6 +80,8 @@ pub fn routes(state: AppState) -> routes::Routes {
             ingest::ingest,
         )
         .public(POST, "/v1/hooks/{token}", sessions::hook)
+        // What the caller's own key may do (any known key).
+        .keyed("/v1/auth/key", auth::key_info)
         // Workflows and runs.
         .scoped(
             GET,

@@ -18,34 +18,13 @@
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use tb_api_types::replay::{ReplayOutcome, ReplayRequest, ReplaySkip};
 use tb_core::replay::ReplayFilter;
 use tb_core::ErrorCode;
 use tb_engine::replay::{BulkOutcome, BulkReplay};
 
 use crate::error::ApiError;
 use crate::{wire, AppState};
-
-/// The filter as sent: RFC 3339 times (any offset) and an exact error class.
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FilterBody {
-    pub from: Option<String>,
-    pub to: Option<String>,
-    pub error_class: Option<String>,
-}
-
-/// The request body (see the module docs).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ReplayBody {
-    #[serde(default)]
-    pub filter: FilterBody,
-    pub dry_run: Option<bool>,
-    pub expect: Option<u64>,
-    pub limit: Option<u64>,
-}
 
 fn parse_time(field: &str, v: Option<&str>) -> Result<Option<i64>, ApiError> {
     v.map(|t| {
@@ -61,12 +40,12 @@ fn parse_time(field: &str, v: Option<&str>) -> Result<Option<i64>, ApiError> {
     .transpose()
 }
 
-fn filter_json(f: &ReplayFilter) -> Value {
-    json!({
-        "from": f.from_ms.map(wire::time),
-        "to": f.to_ms.map(wire::time),
-        "errorClass": f.error_class,
-    })
+fn filter_view(f: &ReplayFilter) -> tb_api_types::replay::ReplayFilter {
+    tb_api_types::replay::ReplayFilter {
+        from: f.from_ms.map(wire::time),
+        to: f.to_ms.map(wire::time),
+        error_class: f.error_class.clone(),
+    }
 }
 
 /// The handler (see the module docs for shapes and errors).
@@ -74,8 +53,8 @@ fn filter_json(f: &ReplayFilter) -> Value {
 pub async fn replay_all(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    body: Result<Json<ReplayBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+    body: Result<Json<ReplayRequest>, JsonRejection>,
+) -> Result<Json<ReplayOutcome>, ApiError> {
     let b = crate::error::json_body(
         body,
         "{filter?: {from?, to?, errorClass?}, dryRun?: bool, expect?: N, limit?: N}",
@@ -98,31 +77,50 @@ pub async fn replay_all(
         },
     )
     .await?;
+    let empty = ReplayOutcome {
+        dry_run: true,
+        count: None,
+        sample: None,
+        limit: None,
+        replayed: None,
+        delivery_ids: None,
+        skipped: None,
+        remaining: None,
+        more: false,
+        filter: filter_view(&filter),
+    };
     Ok(Json(match out {
         BulkOutcome::Preview {
             count,
             sample,
             more,
-        } => json!({
-            "dryRun": true,
-            "count": count,
-            "sample": sample,
-            "more": more,
-            "limit": tb_core::replay::batch_limit(limit)?,
-            "filter": filter_json(&filter),
-        }),
+        } => ReplayOutcome {
+            count: Some(count),
+            sample: Some(sample),
+            more,
+            limit: Some(tb_core::replay::batch_limit(limit)?.into()),
+            ..empty
+        },
         BulkOutcome::Replayed {
             replayed,
             skipped,
             remaining,
-        } => json!({
-            "dryRun": false,
-            "replayed": replayed.len(),
-            "deliveryIds": replayed,
-            "skipped": skipped.iter().map(|s| json!({"deliveryId": s.delivery_id, "reason": s.reason})).collect::<Vec<_>>(),
-            "remaining": remaining,
-            "more": remaining > 0,
-            "filter": filter_json(&filter),
-        }),
+        } => ReplayOutcome {
+            dry_run: false,
+            replayed: Some(replayed.len() as u64),
+            delivery_ids: Some(replayed),
+            skipped: Some(
+                skipped
+                    .into_iter()
+                    .map(|s| ReplaySkip {
+                        delivery_id: s.delivery_id,
+                        reason: s.reason,
+                    })
+                    .collect(),
+            ),
+            remaining: Some(remaining),
+            more: remaining > 0,
+            ..empty
+        },
     }))
 }

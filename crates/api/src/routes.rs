@@ -108,6 +108,20 @@ impl Routes {
         self.add(method, path, Access::Scope(scope), mr)
     }
 
+    /// Adds a `GET` route any known API key may call ([`Access::AnyKey`]); never mutating.
+    pub fn keyed<H, T>(self, path: &'static str, handler: H) -> Routes
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        let mr: MethodRouter<AppState> =
+            on(MethodFilter::GET, handler).route_layer(axum::middleware::from_fn_with_state(
+                (self.state.clone(), auth::ANY_KEY),
+                auth::require,
+            ));
+        self.add(Method::GET, path, Access::AnyKey, mr)
+    }
+
     fn add(
         mut self,
         method: Method,

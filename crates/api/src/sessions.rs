@@ -35,6 +35,11 @@ use tb_engine::ingest::IngestAnswer;
 use tb_engine::sessions::{self, RaiseRequest};
 use tb_store::{CapabilityRecord, TurnRecord};
 
+use tb_api_types::{
+    ArmWait, Prompt, RaiseSignal, SignalEntry, SignalPage, SignalRaised, Turn, TurnList, Wait,
+    WaitAction, WaitList,
+};
+
 use crate::auth::Principal;
 use crate::error::{json_body, ApiError};
 use crate::{wire, AppState};
@@ -43,28 +48,13 @@ fn actor(p: &Option<Extension<Principal>>) -> Option<String> {
     p.as_ref().map(|Extension(p)| p.0.clone())
 }
 
-/// Body of `POST /v1/runs/{id}/signals`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct RaiseBody {
-    /// `[a-z0-9_.-]{1,64}`.
-    pub name: String,
-    /// Inline up to 32 KiB; larger (up to 1 MiB) is stored by reference (`payloadRef`).
-    pub data: Option<Value>,
-    /// Idempotency identity, `[A-Za-z0-9._:-]{1,128}`; minted when absent.
-    pub signal_id: Option<String>,
-    /// Also enqueue a wake turn.
-    #[serde(default)]
-    pub wake: bool,
-}
-
 /// Raises a signal on a run. Errors: 400, 404, 409 `target_terminal`, 429 `signal_buffer_full`.
-#[utoipa::path(post, path = "/v1/runs/{id}/signals", tag = "signals", request_body = RaiseBody, params(("id" = String, Path, description = "Run id")), responses((status = 202, description = "{signalId, name, raisedAt, status: queued, consumedBy?, dropped?}"), (status = 200, description = "status: duplicate (the signalId was seen before)"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal"), (status = 429, description = "signal_buffer_full")))]
+#[utoipa::path(post, path = "/v1/runs/{id}/signals", tag = "signals", request_body = RaiseSignal, params(("id" = String, Path, description = "Run id")), responses((status = 202, description = "{signalId, name, raisedAt, status: queued, consumedBy?, dropped?}"), (status = 200, description = "status: duplicate (the signalId was seen before)"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal"), (status = 429, description = "signal_buffer_full")))]
 pub async fn raise(
     State(st): State<AppState>,
     Path(id): Path<String>,
     who: Option<Extension<Principal>>,
-    b: Result<Json<RaiseBody>, JsonRejection>,
+    b: Result<Json<RaiseSignal>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let b = json_body(b, "{name, data?, signalId?, wake?}")?;
     let out = sessions::raise(
@@ -79,18 +69,15 @@ pub async fn raise(
         actor(&who),
     )
     .await?;
-    let mut reply = json!({
-        "signalId": out.signal["signalId"],
-        "name": out.signal["name"],
-        "raisedAt": out.signal["raisedAt"],
-        "status": out.status,
-    });
-    if let Some(w) = &out.consumed_by {
-        reply["consumedBy"] = json!(w);
-    }
-    if !out.dropped.is_empty() {
-        reply["dropped"] = json!(out.dropped);
-    }
+    let field = |k: &str| out.signal[k].as_str().unwrap_or_default().to_string();
+    let reply = SignalRaised {
+        signal_id: field("signalId"),
+        name: field("name"),
+        raised_at: field("raisedAt"),
+        status: out.status.to_string(),
+        consumed_by: out.consumed_by.clone(),
+        dropped: out.dropped.clone(),
+    };
     let status = if out.status == "duplicate" {
         StatusCode::OK
     } else {
@@ -117,7 +104,7 @@ pub async fn list_signals(
     State(st): State<AppState>,
     Path(id): Path<String>,
     q: Result<Query<SignalListParams>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SignalPage>, ApiError> {
     let q = crate::error::query(q)?;
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let before = match q.before.as_deref() {
@@ -130,27 +117,44 @@ pub async fn list_signals(
         })?),
     };
     let page = st.engine.store.list_signals(&id, before, limit).await?;
-    let signals: Vec<Value> = page
+    let signals = page
         .signals
         .iter()
         .map(|s| {
-            let mut v = json!({"seq": s.seq, "state": s.state, "signal": s.signal});
-            if let Some(w) = &s.consumed_by {
-                v["consumedBy"] = json!(w);
-            }
-            if let Some(t) = s.settled_at {
-                v["settledAt"] = json!(wire::time(t));
-            }
-            v
+            Ok(SignalEntry {
+                seq: s.seq,
+                state: s.state.clone(),
+                signal: serde_json::from_value(s.signal.clone()).map_err(stored_shape)?,
+                consumed_by: s.consumed_by.clone(),
+                settled_at: s.settled_at.map(wire::time),
+            })
         })
-        .collect();
-    let mut body = json!({"runId": id, "signals": signals, "buffered": page.buffered});
-    if page.signals.len() as u32 >= limit {
-        if let Some(last) = page.signals.last() {
-            body["nextCursor"] = json!(last.seq.to_string());
-        }
-    }
-    Ok(Json(body))
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    let full = page.signals.len() as u32 >= limit;
+    let next_cursor = page
+        .signals
+        .last()
+        .filter(|_| full)
+        .map(|l| l.seq.to_string());
+    Ok(Json(SignalPage {
+        run_id: id,
+        signals,
+        buffered: page.buffered,
+        next_cursor,
+    }))
+}
+
+/// A stored session record that does not read as its wire shape: a 500, never a partial answer.
+fn stored_shape(e: serde_json::Error) -> ApiError {
+    ApiError::new(
+        ErrorCode::Internal,
+        format!("a stored session record does not match its wire shape: {e}"),
+    )
+}
+
+/// A wait's wire shape: the store's view (the one the wait turns carry too), read as [`Wait`].
+fn wait(w: &tb_store::WaitRecord) -> Result<Wait, ApiError> {
+    serde_json::from_value(tb_store::sql::wait_view(w)).map_err(stored_shape)
 }
 
 /// The bytes behind a signal's `payloadRef` (authorized readers only; never inlined in history).
@@ -163,27 +167,13 @@ pub async fn signal_payload(
     Ok(([(http::header::CONTENT_TYPE, "application/json")], b).into_response())
 }
 
-/// Body of `POST /v1/runs/{id}/waits`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct WaitBody {
-    /// `signal` (wait_for_signal) or `any` (wait_for_any).
-    pub kind: String,
-    pub names: Vec<String>,
-    /// 1 .. 86 400 000 ms; absent waits without a deadline.
-    pub timeout_ms: Option<u64>,
-    /// `any` only (default true): accepted user input takes part in the race.
-    pub user_input: Option<bool>,
-    pub reason: String,
-}
-
 /// Arms a wait. A buffered match (oldest first), queued user input or a past deadline resolves it at
 /// once: 200 with the resolved wait; otherwise 201 armed, and the run reads `waiting-external`.
-#[utoipa::path(post, path = "/v1/runs/{id}/waits", tag = "waits", request_body = WaitBody, params(("id" = String, Path, description = "Run id")), responses((status = 201, description = "the armed wait"), (status = 200, description = "the wait, resolved at once"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
+#[utoipa::path(post, path = "/v1/runs/{id}/waits", tag = "waits", request_body = ArmWait, params(("id" = String, Path, description = "Run id")), responses((status = 201, description = "the armed wait"), (status = 200, description = "the wait, resolved at once"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
 pub async fn create_wait(
     State(st): State<AppState>,
     Path(id): Path<String>,
-    b: Result<Json<WaitBody>, JsonRejection>,
+    b: Result<Json<ArmWait>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let b = json_body(b, "{kind, names, timeoutMs?, userInput?, reason}")?;
     let kind = match b.kind.as_str() {
@@ -209,7 +199,7 @@ pub async fn create_wait(
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(tb_store::sql::wait_view(&w))).into_response())
+    Ok((status, Json(wait(&w)?)).into_response())
 }
 
 /// Every wait of a run, oldest first.
@@ -217,12 +207,10 @@ pub async fn create_wait(
 pub async fn list_waits(
     State(st): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<WaitList>, ApiError> {
     let ws = st.engine.store.list_waits(&id).await?;
-    Ok(Json(json!({
-        "runId": id,
-        "waits": ws.iter().map(tb_store::sql::wait_view).collect::<Vec<_>>()
-    })))
+    let waits = ws.iter().map(wait).collect::<Result<_, _>>()?;
+    Ok(Json(WaitList { run_id: id, waits }))
 }
 
 /// Query of the long-polls: wait up to `timeout` seconds (default 0 for a wait read, 30 for a claim;
@@ -238,30 +226,22 @@ pub struct PollParams {
 #[utoipa::path(get, path = "/v1/runs/{id}/waits/{waitId}", tag = "waits", params(("id" = String, Path, description = "Run id"), ("waitId" = String, Path, description = "Wait id")), responses((status = 200, description = "{waitId, state: armed|resolved|cancelled, reason, deadline?, winner?, losers}"), (status = 404, description = "not_found")))]
 pub async fn get_wait(
     State(st): State<AppState>,
-    Path((id, wait)): Path<(String, String)>,
+    Path((id, wait_id)): Path<(String, String)>,
     q: Result<Query<PollParams>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Wait>, ApiError> {
     let q = crate::error::query(q)?;
     let t = Duration::from_secs(q.timeout.unwrap_or(0).min(60));
-    let w = sessions::poll_wait(&st.engine, &id, &wait, t).await?;
-    Ok(Json(tb_store::sql::wait_view(&w)))
-}
-
-/// Body of `POST /v1/runs/{id}/waits/{waitId}`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct WaitActionBody {
-    /// `cancel`.
-    pub action: String,
+    let w = sessions::poll_wait(&st.engine, &id, &wait_id, t).await?;
+    Ok(Json(wait(&w)?))
 }
 
 /// `{action: "cancel"}` cancels an armed wait. Errors: 400, 404, 409 `conflict` when not armed.
-#[utoipa::path(post, path = "/v1/runs/{id}/waits/{waitId}", tag = "waits", request_body = WaitActionBody, params(("id" = String, Path, description = "Run id"), ("waitId" = String, Path, description = "Wait id")), responses((status = 200, description = "the cancelled wait"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "conflict")))]
+#[utoipa::path(post, path = "/v1/runs/{id}/waits/{waitId}", tag = "waits", request_body = WaitAction, params(("id" = String, Path, description = "Run id"), ("waitId" = String, Path, description = "Wait id")), responses((status = 200, description = "the cancelled wait"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "conflict")))]
 pub async fn wait_action(
     State(st): State<AppState>,
-    Path((id, wait)): Path<(String, String)>,
-    b: Result<Json<WaitActionBody>, JsonRejection>,
-) -> Result<Json<Value>, ApiError> {
+    Path((id, wait_id)): Path<(String, String)>,
+    b: Result<Json<WaitAction>, JsonRejection>,
+) -> Result<Json<Wait>, ApiError> {
     let b = json_body(b, "{action: \"cancel\"}")?;
     if b.action != "cancel" {
         return Err(ApiError::new(
@@ -269,50 +249,37 @@ pub async fn wait_action(
             "action must be \"cancel\"",
         ));
     }
-    let w = sessions::cancel_wait(&st.engine, &id, &wait).await?;
-    Ok(Json(tb_store::sql::wait_view(&w)))
-}
-
-/// Body of `POST /v1/runs/{id}/prompts`.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PromptBody {
-    /// The user's input, at most 32 KiB.
-    pub text: String,
+    let w = sessions::cancel_wait(&st.engine, &id, &wait_id).await?;
+    Ok(Json(wait(&w)?))
 }
 
 /// Queues user input. It interrupts an armed signal wait for one turn (the wait re-arms with its
 /// remaining deadline when that turn is acknowledged) or wins an `any` wait that races user input.
-#[utoipa::path(post, path = "/v1/runs/{id}/prompts", tag = "turns", request_body = PromptBody, params(("id" = String, Path, description = "Run id")), responses((status = 201, description = "the queued prompt turn"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
+#[utoipa::path(post, path = "/v1/runs/{id}/prompts", tag = "turns", request_body = Prompt, params(("id" = String, Path, description = "Run id")), responses((status = 201, description = "the queued prompt turn"), (status = 400, description = "validation_error"), (status = 404, description = "not_found"), (status = 409, description = "target_terminal")))]
 pub async fn prompt(
     State(st): State<AppState>,
     Path(id): Path<String>,
     who: Option<Extension<Principal>>,
-    b: Result<Json<PromptBody>, JsonRejection>,
+    b: Result<Json<Prompt>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let b = json_body(b, "{text}")?;
     let t = sessions::prompt(&st.engine, &id, b.text, actor(&who)).await?;
     Ok((StatusCode::CREATED, Json(turn(&t))).into_response())
 }
 
-fn turn(t: &TurnRecord) -> Value {
-    let mut v = json!({
-        "turnId": t.id,
-        "runId": t.run_id,
-        "seq": t.seq,
-        "kind": t.kind.as_str(),
-        "state": t.state.as_str(),
-        "claims": t.claims,
-        "content": t.content,
-        "createdAt": wire::time(t.created_at),
-    });
-    if let Some(l) = t.lease_until {
-        v["leaseUntil"] = json!(wire::time(l));
+fn turn(t: &TurnRecord) -> Turn {
+    Turn {
+        turn_id: t.id.clone(),
+        run_id: t.run_id.clone(),
+        seq: t.seq,
+        kind: t.kind.as_str().to_string(),
+        state: t.state.as_str().to_string(),
+        claims: t.claims,
+        content: t.content.clone(),
+        created_at: wire::time(t.created_at),
+        lease_until: t.lease_until.map(wire::time),
+        acked_at: t.acked_at.map(wire::time),
     }
-    if let Some(a) = t.acked_at {
-        v["ackedAt"] = json!(wire::time(a));
-    }
-    v
 }
 
 /// Claims the run's next turn (one at a time, in order), long-polling up to `timeout` s. An
@@ -352,7 +319,7 @@ pub async fn ack(
     State(st): State<AppState>,
     Path((id, t)): Path<(String, String)>,
     q: Result<Query<AckParams>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Turn>, ApiError> {
     let q = q.map(|Query(q)| q).map_err(|_| {
         ApiError::new(
             ErrorCode::ValidationError,
@@ -369,11 +336,10 @@ pub async fn ack(
 pub async fn list_turns(
     State(st): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TurnList>, ApiError> {
     let ts = st.engine.store.list_turns(&id).await?;
-    Ok(Json(
-        json!({"runId": id, "turns": ts.iter().map(turn).collect::<Vec<_>>()}),
-    ))
+    let turns = ts.iter().map(turn).collect();
+    Ok(Json(TurnList { run_id: id, turns }))
 }
 
 /// Body of `POST /v1/capabilities`.

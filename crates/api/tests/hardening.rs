@@ -48,6 +48,20 @@ async fn every_guarded_route_needs_a_key_and_a_path_ending_in_ingest_is_not_publ
             .join("/");
         match r.access {
             Access::Public => public.push(format!("{} {}", r.method, r.path)),
+            Access::AnyKey => {
+                let url = format!("{}{path}", s.base);
+                let resp = s.http.get(&url).send().await.unwrap();
+                assert_eq!(resp.status().as_u16(), 401, "{} {}", r.method, r.path);
+                // Any known key, even one without scopes, may call it.
+                let resp = s
+                    .http
+                    .get(&url)
+                    .bearer_auth("scopeless-key")
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(resp.status().as_u16(), 200, "{} {}", r.method, r.path);
+            }
             Access::Scope(_) => {
                 let resp = s
                     .http

@@ -52,6 +52,34 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// Every code, in declaration order.
+    pub const ALL: [ErrorCode; 18] = [
+        ErrorCode::ValidationError,
+        ErrorCode::SignatureInvalid,
+        ErrorCode::NotFound,
+        ErrorCode::Forbidden,
+        ErrorCode::SubscriptionNotActive,
+        ErrorCode::SubscriptionQuarantined,
+        ErrorCode::Conflict,
+        ErrorCode::PayloadTooLarge,
+        ErrorCode::HeadersTooLarge,
+        ErrorCode::UnsupportedMediaType,
+        ErrorCode::UnprocessableEvent,
+        ErrorCode::TargetTerminal,
+        ErrorCode::ReplayCountChanged,
+        ErrorCode::SignalBufferFull,
+        ErrorCode::RateLimited,
+        ErrorCode::RequestTimeout,
+        ErrorCode::Unavailable,
+        ErrorCode::Internal,
+    ];
+
+    /// The code whose wire string is `s` (the inverse of [`ErrorCode::as_str`]); `None` for a string
+    /// that is no code of this enum (e.g. `unauthenticated`, which the auth layer answers).
+    pub fn parse(s: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+
     /// The wire string, e.g. `"signature_invalid"`.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -124,5 +152,22 @@ impl TbError {
     pub fn retry_after(mut self, seconds: u64) -> Self {
         self.retry_after_s = Some(seconds);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` names each code once, and `parse` inverts `as_str`. A new variant must be added to
+    /// `as_str` (the match is exhaustive) and, for this test to count it, to `ALL`.
+    #[test]
+    fn every_code_parses_back() {
+        let mut seen = std::collections::HashSet::new();
+        for c in ErrorCode::ALL {
+            assert!(seen.insert(c.as_str()), "{c:?} twice in ALL");
+            assert_eq!(ErrorCode::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(ErrorCode::parse("unauthenticated"), None);
     }
 }
