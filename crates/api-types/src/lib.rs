@@ -14,5 +14,6 @@ pub mod sessions;
 pub use auth::KeyInfo;
 pub use error::ErrorBody;
 pub use inspect::{AttemptView, DeliveryDetail, DeliveryView, ReceiptDetail, ReceiptView};
+pub use replay::{ReplayFilter, ReplayOutcome, ReplayRequest, ReplaySkip};
 pub use sessions::*;
 pub use tb_core::signal::SessionSignalV1;

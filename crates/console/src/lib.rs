@@ -246,3 +246,17 @@ where
 {
     f.await.map(|axum::Json(v)| v)
 }
+
+/// [`read`] for a typed answer the page renders as JSON (`Value::Null` on any error: a page section
+/// that could not be read shows as empty, as before).
+pub(crate) async fn read_json<T, F>(f: F) -> Value
+where
+    T: serde::Serialize,
+    F: std::future::Future<Output = Result<axum::Json<T>, ApiError>>,
+{
+    read(f)
+        .await
+        .ok()
+        .and_then(|v| serde_json::to_value(v).ok())
+        .unwrap_or(Value::Null)
+}

@@ -270,7 +270,7 @@ async fn bulk(c: &Console, op: &Operator, pairs: &[(String, String)], confirmed:
         let st = c.api.clone();
         let sub = sub.clone();
         async move {
-            let body: Result<tb_api::replay::ReplayBody, _> = serde_json::from_value(b);
+            let body: Result<tb_api_types::replay::ReplayRequest, _> = serde_json::from_value(b);
             match body {
                 Ok(b) => {
                     crate::outcome(

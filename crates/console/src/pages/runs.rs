@@ -161,19 +161,14 @@ async fn run_body(c: &Console, id: &str) -> Result<Markup, (Markup, StatusCode)>
         Err(e) => return Err((html::api_error(&e), html::status_of(&e))),
         Ok(v) => v,
     };
-    let signals = crate::read(tb_api::sessions::list_signals(
+    let signals = crate::read_json(tb_api::sessions::list_signals(
         api(),
         Path(id.to_string()),
         Ok(Query(Default::default())),
     ))
-    .await
-    .unwrap_or(Value::Null);
-    let waits = crate::read(tb_api::sessions::list_waits(api(), Path(id.to_string())))
-        .await
-        .unwrap_or(Value::Null);
-    let turns = crate::read(tb_api::sessions::list_turns(api(), Path(id.to_string())))
-        .await
-        .unwrap_or(Value::Null);
+    .await;
+    let waits = crate::read_json(tb_api::sessions::list_waits(api(), Path(id.to_string()))).await;
+    let turns = crate::read_json(tb_api::sessions::list_turns(api(), Path(id.to_string()))).await;
     let t = &run["trigger"];
     Ok(html! {
         dl.facts {
@@ -346,7 +341,7 @@ pub async fn raise(
         );
         return html::page("Raise a signal", "/ui/runs", &op, body);
     }
-    let body = tb_api::sessions::RaiseBody {
+    let body = tb_api_types::sessions::RaiseSignal {
         name: name.clone(),
         data,
         signal_id: None,
