@@ -1,13 +1,12 @@
 //! The HTTP side of the client commands: the options every command takes (`--server`, `--json`,
-//! `--api-key`), one request helper ([`Api`]) that maps transport failures and the API's error envelope
-//! to messages, and the table / key-value printers. The commands themselves live in `client`,
+//! `--api-key`), [`Api`] (the typed client, `tb_client`, with its errors turned into messages that say
+//! what to do), and the table / key-value printers. The commands themselves live in `client`,
 //! `sessions_client` and `replay_client`, which all use this module and nothing of each other's.
 
-use std::time::Duration;
-
-use anyhow::{anyhow, bail, Context, Result};
-use reqwest::Method;
+use anyhow::{anyhow, Result};
+use serde::Serialize;
 use serde_json::Value;
+use tb_client::{Call, Client, Method};
 /// Printed with connection errors.
 pub const SERVE_HINT: &str =
     "is the server running? (trigger-bridge serve --config examples/quickstart.toml); \
@@ -45,29 +44,6 @@ fn cols(spec: &str) -> Vec<(String, String)> {
             .map(|(l, p)| (l.replace('_', " "), format!("/{p}")))
     };
     spec.split_whitespace().filter_map(pair).collect()
-}
-
-/// The HTTP client used by every command (also `send`).
-pub(crate) fn http_client() -> Result<reqwest::Client> {
-    reqwest::Client::builder()
-        .user_agent(concat!("trigger-bridge/", env!("CARGO_PKG_VERSION")))
-        .connect_timeout(Duration::from_secs(5))
-        .timeout(Duration::from_secs(60))
-        .build()
-        .context("cannot build the HTTP client")
-}
-
-/// A transport error as a message naming `url`, with the serve hint when nothing answered.
-pub(crate) fn request_error(url: &str, e: reqwest::Error) -> anyhow::Error {
-    let mut cause: &dyn std::error::Error = &e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    if e.is_connect() || e.is_timeout() {
-        anyhow!("cannot reach {url}: {cause}; {SERVE_HINT}")
-    } else {
-        anyhow!("request to {url} failed: {cause}")
-    }
 }
 
 /// What to do about a refused key: a 401 without `--api-key` names the flag and the variable; a 401 or
@@ -191,29 +167,50 @@ fn pretty(raw: &str) -> String {
     out
 }
 
-pub(crate) fn seg(id: &str) -> String {
-    id.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
+pub(crate) use tb_client::seg;
 
+/// The client commands' handle on the API: [`tb_client::Client`] (every request of a client command
+/// goes through it: retries, `Idempotency-Key`, typed errors) plus the `--json` choice.
 pub(crate) struct Api<'a> {
     o: &'a ClientOpts,
-    http: reqwest::Client,
+    /// The typed client.
+    pub(crate) client: Client,
 }
 
 impl Api<'_> {
     pub(crate) fn new(o: &ClientOpts) -> Result<Api<'_>> {
-        Ok(Api {
-            o,
-            http: http_client()?,
-        })
+        let mut client = Client::new(&o.server).map_err(|e| anyhow!("--server: {e}"))?;
+        if let Some(k) = &o.api_key {
+            client = client.with_api_key(k);
+        }
+        Ok(Api { o, client })
     }
 
-    /// Calls the API; returns the parsed body and its raw text. Non-2xx → `"<status> <error>: <message>"`.
+    /// A client error as the message a person needs: the status, code and message, and what to do
+    /// about a refused key or a server that does not answer.
+    pub(crate) fn explain(&self, e: tb_client::Error) -> anyhow::Error {
+        match e {
+            tb_client::Error::Api {
+                status,
+                code,
+                message,
+                ..
+            } => anyhow!(
+                "{status} {code}: {message}{}",
+                key_hint(status, self.client.has_api_key())
+            ),
+            e @ tb_client::Error::Unreachable { .. } => anyhow!("{e}; {SERVE_HINT}"),
+            e => anyhow!(e),
+        }
+    }
+
+    /// A typed call's result with its error explained.
+    pub(crate) fn check<T>(&self, r: tb_client::Result<T>) -> Result<T> {
+        r.map_err(|e| self.explain(e))
+    }
+
+    /// Calls the API; returns the parsed body (`Null` for 204) and its raw text. Non-2xx →
+    /// `"<status> <error>: <message>"`.
     pub(crate) async fn call(
         &self,
         method: Method,
@@ -221,49 +218,16 @@ impl Api<'_> {
         query: &[(&str, Option<String>)],
         body: Option<&Value>,
     ) -> Result<(Value, String)> {
-        let url = format!("{}{path}", self.o.server.trim_end_matches('/'));
-        let query: Vec<_> = query
-            .iter()
-            .filter_map(|(k, v)| Some((*k, v.clone()?)))
-            .collect();
-        let mut req = self.http.request(method, &url).query(&query);
+        let mut call = Call::new(method, path);
+        for (k, v) in query {
+            call = call.query_opt(k, v.as_ref());
+        }
         if let Some(b) = body {
-            req = req.json(b);
+            call = call.body(b.clone());
         }
-        if let Some(k) = &self.o.api_key {
-            req = req.bearer_auth(k);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| request_error(&self.o.server, e))?;
-        let status = resp.status();
-        let raw = resp
-            .text()
-            .await
-            .map_err(|e| request_error(&self.o.server, e))?;
-        let body: Option<Value> = serde_json::from_str(&raw).ok();
-        if !status.is_success() {
-            let field = |k: &str| body.as_ref().and_then(|b| b[k].as_str());
-            match field("error") {
-                Some(code) => bail!(
-                    "{} {code}: {}{}",
-                    status.as_u16(),
-                    field("message").unwrap_or(""),
-                    key_hint(status.as_u16(), self.o.api_key.is_some())
-                ),
-                None => bail!(
-                    "{status} from {url}: {}",
-                    raw.trim().chars().take(200).collect::<String>()
-                ),
-            }
-        }
-        if raw.is_empty() && status == reqwest::StatusCode::NO_CONTENT {
-            return Ok((Value::Null, raw));
-        }
-        let body =
-            body.with_context(|| format!("{url} answered {status} with a body that is not JSON"))?;
-        Ok((body, raw))
+        let reply = self.check(self.client.send(call).await)?;
+        let body = self.check(reply.value())?;
+        Ok((body, reply.text))
     }
 
     /// GETs `path`; under `--json` prints the body and returns `None`.
@@ -281,6 +245,16 @@ impl Api<'_> {
             return Ok(None);
         }
         Ok(Some(body))
+    }
+
+    /// [`Api::show`] for a typed answer (its fields in the server's order: it is the struct the
+    /// server serialized).
+    pub(crate) fn show_typed<T: Serialize>(&self, v: &T) -> Result<Option<Value>> {
+        if self.o.json {
+            println!("{}", serde_json::to_string_pretty(v)?);
+            return Ok(None);
+        }
+        Ok(Some(serde_json::to_value(v)?))
     }
 }
 
@@ -329,6 +303,5 @@ mod tests {
         assert_eq!(cell(None), "-");
         assert_eq!(cell(Some(&Value::from("a\nb"))), "a b");
         assert_eq!(cell(Some(&serde_json::json!({"k": 1}))), r#"{"k":1}"#);
-        assert_eq!(seg("run_1/../x y"), "run_1%2F%2E%2E%2Fx%20y");
     }
 }

@@ -2,7 +2,7 @@
 //! hash chain.
 
 use anyhow::Result;
-use reqwest::Method;
+use tb_client::Method;
 
 use crate::api_client::{print_list, Api, ClientOpts};
 

@@ -6,8 +6,8 @@
 use anyhow::{bail, Context, Result};
 
 use crate::api_client::{print_kv, print_list, render, seg, Api, ClientOpts};
-use reqwest::Method;
 use serde_json::Value;
+use tb_client::Method;
 
 /// `--state` values of `receipts list`: the states a stored receipt can be in (from the core enum).
 fn receipt_states() -> clap::builder::PossibleValuesParser {

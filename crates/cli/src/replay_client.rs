@@ -7,10 +7,10 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{bail, Result};
-use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
+use tb_client::{ReplayFilter, ReplayRequest, ReplaySkip};
 
-use crate::api_client::{seg, Api};
+use crate::api_client::Api;
 
 // Flags of `deliveries replay-all` (plain comments: a doc comment would replace the subcommand's help).
 #[derive(clap::Args, Debug)]
@@ -61,20 +61,24 @@ fn confirmed(answer: &str) -> bool {
 /// Runs the command. Errors (exit 2): API errors, refusal without a terminal, a selection that changed
 /// between two batches.
 pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Result<()> {
-    let path = format!(
-        "/v1/trigger-subscriptions/{}/dead-letters:replay",
-        seg(&a.subscription)
-    );
-    let filter = json!({"from": a.from, "to": a.to, "errorClass": a.error_class});
-    let (preview, _) = api
-        .call(
-            Method::POST,
-            &path,
-            &[],
-            Some(&json!({"filter": filter, "dryRun": true})),
-        )
-        .await?;
-    let count = preview["count"].as_u64().unwrap_or(0);
+    let filter = ReplayFilter {
+        from: a.from.clone(),
+        to: a.to.clone(),
+        error_class: a.error_class.clone(),
+    };
+    let request = |dry_run: bool, expect: Option<u64>| ReplayRequest {
+        filter: filter.clone(),
+        dry_run: Some(dry_run),
+        expect,
+        limit: None,
+    };
+    let sub = &a.subscription;
+    let preview = api.check(
+        api.client
+            .replay_dead_letters(sub, &request(true, None))
+            .await,
+    )?;
+    let count = preview.count.unwrap_or(0);
     if count == 0 {
         if json_out {
             println!(
@@ -112,24 +116,24 @@ pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Resu
         }
     }
     let mut expect = count;
-    let mut replayed: Vec<Value> = Vec::new();
-    let mut skipped: Vec<Value> = Vec::new();
+    let mut replayed: Vec<String> = Vec::new();
+    let mut skipped: Vec<ReplaySkip> = Vec::new();
     for _ in 0..MAX_BATCHES {
-        let body = json!({"filter": filter, "dryRun": false, "expect": expect});
-        let r = match api.call(Method::POST, &path, &[], Some(&body)).await {
-            Ok((r, _)) => r,
+        let body = request(false, Some(expect));
+        let r = match api.check(api.client.replay_dead_letters(sub, &body).await) {
+            Ok(r) => r,
             Err(e) if !replayed.is_empty() || !skipped.is_empty() => bail!(
                 "{e:#}\n{} replayed so far; run the command again for the rest",
                 replayed.len()
             ),
             Err(e) => return Err(e),
         };
-        replayed.extend(r["deliveryIds"].as_array().cloned().unwrap_or_default());
-        skipped.extend(r["skipped"].as_array().cloned().unwrap_or_default());
-        if r["more"] != true {
+        replayed.extend(r.delivery_ids.unwrap_or_default());
+        skipped.extend(r.skipped.unwrap_or_default());
+        if !r.more {
             break;
         }
-        expect = r["remaining"].as_u64().unwrap_or(0);
+        expect = r.remaining.unwrap_or(0);
     }
     if json_out {
         println!(
@@ -150,14 +154,10 @@ pub async fn replay_all(api: &Api<'_>, json_out: bool, a: ReplayAllArgs) -> Resu
         a.subscription
     );
     for id in &replayed {
-        println!("  {}", id.as_str().unwrap_or("?"));
+        println!("  {id}");
     }
     for s in &skipped {
-        println!(
-            "  skipped {}: {}",
-            s["deliveryId"].as_str().unwrap_or("?"),
-            s["reason"].as_str().unwrap_or("?")
-        );
+        println!("  skipped {}: {}", s.delivery_id, s.reason);
     }
     Ok(())
 }

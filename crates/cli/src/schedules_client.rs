@@ -3,8 +3,8 @@
 //! prints the server's answer.
 
 use anyhow::Result;
-use reqwest::Method;
 use serde_json::{json, Value};
+use tb_client::Method;
 
 use crate::api_client::{print_kv, print_list, render, seg, Api, ClientOpts};
 

@@ -8,7 +8,31 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{json, Value};
 use tb_core::connector::{ConnectorSpec, SignatureEncoding};
 
-use crate::api_client::{http_client, request_error};
+use crate::api_client::SERVE_HINT;
+
+/// The sender's HTTP client. `send` plays the provider (exact signed bytes to any URL, often not this
+/// server's API), so it is not a client of the API and does not go through `tb_client`.
+fn http_client() -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .user_agent(concat!("trigger-bridge/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+/// A transport error as a message naming `url`, with the serve hint when nothing answered.
+fn request_error(url: &str, e: reqwest::Error) -> anyhow::Error {
+    let mut cause: &dyn std::error::Error = &e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    if e.is_connect() || e.is_timeout() {
+        anyhow!("cannot reach {url}: {cause}; {SERVE_HINT}")
+    } else {
+        anyhow!("request to {url} failed: {cause}")
+    }
+}
 
 /// Which provider's signing scheme to use.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

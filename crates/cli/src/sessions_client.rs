@@ -3,8 +3,10 @@
 //! the server's answer.
 
 use anyhow::{bail, Context, Result};
-use reqwest::Method;
 use serde_json::{json, Value};
+use tb_client::Method;
+
+use tb_client::{ArmWait, RaiseSignal};
 
 use crate::api_client::{print_kv, print_list, render, seg, Api, ClientOpts};
 
@@ -167,16 +169,18 @@ pub async fn signals(o: &ClientOpts, c: SignalsCmd) -> Result<()> {
             signal_id,
             wake,
         } => {
-            let mut body = json!({"name": name, "wake": wake});
-            if let Some(d) = data {
-                body["data"] = serde_json::from_str::<Value>(&d)
-                    .context("--data must be JSON, e.g. --data '{\"ok\":true}'")?;
-            }
-            if let Some(id) = signal_id {
-                body["signalId"] = json!(id);
-            }
-            let path = format!("/v1/runs/{}/signals", seg(&run));
-            if let Some(v) = api.show(api.call(Method::POST, &path, &[], Some(&body)).await?)? {
+            let data = data
+                .map(|d| serde_json::from_str::<Value>(&d))
+                .transpose()
+                .context("--data must be JSON, e.g. --data '{\"ok\":true}'")?;
+            let body = RaiseSignal {
+                name,
+                data,
+                signal_id,
+                wake,
+            };
+            let raised = api.check(api.client.raise_signal(&run, &body).await)?;
+            if let Some(v) = api.show_typed(&raised)? {
                 let mut line = format!(
                     "signal {} {} on {run}: {}",
                     v["name"].as_str().unwrap_or(""),
@@ -193,9 +197,10 @@ pub async fn signals(o: &ClientOpts, c: SignalsCmd) -> Result<()> {
             }
         }
         SignalsCmd::List { run, limit, before } => {
-            let path = format!("/v1/runs/{}/signals", seg(&run));
-            let q = [("limit", Some(limit.to_string())), ("before", before)];
-            if let Some(v) = api.get(&path, &q).await? {
+            let page = api
+                .client
+                .list_signals(&run, Some(limit), before.as_deref());
+            if let Some(v) = api.show_typed(&api.check(page.await)?)? {
                 print_list(&v, "signals", SIGNALS, "no signals");
             }
         }
@@ -205,8 +210,7 @@ pub async fn signals(o: &ClientOpts, c: SignalsCmd) -> Result<()> {
 
 /// `runs waits RUN`.
 pub async fn waits(api: &Api<'_>, run: &str) -> Result<()> {
-    let path = format!("/v1/runs/{}/waits", seg(run));
-    if let Some(v) = api.get(&path, &[]).await? {
+    if let Some(v) = api.show_typed(&api.check(api.client.list_waits(run).await)?)? {
         print_list(&v, "waits", WAITS, "no waits");
     }
     Ok(())
@@ -217,31 +221,19 @@ pub async fn wait(api: &Api<'_>, a: WaitArgs) -> Result<()> {
     if a.follow > 60 {
         bail!("--follow is at most 60 seconds");
     }
-    let mut body = json!({
-        "kind": if a.any { "any" } else { "signal" },
-        "names": a.names,
-        "reason": a.reason,
-    });
-    if let Some(t) = a.timeout_ms {
-        body["timeoutMs"] = json!(t);
+    let body = ArmWait {
+        kind: if a.any { "any" } else { "signal" }.into(),
+        names: a.names,
+        timeout_ms: a.timeout_ms,
+        user_input: a.any.then_some(!a.no_user_input),
+        reason: a.reason,
+    };
+    let mut w = api.check(api.client.arm_wait(&a.id, &body).await)?;
+    if a.follow > 0 && w.is_armed() {
+        let budget = std::time::Duration::from_secs(a.follow);
+        w = api.check(api.client.wait_for(&a.id, &w.wait_id, budget).await)?;
     }
-    if a.any {
-        body["userInput"] = json!(!a.no_user_input);
-    }
-    let path = format!("/v1/runs/{}/waits", seg(&a.id));
-    let (mut w, mut raw) = api.call(Method::POST, &path, &[], Some(&body)).await?;
-    if a.follow > 0 && w["state"] == "armed" {
-        let p = format!("{path}/{}", seg(w["waitId"].as_str().unwrap_or("")));
-        (w, raw) = api
-            .call(
-                Method::GET,
-                &p,
-                &[("timeout", Some(a.follow.to_string()))],
-                None,
-            )
-            .await?;
-    }
-    if let Some(w) = api.show((w, raw))? {
+    if let Some(w) = api.show_typed(&w)? {
         print_kv(&w, WAIT_KV);
     }
     Ok(())
@@ -249,11 +241,8 @@ pub async fn wait(api: &Api<'_>, a: WaitArgs) -> Result<()> {
 
 /// `runs prompt RUN TEXT`.
 pub async fn prompt(api: &Api<'_>, run: &str, text: String) -> Result<()> {
-    let path = format!("/v1/runs/{}/prompts", seg(run));
-    let reply = api
-        .call(Method::POST, &path, &[], Some(&json!({"text": text})))
-        .await?;
-    if let Some(v) = api.show(reply)? {
+    let turn = api.check(api.client.prompt(run, &text).await)?;
+    if let Some(v) = api.show_typed(&turn)? {
         println!(
             "queued turn {} (#{}) on {run}",
             v["turnId"].as_str().unwrap_or(""),
@@ -271,9 +260,8 @@ const WAIT_KV: &str =
 
 /// `runs cancel-wait RUN WAIT`.
 pub async fn cancel_wait(api: &Api<'_>, run: &str, wait: &str) -> Result<()> {
-    let path = format!("/v1/runs/{}/waits/{}", seg(run), seg(wait));
-    let body = json!({"action": "cancel"});
-    if let Some(w) = api.show(api.call(Method::POST, &path, &[], Some(&body)).await?)? {
+    let w = api.check(api.client.cancel_wait(run, wait).await)?;
+    if let Some(w) = api.show_typed(&w)? {
         print_kv(&w, WAIT_KV);
     }
     Ok(())
@@ -281,10 +269,7 @@ pub async fn cancel_wait(api: &Api<'_>, run: &str, wait: &str) -> Result<()> {
 
 /// `runs turns RUN`.
 pub async fn turns(api: &Api<'_>, run: &str) -> Result<()> {
-    if let Some(v) = api
-        .get(&format!("/v1/runs/{}/turns", seg(run)), &[])
-        .await?
-    {
+    if let Some(v) = api.show_typed(&api.check(api.client.list_turns(run).await)?)? {
         print_list(&v, "turns", TURNS, "no turns");
     }
     Ok(())
@@ -296,27 +281,20 @@ pub async fn claim(api: &Api<'_>, run: &str, lease_ms: u64, timeout: u64) -> Res
     if timeout > 60 {
         bail!("--timeout is at most 60 seconds");
     }
-    let path = format!("/v1/runs/{}/turns:claim", seg(run));
-    let q = [
-        ("leaseMs", Some(lease_ms.to_string())),
-        ("timeout", Some(timeout.to_string())),
-    ];
-    match api.call(Method::POST, &path, &q, None).await {
-        Ok((v, _)) => println!("{}", serde_json::to_string_pretty(&v)?),
-        Err(e) if e.to_string().contains("answered 204") => {
+    match api.check(api.client.claim_turn(run, lease_ms, timeout).await)? {
+        Some(t) => println!("{}", serde_json::to_string_pretty(&t)?),
+        None => {
             eprintln!("no turn within {timeout} s");
             std::process::exit(3);
         }
-        Err(e) => return Err(e),
     }
     Ok(())
 }
 
 /// `runs ack RUN TURN --claim N`.
 pub async fn ack(api: &Api<'_>, run: &str, turn: &str, claim: u32) -> Result<()> {
-    let path = format!("/v1/runs/{}/turns/{}/ack", seg(run), seg(turn));
-    let q = [("claim", Some(claim.to_string()))];
-    if let Some(t) = api.show(api.call(Method::POST, &path, &q, None).await?)? {
+    let t = api.check(api.client.ack_turn(run, turn, claim).await)?;
+    if let Some(t) = api.show_typed(&t)? {
         println!(
             "acknowledged turn {} ({}) on {run}",
             t["turnId"].as_str().unwrap_or(""),
@@ -328,8 +306,7 @@ pub async fn ack(api: &Api<'_>, run: &str, turn: &str, claim: u32) -> Result<()>
 
 /// `runs cancel RUN`.
 pub async fn cancel(api: &Api<'_>, run: &str) -> Result<()> {
-    let path = format!("/v1/runs/{}/cancel", seg(run));
-    if let Some(r) = api.show(api.call(Method::POST, &path, &[], None).await?)? {
+    if let Some(r) = api.show_typed(&api.check(api.client.cancel_run(run).await)?)? {
         println!(
             "run {run} is {}",
             r["status"].as_str().unwrap_or("cancelled")

@@ -36,6 +36,8 @@ pub use call::{seg, Call, Reply, Retry};
 pub use error::{Code, Error, Result};
 pub use events::RunEvent;
 pub use operator::ListQuery;
+/// The HTTP method of a [`Call`].
+pub use reqwest::Method;
 /// Every wire shape, by module (`types::sessions::Wait`, ...).
 pub use tb_api_types as types;
 pub use tb_api_types::{
