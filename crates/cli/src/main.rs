@@ -8,6 +8,7 @@ mod client;
 mod completions;
 mod data_lock;
 mod http_server;
+mod mcp_cmd;
 mod migrate;
 mod migrate_copy;
 mod replay_client;
@@ -116,6 +117,9 @@ enum Cmd {
         #[arg(value_enum)]
         shell: completions::CompletionShell,
     },
+    /// Model Context Protocol server for agents: session tools (wait_for_signal, wait_for_any,
+    /// raise_signal, claim_turn, ...) and, with webhooks:manage, operator tools; stdio by default.
+    Mcp(mcp_cmd::McpArgs),
     /// Mint, list and revoke capability URLs (POST /v1/hooks/{token} raises one signal on one run).
     Capabilities {
         #[command(subcommand)]
@@ -267,6 +271,7 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
         Cmd::Bindings { cmd } => sessions_client::bindings(&opts, cmd).await.map(|_| 0),
         Cmd::Capabilities { cmd } => sessions_client::capabilities(&opts, cmd).await.map(|_| 0),
         Cmd::TestWorker(a) => test_worker::run(a).await.map(|_| 0),
+        Cmd::Mcp(a) => mcp_cmd::run(&opts, a).await.map(|_| 0),
         Cmd::Completions { shell } => {
             completions::write::<Cli>(shell, &mut std::io::stdout());
             Ok(0)
