@@ -22,7 +22,11 @@ use crate::Bridge;
 
 /// Serves MCP over streamable HTTP on `addr` until the process is stopped. `api_key`: the key the
 /// bridge uses, also required from HTTP clients. Errors: the address cannot be bound.
-pub async fn serve_http(api: Client, api_key: Option<String>, addr: SocketAddr) -> anyhow::Result<()> {
+pub async fn serve_http(
+    api: Client,
+    api_key: Option<String>,
+    addr: SocketAddr,
+) -> anyhow::Result<()> {
     let bridge = Bridge::new(api);
     let mut config = StreamableHttpServerConfig::default();
     config.allowed_hosts.push(addr.ip().to_string());
@@ -33,16 +37,22 @@ pub async fn serve_http(api: Client, api_key: Option<String>, addr: SocketAddr) 
         config,
     );
     let want = api_key.map(|k| Sha256::digest(k.as_bytes()).to_vec());
-    let router = axum::Router::new()
-        .nest_service("/mcp", service)
-        .layer(axum::middleware::from_fn(move |req: Request, next: Next| {
-            let want = want.clone();
-            async move { guard(want.as_deref(), req, next).await }
-        }));
+    let router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::from_fn(
+                move |req: Request, next: Next| {
+                    let want = want.clone();
+                    async move { guard(want.as_deref(), req, next).await }
+                },
+            ));
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
-    eprintln!("trigger-bridge mcp: streamable HTTP on http://{}/mcp", listener.local_addr()?);
+    eprintln!(
+        "trigger-bridge mcp: streamable HTTP on http://{}/mcp",
+        listener.local_addr()?
+    );
     axum::serve(listener, router).await?;
     Ok(())
 }

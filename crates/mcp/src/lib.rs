@@ -117,7 +117,10 @@ impl ServerHandler for Bridge {
         let key = self.key().await.map_err(key_error)?;
         let name = request.name.as_ref();
         let Some(spec) = tools::TOOLS.iter().find(|t| t.name == name) else {
-            return Err(McpError::invalid_params(format!("no tool named {name:?}"), None));
+            return Err(McpError::invalid_params(
+                format!("no tool named {name:?}"),
+                None,
+            ));
         };
         if let Some(missing) = spec.scopes.iter().find(|s| !key.allows(s)) {
             let e = tools::ToolError {
@@ -154,7 +157,9 @@ pub async fn serve_stdio(api: Client) -> anyhow::Result<()> {
 
 /// A tool result's JSON without the MCP envelope (what a test or a log wants).
 pub fn result_json(r: &CallToolResult) -> Value {
-    r.structured_content.clone().unwrap_or_else(|| json!(Map::new()))
+    r.structured_content
+        .clone()
+        .unwrap_or_else(|| json!(Map::new()))
 }
 
 #[cfg(test)]
@@ -213,7 +218,11 @@ mod tests {
             } else {
                 "runId"
             };
-            assert!(required.contains(&first), "{} requires {first}: {s:?}", t.name);
+            assert!(
+                required.contains(&first),
+                "{} requires {first}: {s:?}",
+                t.name
+            );
         }
     }
 }

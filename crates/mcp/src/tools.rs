@@ -440,7 +440,9 @@ pub async fn call(
                 Some(id) => api.get_wait(&a.run_id, id, 0).await?,
                 None => {
                     if a.names.is_empty() {
-                        return Err(ToolError::invalid("`names` (1 to 8) is required to arm a wait"));
+                        return Err(ToolError::invalid(
+                            "`names` (1 to 8) is required to arm a wait",
+                        ));
                     }
                     let body = ArmWait {
                         kind: "any".into(),
@@ -482,8 +484,10 @@ pub async fn call(
                 .await?;
             match t {
                 Some(t) => Outcome::of(&t).map(|o| o.with("claimed", json!(true))),
-                None => Outcome::of(json!({}))
-                    .map(|o| o.with("claimed", json!(false)).with("next", json!("no turn queued in time: call again"))),
+                None => Outcome::of(json!({})).map(|o| {
+                    o.with("claimed", json!(false))
+                        .with("next", json!("no turn queued in time: call again"))
+                }),
             }
         }
         "ack_turn" => {
