@@ -333,7 +333,7 @@ async fn an_mcp_client_drives_a_session_through_trigger_bridge_mcp() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_session_driver_example_claims_waits_reacts_and_acks() {
+async fn the_session_driver_example_and_the_client_streams() {
     let dir = tempfile::tempdir().unwrap();
     let s = spawn(dir.path());
     let ops = Client::new(&s.base).unwrap().with_api_key(OPS_KEY);
@@ -373,6 +373,52 @@ async fn the_session_driver_example_claims_waits_reacts_and_acks() {
         "{t:?}"
     );
 
+    // The mailbox as a stream over pages of one, newest first.
+    use futures_util::{StreamExt, TryStreamExt};
+    agent
+        .raise_signal(
+            &run,
+            &tb_client::RaiseSignal {
+                name: "note".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let all: Vec<_> = agent.signals(&run, 1).try_collect().await.unwrap();
+    let names: Vec<&str> = all.iter().map(|e| e.signal.name.as_str()).collect();
+    assert_eq!(names, ["note", "approved"]);
+
+    // Turns as a stream, in order: the resolved wait's turn, then the prompt queued now.
+    agent.prompt(&run, "hello").await.unwrap();
+    let mut kinds = Vec::new();
+    {
+        let mut turns = std::pin::pin!(agent.turns(&run, 30_000));
+        while kinds.last().map(String::as_str) != Some("prompt") {
+            let next = tokio::time::timeout(Duration::from_secs(20), turns.next()).await;
+            let t = next.expect("a queued turn is handed out").unwrap().unwrap();
+            agent.ack_turn(&run, &t.turn_id, t.claims).await.unwrap();
+            kinds.push(t.kind);
+        }
+    }
+    assert_eq!(kinds, ["wait", "prompt"]);
+
+    // The run's events as a stream that ends with the terminal event.
+    let events = ops.run_events(&run, None).await.unwrap();
+    ops.cancel_run(&run).await.unwrap();
+    let kinds: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(20),
+        events.map(|e| e.unwrap().kind).collect::<Vec<_>>(),
+    )
+    .await
+    .expect("the stream ends after the terminal event");
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("run.cancelled"),
+        "{kinds:?}"
+    );
+    assert!(kinds.len() >= 2, "{kinds:?}");
+
     // The typed client's errors carry the API's codes.
     let e = agent.get_wait(&run, "wt_nope", 0).await.unwrap_err();
     assert!(e.is(tb_client::ErrorCode::NotFound), "{e}");
@@ -383,4 +429,98 @@ async fn the_session_driver_example_claims_waits_reacts_and_acks() {
         (Some(403), Some("forbidden".into())),
         "{e}"
     );
+}
+
+/// One JSON-RPC message to the streamable HTTP endpoint; returns (status, session id, the answer).
+async fn rpc(
+    http: &reqwest::Client,
+    url: &str,
+    bearer: Option<&str>,
+    session: Option<&str>,
+    msg: Value,
+) -> (u16, Option<String>, Value) {
+    let mut req = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&msg);
+    if let Some(b) = bearer {
+        req = req.bearer_auth(b);
+    }
+    if let Some(s) = session {
+        req = req.header("mcp-session-id", s);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let sid = r
+        .headers()
+        .get("mcp-session-id")
+        .map(|v| v.to_str().unwrap().to_string());
+    let text = r.text().await.unwrap();
+    // A JSON body, or an event stream whose data line carries the answer.
+    let answer = serde_json::from_str(&text).unwrap_or_else(|_| {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .find(|v| v.get("id").is_some())
+            .unwrap_or(Value::Null)
+    });
+    (status, sid, answer)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_needs_the_key_and_lists_its_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spawn(dir.path());
+    let port = free_port();
+    let mut child = tokio::process::Command::new(BIN)
+        .args(["mcp", "--http", &format!("127.0.0.1:{port}")])
+        .env("TRIGGER_BRIDGE_SERVER", &s.base)
+        .env("TRIGGER_BRIDGE_API_KEY", SESSION_KEY)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let http = reqwest::Client::new();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"}}});
+    let mut up = false;
+    for _ in 0..200 {
+        if http.get(&url).send().await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(up, "the MCP endpoint never listened");
+
+    for bearer in [None, Some("tbk-someone-else")] {
+        let (st, _, v) = rpc(&http, &url, bearer, None, init.clone()).await;
+        assert_eq!(
+            (st, v["error"].clone()),
+            (401, json!("unauthenticated")),
+            "{bearer:?}: {v}"
+        );
+    }
+    let (st, sid, v) = rpc(&http, &url, Some(SESSION_KEY), None, init).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["result"]["serverInfo"]["name"], "trigger-bridge", "{v}");
+    let sid = sid.as_deref();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (st, _, _) = rpc(&http, &url, Some(SESSION_KEY), sid, note).await;
+    assert!(st == 202 || st == 200, "{st}");
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let (st, _, v) = rpc(&http, &url, Some(SESSION_KEY), sid, list).await;
+    assert_eq!(st, 200, "{v}");
+    let mut names: Vec<&str> = v["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 7, "the session key's tools: {names:?}");
+    assert!(names.contains(&"wait_for_any") && !names.contains(&"receipt_show"));
+    child.kill().await.unwrap();
 }
