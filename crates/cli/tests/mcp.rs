@@ -191,7 +191,8 @@ async fn an_mcp_client_drives_a_session_through_trigger_bridge_mcp() {
             "rv-1",
             "--data",
         ])
-        .arg(json!({"verdict": "approved", "note": INJECTION}).to_string())
+        // Outside data that names its keys like the server's fields must not land in a plain position.
+        .arg(json!({"verdict": "approved", "note": INJECTION, "state": INJECTION, "signalId": INJECTION}).to_string())
         .env("TRIGGER_BRIDGE_SERVER", &s.base)
         .env("TRIGGER_BRIDGE_API_KEY", OPS_KEY)
         .output()
@@ -472,6 +473,20 @@ async fn rpc(
 async fn streamable_http_needs_the_key_and_lists_its_tools() {
     let dir = tempfile::tempdir().unwrap();
     let s = spawn(dir.path());
+    // Without a key, only a loopback address: the endpoint would lend the open API to the network.
+    let open = std::process::Command::new(BIN)
+        .args(["mcp", "--http", "0.0.0.0:0"])
+        .env("TRIGGER_BRIDGE_SERVER", &s.base)
+        .env_remove("TRIGGER_BRIDGE_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(open.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&open.stderr);
+    assert!(
+        err.contains("without an API key") && err.contains("loopback"),
+        "{err}"
+    );
+
     let port = free_port();
     let mut child = tokio::process::Command::new(BIN)
         .args(["mcp", "--http", &format!("127.0.0.1:{port}")])
@@ -495,7 +510,7 @@ async fn streamable_http_needs_the_key_and_lists_its_tools() {
     }
     assert!(up, "the MCP endpoint never listened");
 
-    for bearer in [None, Some("tbk-someone-else")] {
+    for bearer in [None, Some("tbk-someone-else"), Some("")] {
         let (st, _, v) = rpc(&http, &url, bearer, None, init.clone()).await;
         assert_eq!(
             (st, v["error"].clone()),

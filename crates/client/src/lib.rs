@@ -226,6 +226,9 @@ impl Client {
             cause = next;
         }
         let (url, detail) = (self.base.clone(), cause.to_string());
+        if e.is_builder() {
+            return Error::Invalid(format!("cannot build the request: {detail}"));
+        }
         if e.is_connect() || e.is_timeout() {
             Error::Unreachable { url, detail }
         } else {

@@ -7,7 +7,7 @@ use futures_util::TryStreamExt;
 use serde_json::Value;
 
 use crate::call::{seg, Call};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::{
     ArmWait, Client, Prompt, RaiseSignal, SignalEntry, SignalPage, SignalRaised, Turn, TurnList,
     Wait, WaitAction, WaitList, LONG_POLL_MARGIN, LONG_POLL_MAX_S,
@@ -81,11 +81,26 @@ impl Client {
     }
 
     /// Long-polls the wait until it is no longer `armed` or `budget` has passed, and returns it as it
-    /// then is (check [`Wait::is_armed`]: still armed means the budget ran out first).
+    /// then is (check [`Wait::is_armed`]: still armed means the budget ran out first). One deadline
+    /// covers every long-poll and retry: a server that stops answering is [`Error::Unreachable`]
+    /// once the budget and a margin (the client's timeout, at most 10 s) are spent, never later.
     pub async fn wait_for(&self, run: &str, wait: &str, budget: Duration) -> Result<Wait> {
+        let polls = self.poll_until(run, wait, budget);
+        let margin = self.timeout.min(LONG_POLL_MARGIN);
+        match tokio::time::timeout(budget + margin, polls).await {
+            Ok(r) => r,
+            Err(_) => Err(Error::Unreachable {
+                url: self.base.clone(),
+                detail: format!("no answer about wait {wait} within {} s", budget.as_secs()),
+            }),
+        }
+    }
+
+    async fn poll_until(&self, run: &str, wait: &str, budget: Duration) -> Result<Wait> {
         let start = Instant::now();
         loop {
-            let left = budget.saturating_sub(start.elapsed()).as_secs();
+            // Whole seconds (the server's unit), rounded: a 2 s budget polls 2 s, not 1.
+            let left = (budget.saturating_sub(start.elapsed()).as_millis() as u64 + 500) / 1000;
             let w = self.get_wait(run, wait, left).await?;
             if !w.is_armed() || left == 0 {
                 return Ok(w);

@@ -132,3 +132,43 @@ async fn a_server_that_is_not_there_is_unreachable() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn a_request_that_cannot_be_built_is_invalid_and_not_retried() {
+    let (base, seen) = stand_in(503, "unavailable", 0).await;
+    let api = Client::new(&base).unwrap().with_retry(fast());
+    let e = api
+        .send(Call::post(format!("/v1/{}", "x".repeat(70_000))))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e:?}");
+    assert!(seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn wait_for_keeps_one_deadline_over_a_server_that_hangs() {
+    let app = axum::Router::new().route(
+        "/v1/runs/{run}/waits/{wait}",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            "never"
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    let api = Client::new(&base)
+        .unwrap()
+        .with_retry(fast())
+        .with_timeout(Duration::from_millis(200));
+    let started = std::time::Instant::now();
+    let e = api
+        .wait_for("run_1", "wt_1", Duration::from_secs(1))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, Error::Unreachable { .. }), "{e:?}");
+    // The budget (1 s) plus the margin (the 200 ms timeout); each long-poll alone could take 11 s.
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+}

@@ -36,6 +36,17 @@ pub async fn serve_http(
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    if api_key.is_none() {
+        anyhow::ensure!(
+            addr.ip().is_loopback(),
+            "--http {addr} without an API key would open the API to the network through this endpoint \
+             (it asks callers for the key it was given); set --api-key / TRIGGER_BRIDGE_API_KEY, or \
+             listen on a loopback address"
+        );
+        eprintln!(
+            "trigger-bridge mcp: no API key set, so this endpoint asks for none (loopback only)"
+        );
+    }
     let want = api_key.map(|k| Sha256::digest(k.as_bytes()).to_vec());
     let router =
         axum::Router::new()
@@ -63,7 +74,9 @@ async fn guard(want: Option<&[u8]>, req: Request, next: Next) -> Response {
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, k)| k)
             .map(|k| Sha256::digest(k.trim().as_bytes()).to_vec());
         let ok = got.is_some_and(|g| bool::from(g.as_slice().ct_eq(want)));
         if !ok {

@@ -13,6 +13,7 @@
 
 pub mod frame;
 pub mod http;
+pub mod inputs;
 pub mod tools;
 
 use std::sync::Arc;
@@ -127,6 +128,7 @@ impl ServerHandler for Bridge {
                 code: "forbidden".into(),
                 message: format!("the API key {:?} lacks scope {missing}", key.name),
                 status: Some(403),
+                untrusted: None,
             };
             return Ok(Bridge::error(&e).into());
         }
