@@ -8,12 +8,14 @@
 pub mod auth;
 pub mod error;
 pub mod inspect;
+pub mod list;
 pub mod replay;
 pub mod sessions;
 
 pub use auth::KeyInfo;
 pub use error::ErrorBody;
 pub use inspect::{AttemptView, DeliveryDetail, DeliveryView, ReceiptDetail, ReceiptView};
+pub use list::ListQuery;
 pub use replay::{ReplayFilter, ReplayOutcome, ReplayRequest, ReplaySkip};
 pub use sessions::*;
 pub use tb_core::signal::SessionSignalV1;

@@ -3,7 +3,6 @@
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::Json;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use tb_core::delivery::DeliveryState;
 use tb_core::receipt::ReceiptState;
@@ -14,25 +13,20 @@ use tb_store::ListQuery;
 use crate::error::ApiError;
 use crate::{wire, AppState};
 
-/// Query of list endpoints: `limit` (1..=500, default 50), `before` (cursor: the last id of the previous
-/// page), `state`, `subscription`, `from` / `to` (RFC 3339: created in that time range, both
-/// inclusive), on receipts `providerEventId` (the sender's delivery id, e.g. `X-GitHub-Delivery`), on
-/// runs `workflow`.
-/// A parameter that does not apply to the list (or an unknown one) is 400, never ignored.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ListParams {
-    pub limit: Option<u32>,
-    pub before: Option<String>,
-    pub state: Option<String>,
-    pub status: Option<String>,
-    pub subscription: Option<String>,
-    pub from: Option<String>,
-    pub to: Option<String>,
-    #[serde(rename = "providerEventId")]
-    pub provider_event_id: Option<String>,
-    /// Runs only.
-    pub workflow: Option<String>,
+/// Query of list endpoints: the client's own shape (`tb_api_types::ListQuery`).
+pub use tb_api_types::ListQuery as ListParams;
+
+/// The store query of a list's parameters.
+pub(crate) trait StoreQuery {
+    /// The store query, with `filter` (the `state` or `status` value) checked by `valid`; `hint` says
+    /// which values exist. Errors: 400 `validation_error` (the value is never echoed).
+    fn query(
+        self,
+        kind: tb_core::ids::IdKind,
+        filter: Option<String>,
+        valid: impl Fn(&str) -> bool,
+        hint: &str,
+    ) -> Result<ListQuery, ApiError>;
 }
 
 fn rfc3339_ms(field: &str, v: &str) -> Result<i64, ApiError> {
@@ -46,10 +40,8 @@ fn rfc3339_ms(field: &str, v: &str) -> Result<i64, ApiError> {
         })
 }
 
-impl ListParams {
-    /// The store query, with `filter` (the `state` or `status` value) checked by `valid`; `hint` says
-    /// which values exist. Errors: 400 `validation_error` (the value is never echoed).
-    pub(crate) fn query(
+impl StoreQuery for ListParams {
+    fn query(
         self,
         kind: tb_core::ids::IdKind,
         filter: Option<String>,

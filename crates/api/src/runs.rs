@@ -13,7 +13,7 @@ use tb_core::ErrorCode;
 use tb_store::RecordKind;
 
 use crate::error::ApiError;
-use crate::inspect::{page, ListParams};
+use crate::inspect::{page, ListParams, StoreQuery};
 use crate::{wire, AppState};
 
 /// `GET /v1/runs` -> `{runs, nextCursor?}` (`status` filters). Errors: 400 for an unknown status.

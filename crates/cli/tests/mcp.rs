@@ -329,6 +329,69 @@ async fn an_mcp_client_drives_a_session_through_trigger_bridge_mcp() {
     assert!(err);
     assert_eq!(v["error"], "invalid_arguments", "{v}");
 
+    // 7. Operator tools, with the every-scope key.
+    let (err, v) = call(
+        &operator,
+        "subscription_pause",
+        json!({"subscriptionId": "github"}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["subscription"]["state"], "paused", "{v}");
+    let (_, v) = call(
+        &operator,
+        "subscription_resume",
+        json!({"subscriptionId": "github"}),
+    )
+    .await;
+    assert_eq!(v["subscription"]["state"], "active", "{v}");
+    let (err, v) = call(
+        &operator,
+        "deliveries_list",
+        json!({"state": "dead-lettered", "limit": 5}),
+    )
+    .await;
+    assert!(!err, "{v}");
+    assert_eq!(v["deliveries"], json!([]), "{v}");
+    let (err, v) = call(&operator, "deliveries_list", json!({"state": "nonsense"})).await;
+    assert!(err);
+    assert_eq!(v["error"], "validation_error", "{v}");
+    let (_, v) = call(
+        &operator,
+        "dead_letters_replay",
+        json!({"subscriptionId": "github"}),
+    )
+    .await;
+    assert_eq!(
+        (v["dryRun"].clone(), v["count"].clone()),
+        (json!(true), json!(0)),
+        "{v}"
+    );
+    assert!(
+        v["next"].as_str().unwrap().starts_with("preview only"),
+        "{v}"
+    );
+    let (err, v) = call(
+        &operator,
+        "dead_letters_replay",
+        json!({"subscriptionId": "github", "confirm": true}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(v["error"], "invalid_arguments", "{v}");
+    let (err, v) = call(
+        &operator,
+        "receipt_show",
+        json!({"receiptId": "rcpt_00000000000000000000000000000000"}),
+    )
+    .await;
+    assert!(err);
+    assert_eq!(
+        (v["error"].clone(), v["status"].clone()),
+        (json!("not_found"), json!(404)),
+        "{v}"
+    );
+
     agent.cancel().await.unwrap();
     operator.cancel().await.unwrap();
 }

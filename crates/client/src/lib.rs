@@ -35,16 +35,15 @@ use std::time::Duration;
 pub use call::{seg, Call, Reply, Retry};
 pub use error::{Code, Error, Result};
 pub use events::RunEvent;
-pub use operator::ListQuery;
 /// The HTTP method of a [`Call`].
 pub use reqwest::Method;
 /// Every wire shape, by module (`types::sessions::Wait`, ...).
 pub use tb_api_types as types;
 pub use tb_api_types::{
-    ArmWait, AttemptView, DeliveryDetail, DeliveryView, ErrorBody, KeyInfo, Prompt, RaiseSignal,
-    ReceiptDetail, ReceiptView, ReplayFilter, ReplayOutcome, ReplayRequest, ReplaySkip,
-    SessionSignalV1, SignalEntry, SignalPage, SignalRaised, Turn, TurnList, Wait, WaitAction,
-    WaitList, Winner,
+    ArmWait, AttemptView, DeliveryDetail, DeliveryView, ErrorBody, KeyInfo, ListQuery, Prompt,
+    RaiseSignal, ReceiptDetail, ReceiptView, ReplayFilter, ReplayOutcome, ReplayRequest,
+    ReplaySkip, SessionSignalV1, SignalEntry, SignalPage, SignalRaised, Turn, TurnList, Wait,
+    WaitAction, WaitList, Winner,
 };
 pub use tb_core::ErrorCode;
 

@@ -4,40 +4,18 @@ use serde_json::Value;
 
 use crate::call::{seg, Call};
 use crate::error::Result;
-use crate::{Client, DeliveryDetail, ReceiptDetail, ReplayOutcome, ReplayRequest};
+use crate::{Client, DeliveryDetail, ListQuery, ReceiptDetail, ReplayOutcome, ReplayRequest};
 
-/// The filters of the list endpoints (`/v1/receipts`, `/v1/deliveries`, `/v1/runs`); each is sent
-/// only when set. `limit` 1..=500 (default 50); `before` is a previous page's `nextCursor`; `from`/`to`
-/// are RFC 3339 times.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ListQuery {
-    pub limit: Option<u32>,
-    pub before: Option<String>,
-    /// Deliveries: `pending`, `retrying`, `delivered`, `dead-lettered`; receipts: their state.
-    pub state: Option<String>,
-    /// Runs: their status.
-    pub status: Option<String>,
-    pub subscription: Option<String>,
-    pub from: Option<String>,
-    pub to: Option<String>,
-    pub provider_event_id: Option<String>,
-    /// Runs only.
-    pub workflow: Option<String>,
-}
-
-impl ListQuery {
-    /// Adds the set filters to `call`.
-    pub fn apply(&self, call: Call) -> Call {
-        call.query_opt("limit", self.limit)
-            .query_opt("before", self.before.as_ref())
-            .query_opt("state", self.state.as_ref())
-            .query_opt("status", self.status.as_ref())
-            .query_opt("subscription", self.subscription.as_ref())
-            .query_opt("from", self.from.as_ref())
-            .query_opt("to", self.to.as_ref())
-            .query_opt("providerEventId", self.provider_event_id.as_ref())
-            .query_opt("workflow", self.workflow.as_ref())
-    }
+/// Adds the set filters of `q` to `call`.
+fn with_list_query(call: Call, q: &ListQuery) -> Call {
+    let pairs = match serde_json::to_value(q) {
+        Ok(Value::Object(m)) => m,
+        _ => return call,
+    };
+    pairs.into_iter().fold(call, |c, (k, v)| match v {
+        Value::String(s) => c.query(&k, s),
+        other => c.query(&k, other),
+    })
 }
 
 impl Client {
@@ -49,7 +27,8 @@ impl Client {
 
     /// `GET /v1/receipts`: `{receipts, nextCursor?}`, newest first.
     pub async fn receipts(&self, q: &ListQuery) -> Result<Value> {
-        self.json(q.apply(Call::get("/v1/receipts"))).await
+        self.json(with_list_query(Call::get("/v1/receipts"), q))
+            .await
     }
 
     /// `GET /v1/deliveries/{id}`: the delivery and its attempts.
@@ -61,7 +40,8 @@ impl Client {
     /// `GET /v1/deliveries`: `{deliveries, nextCursor?}`, newest first. Errors: 400 for an unknown
     /// `state`.
     pub async fn deliveries(&self, q: &ListQuery) -> Result<Value> {
-        self.json(q.apply(Call::get("/v1/deliveries"))).await
+        self.json(with_list_query(Call::get("/v1/deliveries"), q))
+            .await
     }
 
     /// `POST /v1/trigger-subscriptions/{sub}/dead-letters:replay`: with `dryRun` the count and a

@@ -186,7 +186,8 @@ pub fn split(v: &Value) -> (Value, Option<Value>) {
                     Value::Object(inner) if k == "untrusted" => framed.push(inner),
                     Value::Object(_) | Value::Array(_) if CONTAINERS.contains(&k.as_str()) => {
                         let (t, u) = split(child);
-                        if !is_empty(&t) {
+                        // A list keeps its place even when empty (`deliveries: []` is an answer).
+                        if child.is_array() || !is_empty(&t) {
                             trusted.insert(k.clone(), t);
                         }
                         if let Some(u) = u {
@@ -388,6 +389,10 @@ mod tests {
         assert_eq!(f["untrusted"]["signals"][0]["signal"]["data"], 1);
         assert_eq!(f["untrusted"]["signals"][1], json!({}));
         assert_eq!(f["untrusted"]["brandNewField"], "x");
+        assert_eq!(
+            frame(&json!({"deliveries": []}), Map::new())["deliveries"],
+            json!([])
+        );
         assert_eq!(f.get("brandNewField"), None);
     }
 }
