@@ -218,8 +218,16 @@ async fn an_mcp_client_drives_a_session_through_trigger_bridge_mcp() {
     assert_eq!(v["waitId"], wait_id);
     assert_eq!(v["state"], "resolved");
     assert_eq!(v["winner"]["kind"], "signal");
-    assert_eq!(v["winner"]["signal"]["signalId"], "rv-1");
-    assert_eq!(v["winner"]["signal"]["name"], "review.done");
+    // The tool names the winner (one of the names asked for); the raiser's own id and the name as
+    // sent are outside data.
+    assert_eq!(v["signalName"], "review.done");
+    assert_eq!(v["untrusted"]["winner"]["signal"]["signalId"], "rv-1");
+    assert_eq!(v["untrusted"]["winner"]["signal"]["name"], "review.done");
+    assert_eq!(
+        v["winner"]["signal"].get("signalId"),
+        None,
+        "a caller-chosen id is not plain: {v}"
+    );
     // The payload (and the wait's free-text reason) are framed as untrusted data, nowhere else.
     assert!(
         v["system"]
@@ -306,7 +314,10 @@ async fn an_mcp_client_drives_a_session_through_trigger_bridge_mcp() {
         json!({"runId": run, "limit": 5, "before": page["nextCursor"]}),
     )
     .await;
-    assert_eq!(older["signals"][0]["signal"]["signalId"], "rv-1", "{older}");
+    assert_eq!(
+        older["untrusted"]["signals"][0]["signal"]["signalId"], "rv-1",
+        "{older}"
+    );
     assert_eq!(
         older["untrusted"]["signals"][0]["signal"]["data"]["note"],
         INJECTION

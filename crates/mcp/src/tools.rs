@@ -180,7 +180,7 @@ impl ToolError {
         let mut v = json!({"error": self.code, "message": self.message, "status": self.status});
         if let Some(u) = &self.untrusted {
             v["system"] = json!(crate::frame::SYSTEM);
-            v["untrusted"] = json!({"body": u});
+            v["untrusted"] = crate::frame::redact(&json!({"body": u}));
         }
         v
     }
@@ -200,7 +200,11 @@ impl From<tb_client::Error> for ToolError {
                 Some(body),
             ),
             E::Invalid(m) => ("invalid_arguments".into(), m, None),
-            E::Decode { .. } => ("internal".into(), e.to_string(), None),
+            E::Decode { status, detail, .. } => (
+                "internal".into(),
+                format!("the server answered {status} with JSON this version does not read"),
+                Some(detail),
+            ),
             other => ("unavailable".into(), other.to_string(), None),
         };
         ToolError {
@@ -239,7 +243,18 @@ async fn block(
         "cancelled" => "cancelled: no winner; arm a new wait to wait again".into(),
         _ => "resolved: react to `winner` (its turn is also queued: claim_turn)".into(),
     };
-    Ok(Outcome::of(&w)?
+    // The winning signal's name is one the caller asked for (the server matches it): safe to name.
+    let signal_name = w
+        .winner
+        .as_ref()
+        .and_then(|x| x.signal.as_ref())
+        .map(|s| s.name.clone())
+        .filter(|n| w.names.contains(n));
+    let mut out = Outcome::of(&w)?;
+    if let Some(n) = signal_name {
+        out = out.with("signalName", json!(n));
+    }
+    Ok(out
         .with("resolved", json!(resolved))
         .with("budgetS", json!(budget.as_secs()))
         .with("next", json!(next)))
