@@ -25,8 +25,8 @@ pub struct Round {
 }
 
 /// One round on `run`: claim (up to `claim_s`), arm a `wait_for_any` on `names` with `timeout_ms`,
-/// wait for its winner, ack. Errors: whatever the API refuses (a run that is not running is 409
-/// `conflict` on arming).
+/// wait for its winner, ack. Errors: whatever the API refuses (a run that has ended is 409
+/// `target_terminal` on arming).
 pub async fn round(
     api: &Client,
     run: &str,

@@ -63,8 +63,9 @@ impl Client {
     }
 
     /// `POST /v1/runs/{run}/waits`: arms `wait_for_signal` (`kind: signal`) or `wait_for_any`. A
-    /// buffered signal of a named kind resolves it at once (the answer is then `resolved`). Errors:
-    /// 404, 409 `conflict` (another wait is armed, or the run is not running), 400.
+    /// buffered signal of a named kind resolves it at once (the answer is then `resolved`). One wait
+    /// is armed per run: a new one replaces (cancels) the armed one. Errors: 404, 409
+    /// `target_terminal` (the run has ended), 400 `validation_error`.
     pub async fn arm_wait(&self, run: &str, wait: &ArmWait) -> Result<Wait> {
         self.json(Call::post(run_path(run, "/waits")).json(wait)?)
             .await
