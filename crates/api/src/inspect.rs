@@ -16,19 +16,6 @@ use crate::{wire, AppState};
 /// Query of list endpoints: the client's own shape (`tb_api_types::ListQuery`).
 pub use tb_api_types::ListQuery as ListParams;
 
-/// The store query of a list's parameters.
-pub(crate) trait StoreQuery {
-    /// The store query, with `filter` (the `state` or `status` value) checked by `valid`; `hint` says
-    /// which values exist. Errors: 400 `validation_error` (the value is never echoed).
-    fn query(
-        self,
-        kind: tb_core::ids::IdKind,
-        filter: Option<String>,
-        valid: impl Fn(&str) -> bool,
-        hint: &str,
-    ) -> Result<ListQuery, ApiError>;
-}
-
 fn rfc3339_ms(field: &str, v: &str) -> Result<i64, ApiError> {
     chrono::DateTime::parse_from_rfc3339(v)
         .map(|d| d.timestamp_millis())
@@ -40,89 +27,84 @@ fn rfc3339_ms(field: &str, v: &str) -> Result<i64, ApiError> {
         })
 }
 
-impl StoreQuery for ListParams {
-    fn query(
-        self,
-        kind: tb_core::ids::IdKind,
-        filter: Option<String>,
-        valid: impl Fn(&str) -> bool,
-        hint: &str,
-    ) -> Result<ListQuery, ApiError> {
-        use tb_core::ids::IdKind;
-        let misplaced: &[(&str, bool)] = match kind {
-            IdKind::Receipt => &[
-                ("status", self.status.is_some()),
-                ("workflow", self.workflow.is_some()),
-            ],
-            IdKind::Delivery => &[
-                ("status", self.status.is_some()),
-                ("workflow", self.workflow.is_some()),
-                ("providerEventId", self.provider_event_id.is_some()),
-            ],
-            _ => &[
-                ("state", self.state.is_some()),
-                ("providerEventId", self.provider_event_id.is_some()),
-            ],
-        };
-        if let Some((name, _)) = misplaced.iter().find(|(_, set)| *set) {
-            return Err(ApiError::new(
-                ErrorCode::ValidationError,
-                format!(
-                    "{name} does not apply to this list; see docs/http-api.md for its parameters"
-                ),
-            ));
-        }
-        if filter.as_deref().is_some_and(|f| !valid(f)) {
-            return Err(ApiError::new(ErrorCode::ValidationError, hint));
-        }
-        // A cursor is an id this API printed as `nextCursor`: `<prefix>_<32 hex>`.
-        let cursor_ok = |c: &str| {
-            c.split_once('_').is_some_and(|(p, hex)| {
-                !p.is_empty()
-                    && p.bytes().all(|b| b.is_ascii_lowercase())
-                    && hex.len() == 32
-                    && hex.bytes().all(|b| b.is_ascii_hexdigit())
-            })
-        };
-        if self.before.as_deref().is_some_and(|c| !cursor_ok(c)) {
-            return Err(ApiError::new(
-                ErrorCode::ValidationError,
-                "before must be a nextCursor value from a previous page",
-            ));
-        }
-        let from = self
-            .from
-            .as_deref()
-            .map(|v| rfc3339_ms("from", v))
-            .transpose()?;
-        let to = self
-            .to
-            .as_deref()
-            .map(|v| rfc3339_ms("to", v))
-            .transpose()?;
-        if let (Some(f), Some(t)) = (from, to) {
-            if f > t {
-                return Err(ApiError::new(
-                    ErrorCode::ValidationError,
-                    "from must not be after to",
-                ));
-            }
-        }
-        // `to` is inclusive: ids before the first one minted 1 ms later; the cursor may narrow it.
-        let before = match (self.before, to) {
-            (Some(b), Some(t)) => Some(b.min(tb_core::ids::floor(kind, t + 1))),
-            (b, t) => b.or(t.map(|t| tb_core::ids::floor(kind, t + 1))),
-        };
-        Ok(ListQuery {
-            limit: self.limit.unwrap_or(50).clamp(1, 500),
-            before,
-            state: filter,
-            subscription_id: self.subscription,
-            from_id: from.map(|f| tb_core::ids::floor(kind, f)),
-            provider_event_id: self.provider_event_id.filter(|p| !p.is_empty()),
-            workflow_id: self.workflow.filter(|w| !w.is_empty()),
-        })
+/// The store query of a list's parameters `p`, with `filter` (the `state` or `status` value) checked
+/// by `valid`; `hint` says which values exist. Errors: 400 `validation_error` (the value is never
+/// echoed).
+pub(crate) fn store_query(
+    p: ListParams,
+    kind: tb_core::ids::IdKind,
+    filter: Option<String>,
+    valid: impl Fn(&str) -> bool,
+    hint: &str,
+) -> Result<ListQuery, ApiError> {
+    use tb_core::ids::IdKind;
+    let misplaced: &[(&str, bool)] = match kind {
+        IdKind::Receipt => &[
+            ("status", p.status.is_some()),
+            ("workflow", p.workflow.is_some()),
+        ],
+        IdKind::Delivery => &[
+            ("status", p.status.is_some()),
+            ("workflow", p.workflow.is_some()),
+            ("providerEventId", p.provider_event_id.is_some()),
+        ],
+        _ => &[
+            ("state", p.state.is_some()),
+            ("providerEventId", p.provider_event_id.is_some()),
+        ],
+    };
+    if let Some((name, _)) = misplaced.iter().find(|(_, set)| *set) {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            format!("{name} does not apply to this list; see docs/http-api.md for its parameters"),
+        ));
     }
+    if filter.as_deref().is_some_and(|f| !valid(f)) {
+        return Err(ApiError::new(ErrorCode::ValidationError, hint));
+    }
+    // A cursor is an id this API printed as `nextCursor`: `<prefix>_<32 hex>`.
+    let cursor_ok = |c: &str| {
+        c.split_once('_').is_some_and(|(p, hex)| {
+            !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_lowercase())
+                && hex.len() == 32
+                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        })
+    };
+    if p.before.as_deref().is_some_and(|c| !cursor_ok(c)) {
+        return Err(ApiError::new(
+            ErrorCode::ValidationError,
+            "before must be a nextCursor value from a previous page",
+        ));
+    }
+    let from = p
+        .from
+        .as_deref()
+        .map(|v| rfc3339_ms("from", v))
+        .transpose()?;
+    let to = p.to.as_deref().map(|v| rfc3339_ms("to", v)).transpose()?;
+    if let (Some(f), Some(t)) = (from, to) {
+        if f > t {
+            return Err(ApiError::new(
+                ErrorCode::ValidationError,
+                "from must not be after to",
+            ));
+        }
+    }
+    // `to` is inclusive: ids before the first one minted 1 ms later; the cursor may narrow it.
+    let before = match (p.before, to) {
+        (Some(b), Some(t)) => Some(b.min(tb_core::ids::floor(kind, t + 1))),
+        (b, t) => b.or(t.map(|t| tb_core::ids::floor(kind, t + 1))),
+    };
+    Ok(ListQuery {
+        limit: p.limit.unwrap_or(50).clamp(1, 500),
+        before,
+        state: filter,
+        subscription_id: p.subscription,
+        from_id: from.map(|f| tb_core::ids::floor(kind, f)),
+        provider_event_id: p.provider_event_id.filter(|p| !p.is_empty()),
+        workflow_id: p.workflow.filter(|w| !w.is_empty()),
+    })
 }
 
 /// `{items..., nextCursor?}`: a cursor is given when the page is full.
@@ -227,7 +209,8 @@ pub async fn list_receipts(
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let q = p.query(
+    let q = store_query(
+        p,
         tb_core::ids::IdKind::Receipt,
         state,
         |s| ReceiptState::parse_stored(s).is_some(),
@@ -270,7 +253,8 @@ pub async fn list_deliveries(
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
     let state = p.state.clone();
-    let q = p.query(
+    let q = store_query(
+        p,
         tb_core::ids::IdKind::Delivery,
         state,
         |s| DeliveryState::parse(s).is_some(),

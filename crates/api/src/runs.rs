@@ -13,7 +13,7 @@ use tb_core::ErrorCode;
 use tb_store::RecordKind;
 
 use crate::error::ApiError;
-use crate::inspect::{page, ListParams, StoreQuery};
+use crate::inspect::{page, store_query, ListParams};
 use crate::{wire, AppState};
 
 /// `GET /v1/runs` -> `{runs, nextCursor?}` (`status` filters). Errors: 400 for an unknown status.
@@ -24,7 +24,7 @@ pub async fn list_runs(
 ) -> Result<Json<Value>, ApiError> {
     let p = crate::error::query(p)?;
     let status = p.status.clone();
-    let q = p.query(tb_core::ids::IdKind::Run, status, |s| RunStatus::parse(s).is_some(), "unknown run status; use pending, running, paused, waiting-approval, waiting-input, waiting-external, completed, failed, cancelling or cancelled")?;
+    let q = store_query(p, tb_core::ids::IdKind::Run, status, |s| RunStatus::parse(s).is_some(), "unknown run status; use pending, running, paused, waiting-approval, waiting-input, waiting-external, completed, failed, cancelling or cancelled")?;
     let limit = q.limit;
     let runs = st.engine.store.list_runs(q).await?;
     Ok(Json(page(
