@@ -42,7 +42,7 @@ pub struct ReplaySkip {
 
 /// The answer: a preview (`dryRun: true`: `count`, `sample`, `limit`) or a replay (`dryRun: false`:
 /// `replayed`, `deliveryIds`, `skipped`, `remaining`). `more`: another batch is left.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ReplayOutcome {

@@ -99,9 +99,6 @@ pub enum Access {
     AnyKey,
 }
 
-/// The scope string [`require`] takes for [`Access::AnyKey`]: no scope is needed, only a known key.
-pub const ANY_KEY: &str = "";
-
 fn deny(status: StatusCode, code: &str, message: &str) -> Response {
     let mut r = (status, Json(json!({"error": code, "message": message}))).into_response();
     if status == StatusCode::UNAUTHORIZED {
@@ -113,12 +110,12 @@ fn deny(status: StatusCode, code: &str, message: &str) -> Response {
     r
 }
 
-/// The per-route middleware of a route whose [`Access`] is `Scope(scope)`: on an open API (no keys)
-/// the caller is [`Principal::anonymous`]; otherwise a known key holding `scope` passes with its
-/// [`Principal`] in the request extensions. Errors: 401 `unauthenticated` (no or unknown key, with
-/// `WWW-Authenticate: Bearer`), 403 `forbidden` (the key lacks `scope`).
+/// The per-route middleware of a route whose [`Access`] is `Scope(scope)` or `AnyKey`: on an open
+/// API (no keys) the caller is [`Principal::anonymous`]; otherwise a known key (holding `scope`, for
+/// `Scope`) passes with its [`Principal`] in the request extensions. Errors: 401 `unauthenticated`
+/// (no or unknown key, with `WWW-Authenticate: Bearer`), 403 `forbidden` (the key lacks `scope`).
 pub async fn require(
-    State((st, scope)): State<(AppState, &'static str)>,
+    State((st, access)): State<(AppState, Access)>,
     mut req: Request,
     next: Next,
 ) -> Response {
@@ -148,12 +145,19 @@ pub async fn require(
             "unauthenticated",
             "unknown API key",
         ),
-        Some(k) if scope != ANY_KEY && !k.allows(scope) => deny(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            &format!("this API key lacks the scope {scope}"),
-        ),
         Some(k) => {
+            // `AnyKey` (and `Public`, never layered) need no scope: only a known key.
+            let needed = match access {
+                Access::Scope(s) => Some(s),
+                Access::AnyKey | Access::Public => None,
+            };
+            if let Some(s) = needed.filter(|s| !k.allows(s)) {
+                return deny(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    &format!("this API key lacks the scope {s}"),
+                );
+            }
             let p = Principal(k.name.clone(), k.scopes.clone());
             req.extensions_mut().insert(p);
             next.run(req).await

@@ -77,18 +77,7 @@ pub async fn replay_all(
         },
     )
     .await?;
-    let empty = ReplayOutcome {
-        dry_run: true,
-        count: None,
-        sample: None,
-        limit: None,
-        replayed: None,
-        delivery_ids: None,
-        skipped: None,
-        remaining: None,
-        more: false,
-        filter: filter_view(&filter),
-    };
+    let filter = filter_view(&filter);
     Ok(Json(match out {
         BulkOutcome::Preview {
             count,
@@ -99,7 +88,9 @@ pub async fn replay_all(
             sample: Some(sample),
             more,
             limit: Some(tb_core::replay::batch_limit(limit)?.into()),
-            ..empty
+            dry_run: true,
+            filter,
+            ..Default::default()
         },
         BulkOutcome::Replayed {
             replayed,
@@ -120,7 +111,8 @@ pub async fn replay_all(
             ),
             remaining: Some(remaining),
             more: remaining > 0,
-            ..empty
+            filter,
+            ..Default::default()
         },
     }))
 }

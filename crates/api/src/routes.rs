@@ -102,7 +102,7 @@ impl Routes {
             ));
         }
         mr = mr.route_layer(axum::middleware::from_fn_with_state(
-            (self.state.clone(), scope),
+            (self.state.clone(), Access::Scope(scope)),
             auth::require,
         ));
         self.add(method, path, Access::Scope(scope), mr)
@@ -116,7 +116,7 @@ impl Routes {
     {
         let mr: MethodRouter<AppState> =
             on(MethodFilter::GET, handler).route_layer(axum::middleware::from_fn_with_state(
-                (self.state.clone(), auth::ANY_KEY),
+                (self.state.clone(), Access::AnyKey),
                 auth::require,
             ));
         self.add(Method::GET, path, Access::AnyKey, mr)

@@ -177,13 +177,23 @@ pub(crate) struct Api<'a> {
     pub(crate) client: Client,
 }
 
+impl ClientOpts {
+    /// The typed client of `--server` with `--api-key`. Errors: a `--server` that is not an http(s) URL.
+    pub(crate) fn client(&self) -> Result<Client> {
+        let client = Client::new(&self.server).map_err(|e| anyhow!("--server: {e}"))?;
+        Ok(match &self.api_key {
+            Some(k) => client.with_api_key(k),
+            None => client,
+        })
+    }
+}
+
 impl Api<'_> {
     pub(crate) fn new(o: &ClientOpts) -> Result<Api<'_>> {
-        let mut client = Client::new(&o.server).map_err(|e| anyhow!("--server: {e}"))?;
-        if let Some(k) = &o.api_key {
-            client = client.with_api_key(k);
-        }
-        Ok(Api { o, client })
+        Ok(Api {
+            o,
+            client: o.client()?,
+        })
     }
 
     /// A client error as the message a person needs: the status, code and message, and what to do

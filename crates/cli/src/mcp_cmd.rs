@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 
 use crate::api_client::ClientOpts;
 
@@ -18,10 +18,7 @@ pub struct McpArgs {
 
 /// Runs the MCP server until the client leaves (stdio) or the process is stopped (HTTP).
 pub async fn run(o: &ClientOpts, a: McpArgs) -> Result<()> {
-    let mut api = tb_client::Client::new(&o.server).map_err(|e| anyhow!("--server: {e}"))?;
-    if let Some(k) = &o.api_key {
-        api = api.with_api_key(k);
-    }
+    let api = o.client()?;
     match a.http {
         Some(addr) => tb_mcp::serve_http(api, o.api_key.clone(), addr).await,
         None => tb_mcp::serve_stdio(api).await,

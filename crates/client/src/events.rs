@@ -33,19 +33,9 @@ impl Client {
         if let Some(n) = after {
             call = call.header("last-event-id", n.to_string());
         }
-        let mut tries = 0;
-        let resp = loop {
-            match self.start(&call, &url, None, false).await {
-                Ok(r) => break r,
-                Err(e) => {
-                    tries += 1;
-                    match self.retry.delay(tries, &e) {
-                        Some(d) => tokio::time::sleep(d).await,
-                        None => return Err(e),
-                    }
-                }
-            }
-        };
+        let resp = self
+            .retrying(|| self.start(&call, &url, None, false))
+            .await?;
         let base = self.base.clone();
         let events = sse_stream::SseStream::from_bytes_stream(resp.bytes_stream());
         Ok(events.filter_map(move |item| {

@@ -125,13 +125,22 @@ impl Client {
                 .clone()
                 .unwrap_or_else(|| format!("tbc-{}", uuid::Uuid::new_v4()))
         });
+        self.retrying(|| async {
+            let resp = self.start(&call, &url, key.as_deref(), true).await?;
+            self.read(resp, &url).await
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it succeeds or [`Retry::delay`] says stop (then its last error).
+    pub(crate) async fn retrying<T, F, Fut>(&self, attempt: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let mut tries = 0;
         loop {
-            let result = match self.start(&call, &url, key.as_deref(), true).await {
-                Ok(resp) => self.read(resp, &url).await,
-                Err(e) => Err(e),
-            };
-            match result {
+            match attempt().await {
                 Ok(r) => return Ok(r),
                 Err(e) => {
                     tries += 1;
@@ -151,7 +160,7 @@ impl Client {
 
     /// One try: the response of a 2xx status (body unread), or the error an answer or its absence
     /// makes. `timed` false leaves the body unbounded in time (a stream).
-    async fn start(
+    pub(crate) async fn start(
         &self,
         call: &Call,
         url: &str,

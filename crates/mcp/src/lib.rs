@@ -25,7 +25,6 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, ServiceExt};
-use serde_json::{json, Map, Value};
 use tb_client::{Client, KeyInfo};
 use tokio::sync::OnceCell;
 
@@ -155,13 +154,6 @@ pub async fn serve_stdio(api: Client) -> anyhow::Result<()> {
     let service = Bridge::new(api).serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     Ok(())
-}
-
-/// A tool result's JSON without the MCP envelope (what a test or a log wants).
-pub fn result_json(r: &CallToolResult) -> Value {
-    r.structured_content
-        .clone()
-        .unwrap_or_else(|| json!(Map::new()))
 }
 
 #[cfg(test)]
