@@ -323,6 +323,59 @@ async fn an_mcp_client_drives_a_session_through_trigger_bridge_mcp() {
         INJECTION
     );
 
+    // 5b. Turns over MCP: the start turn shows the operator's session configuration plain; the
+    // first wait turn is framed like the wait tool's answer (minted ids plain, the payload not).
+    let (err, start) = call(&agent, "claim_turn", json!({"runId": run, "timeoutS": 5})).await;
+    assert!(!err, "{start}");
+    assert_eq!(
+        (start["claimed"].clone(), start["kind"].clone()),
+        (json!(true), json!("start")),
+        "{start}"
+    );
+    assert_eq!(
+        start["content"]["session"]["agent"], "pr-reviewer",
+        "{start}"
+    );
+    assert_eq!(start["content"]["workflowId"], "pr-session");
+    let (err, acked) = call(
+        &agent,
+        "ack_turn",
+        json!({"runId": run, "turnId": start["turnId"], "claim": start["claims"]}),
+    )
+    .await;
+    assert!(!err, "{acked}");
+    assert_eq!(acked["state"], "acked", "{acked}");
+    let (_, turn) = call(&agent, "claim_turn", json!({"runId": run, "timeoutS": 5})).await;
+    assert_eq!(turn["kind"], "wait", "{turn}");
+    assert_eq!(turn["content"]["wait"]["waitId"], wait_id, "{turn}");
+    assert_eq!(turn["content"]["wait"]["winner"]["kind"], "signal");
+    assert_eq!(
+        turn["untrusted"]["content"]["wait"]["winner"]["signal"]["data"]["note"],
+        INJECTION
+    );
+    let mut outside = turn.clone();
+    outside.as_object_mut().unwrap().remove("untrusted");
+    assert!(
+        !outside.to_string().contains("Ignore previous"),
+        "{outside}"
+    );
+    // Acknowledging with a stale claim count is the API's conflict, as a tool error.
+    let (err, v) = call(
+        &agent,
+        "ack_turn",
+        json!({"runId": run, "turnId": turn["turnId"], "claim": 99}),
+    )
+    .await;
+    assert!(err, "{v}");
+    assert_eq!(v["status"], 409, "{v}");
+    let (err, _) = call(
+        &agent,
+        "ack_turn",
+        json!({"runId": run, "turnId": turn["turnId"], "claim": turn["claims"]}),
+    )
+    .await;
+    assert!(!err);
+
     // 6. An API refusal comes back as a tool error with the API's code.
     let (err, v) = call(
         &agent,
