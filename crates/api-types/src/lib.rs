@@ -10,6 +10,7 @@ pub mod error;
 pub mod inspect;
 pub mod list;
 pub mod replay;
+pub mod runs;
 pub mod sessions;
 
 pub use auth::KeyInfo;
@@ -17,5 +18,6 @@ pub use error::ErrorBody;
 pub use inspect::{AttemptView, DeliveryDetail, DeliveryView, ReceiptDetail, ReceiptView};
 pub use list::ListQuery;
 pub use replay::{ReplayFilter, ReplayOutcome, ReplayRequest, ReplaySkip};
+pub use runs::RunCreated;
 pub use sessions::*;
 pub use tb_core::signal::SessionSignalV1;

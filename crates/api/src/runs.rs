@@ -247,12 +247,7 @@ pub async fn create(
         tb_engine::trace::from_headers(&headers),
     )
     .await?;
-    let reply = json!({
-        "runId": run_id,
-        "status": "pending",
-        "eventsUrl": format!("/v1/runs/{run_id}/events"),
-        "statusUrl": format!("/v1/runs/{run_id}"),
-    });
+    let reply = tb_api_types::RunCreated::pending(&run_id, None);
     Ok((axum::http::StatusCode::CREATED, Json(reply)).into_response())
 }
 
@@ -280,13 +275,7 @@ pub async fn fork(
         ));
     }
     let new_id = tb_engine::runs::start(&st.engine, &run.workflow_id, run.inputs.clone()).await?;
-    let reply = json!({
-        "runId": new_id,
-        "status": "pending",
-        "forkedFrom": run.id,
-        "eventsUrl": format!("/v1/runs/{new_id}/events"),
-        "statusUrl": format!("/v1/runs/{new_id}"),
-    });
+    let reply = tb_api_types::RunCreated::pending(&new_id, Some(run.id));
     Ok((axum::http::StatusCode::CREATED, Json(reply)).into_response())
 }
 

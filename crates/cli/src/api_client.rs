@@ -24,10 +24,11 @@ pub struct ClientOpts {
         default_value = "http://127.0.0.1:8080"
     )]
     pub server: String,
-    /// Print the server's JSON response instead of a table
+    /// Client commands: print the server's JSON response instead of a table
     #[arg(long, global = true)]
     pub json: bool,
-    /// API key sent as `Authorization: Bearer ...` (needed when the server has keys configured)
+    /// API key. Client commands and `mcp` send it as `Authorization: Bearer ...` (needed when the
+    /// server has keys configured); `serve` accepts it as one more key with every scope
     #[arg(
         long,
         global = true,

@@ -79,6 +79,15 @@ pub enum DeliveriesCmd {
 // `trigger-bridge runs ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum RunsCmd {
+    /// Start a run of a configured workflow (a session, for an `executor = "session"` workflow);
+    /// prints its run id
+    Start {
+        /// Workflow id (`[[workflows]] id` in the config)
+        workflow: String,
+        /// The run's inputs, a JSON object (default `{}`)
+        #[arg(long, value_name = "JSON")]
+        inputs: Option<String>,
+    },
     /// List workflow runs, newest first
     List {
         /// Only runs with this status (pending, running, completed, failed, ...)
@@ -353,6 +362,9 @@ pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
             if let Some(v) = api.get("/v1/runs", &q).await? {
                 print_list(&v, "runs", RUNS, "no runs match");
             }
+        }
+        RunsCmd::Start { workflow, inputs } => {
+            return crate::sessions_client::start(&api, &workflow, inputs.as_deref()).await
         }
         RunsCmd::Waits { id } => return crate::sessions_client::waits(&api, &id).await,
         RunsCmd::Wait(a) => return crate::sessions_client::wait(&api, a).await,

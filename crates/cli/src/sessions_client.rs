@@ -239,6 +239,25 @@ pub async fn wait(api: &Api<'_>, a: WaitArgs) -> Result<()> {
     Ok(())
 }
 
+/// `runs start WORKFLOW [--inputs JSON]`: starts a run (a session, for a `session` workflow).
+pub async fn start(api: &Api<'_>, workflow: &str, inputs: Option<&str>) -> Result<()> {
+    let inputs: Value = match inputs {
+        None => json!({}),
+        Some(text) => serde_json::from_str(text).map_err(|e| {
+            anyhow::anyhow!("--inputs is not JSON ({e}); give an object, e.g. '{{\"pr\": 7}}'")
+        })?,
+    };
+    if !inputs.is_object() {
+        anyhow::bail!("--inputs must be a JSON object, e.g. '{{\"pr\": 7}}'");
+    }
+    let r = api.check(api.client.start_run(workflow, inputs).await)?;
+    if api.show_typed(&r)?.is_some() {
+        println!("run {} is {} (workflow {workflow})", r.run_id, r.status);
+        println!("  follow it: trigger-bridge runs show {}", r.run_id);
+    }
+    Ok(())
+}
+
 /// `runs prompt RUN TEXT`.
 pub async fn prompt(api: &Api<'_>, run: &str, text: String) -> Result<()> {
     let turn = api.check(api.client.prompt(run, &text).await)?;

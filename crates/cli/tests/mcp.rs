@@ -20,7 +20,7 @@ use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-use tb_client::{Call, Client};
+use tb_client::Client;
 
 const SESSION_KEY: &str = "tbk-session-agent";
 const OPS_KEY: &str = "tbk-ops";
@@ -49,11 +49,13 @@ fn config(dir: &std::path::Path) -> std::path::PathBuf {
 
 /// A running session (a `pr-session` run), started through the API with the ops key.
 async fn session(ops: &Client) -> String {
-    let r: Value = ops
-        .json(Call::post("/v1/runs").body(json!({"workflowId": "pr-session"})))
+    let r = ops
+        .start_run("pr-session", json!({}))
         .await
         .expect("create the session run");
-    let run = r["runId"].as_str().unwrap().to_string();
+    assert_eq!(r.status, "pending");
+    assert_eq!(r.status_url, format!("/v1/runs/{}", r.run_id));
+    let run = r.run_id;
     for _ in 0..200 {
         if ops.run(&run).await.unwrap()["status"] == "running" {
             return run;
@@ -468,6 +470,40 @@ async fn the_session_driver_example_and_the_client_streams() {
     let run = session(&ops).await;
     let agent = Client::new(&s.base).unwrap().with_api_key(SESSION_KEY);
 
+    // `runs start` with a session key: the run id on the first line; an unknown workflow refused.
+    let cli = |args: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(args)
+            .env("TRIGGER_BRIDGE_SERVER", &s.base)
+            .env("TRIGGER_BRIDGE_API_KEY", SESSION_KEY)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["runs", "start", "pr-session", "--inputs", r#"{"pr": 7}"#]);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = stdout
+        .split_whitespace()
+        .nth(1)
+        .expect("run <id> is pending ...")
+        .to_string();
+    assert!(started.starts_with("run_"), "{stdout}");
+    assert_eq!(ops.run(&started).await.unwrap()["workflowId"], "pr-session");
+    let out = cli(&["runs", "start", "no-such-workflow"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("404 not_found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cli(&["runs", "start", "pr-session", "--inputs", "[1]"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be a JSON object"));
+
     let raiser = {
         let (ops, run) = (ops.clone(), run.clone());
         tokio::spawn(async move {
@@ -557,6 +593,24 @@ async fn the_session_driver_example_and_the_client_streams() {
         (Some(403), Some("forbidden".into())),
         "{e}"
     );
+
+    // `trigger-bridge mcp` with a key the server refuses stops at once and says what to fix.
+    let out = tokio::task::block_in_place(|| {
+        std::process::Command::new(BIN)
+            .arg("mcp")
+            .env("TRIGGER_BRIDGE_SERVER", &s.base)
+            .env("TRIGGER_BRIDGE_API_KEY", "tbk-not-configured")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refused the API key") && stderr.contains("401"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on the protocol channel");
 }
 
 /// One JSON-RPC message to the streamable HTTP endpoint; returns (status, session id, the answer).

@@ -36,7 +36,8 @@ pub async fn round(
 ) -> tb_client::Result<Round> {
     let turn = api.claim_turn(run, 60_000, claim_s).await?;
     if let Some(t) = &turn {
-        println!("turn {} ({}): {}", t.turn_id, t.kind, t.content["system"]);
+        let system = t.content["system"].as_str().unwrap_or("");
+        println!("turn {} ({}): {system}", t.turn_id, t.kind);
     }
     let armed = api
         .arm_wait(

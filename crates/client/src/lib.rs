@@ -42,8 +42,8 @@ pub use tb_api_types as types;
 pub use tb_api_types::{
     ArmWait, AttemptView, DeliveryDetail, DeliveryView, ErrorBody, KeyInfo, ListQuery, Prompt,
     RaiseSignal, ReceiptDetail, ReceiptView, ReplayFilter, ReplayOutcome, ReplayRequest,
-    ReplaySkip, SessionSignalV1, SignalEntry, SignalPage, SignalRaised, Turn, TurnList, Wait,
-    WaitAction, WaitList, Winner,
+    ReplaySkip, RunCreated, SessionSignalV1, SignalEntry, SignalPage, SignalRaised, Turn, TurnList,
+    Wait, WaitAction, WaitList, Winner,
 };
 pub use tb_core::ErrorCode;
 

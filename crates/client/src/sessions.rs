@@ -9,8 +9,8 @@ use serde_json::Value;
 use crate::call::{seg, Call};
 use crate::error::{Error, Result};
 use crate::{
-    ArmWait, Client, Prompt, RaiseSignal, SignalEntry, SignalPage, SignalRaised, Turn, TurnList,
-    Wait, WaitAction, WaitList, LONG_POLL_MARGIN, LONG_POLL_MAX_S,
+    ArmWait, Client, Prompt, RaiseSignal, RunCreated, SignalEntry, SignalPage, SignalRaised, Turn,
+    TurnList, Wait, WaitAction, WaitList, LONG_POLL_MARGIN, LONG_POLL_MAX_S,
 };
 
 fn run_path(run: &str, rest: &str) -> String {
@@ -186,6 +186,15 @@ impl Client {
     /// `GET /v1/runs/{run}/turns`: every turn of the run in order.
     pub async fn list_turns(&self, run: &str) -> Result<TurnList> {
         self.json(Call::get(run_path(run, "/turns"))).await
+    }
+
+    /// `POST /v1/runs {workflowId, inputs}`: starts a run of an approved workflow (a session, for a
+    /// `session` workflow). `inputs` must be a JSON object (`{}` for none). Answers 201 with the new
+    /// run, `pending` until the delivery engine starts it. Errors: `not_found` (no such workflow),
+    /// `validation_error` (inputs not an object), `forbidden` (the key lacks `runs:create`).
+    pub async fn start_run(&self, workflow_id: &str, inputs: Value) -> Result<RunCreated> {
+        let body = serde_json::json!({"workflowId": workflow_id, "inputs": inputs});
+        self.json(Call::post("/v1/runs").body(body)).await
     }
 
     /// `GET /v1/runs/{run}`: the run (OpenWOP run document).

@@ -28,6 +28,7 @@ pub async fn serve_http(
     addr: SocketAddr,
 ) -> anyhow::Result<()> {
     let bridge = Bridge::new(api);
+    let checked = bridge.clone();
     let mut config = StreamableHttpServerConfig::default();
     config.allowed_hosts.push(addr.ip().to_string());
     config.allowed_hosts.push(addr.to_string());
@@ -47,6 +48,7 @@ pub async fn serve_http(
             "trigger-bridge mcp: no API key set, so this endpoint asks for none (loopback only)"
         );
     }
+    checked.preflight().await?;
     let want = api_key.map(|k| Sha256::digest(k.as_bytes()).to_vec());
     let router =
         axum::Router::new()

@@ -4,8 +4,9 @@
 //! to a running trigger-bridge's HTTP API through the typed client, with the API key it was given,
 //! so the server's scopes, idempotency and audit log apply unchanged.
 //!
-//! - **Tools listed by scope**: on the first `tools/list` it asks `GET /v1/auth/key` what the key may
-//!   do and lists only the tools whose scopes it holds ([`tools::TOOLS`]).
+//! - **Tools listed by scope**: before serving it asks `GET /v1/auth/key` what the key may do (a
+//!   refused key stops it; an unanswered ask is repeated on each call) and lists only the tools whose
+//!   scopes it holds ([`tools::TOOLS`]).
 //! - **Framed results**: every result is JSON framed by [`frame`]: server-written fields plain,
 //!   outside data under `untrusted`, secrets and bodies never.
 //! - **Transports**: stdio ([`serve_stdio`]), or streamable HTTP on a loopback address
@@ -55,6 +56,34 @@ impl Bridge {
     /// The key's name and scopes, asked once. Errors: the API's (401 for an unknown key; unreachable).
     pub async fn key(&self) -> Result<&KeyInfo, tb_client::Error> {
         self.key.get_or_try_init(|| self.api.key_info()).await
+    }
+
+    /// Asks the server, before serving, what the key may do, and says so on stderr. A refused key
+    /// (401, 403) is an error naming what to fix, so an agent host shows a server that did not start
+    /// rather than one without tools. A server that does not answer yet is only a warning: the
+    /// tools ask again on every call until it does.
+    pub async fn preflight(&self) -> anyhow::Result<()> {
+        let base = self.api.base();
+        match self.key().await {
+            Ok(k) => eprintln!(
+                "trigger-bridge mcp: acting on {base} as API key `{}` (scopes: {})",
+                k.name,
+                k.scopes.join(", ")
+            ),
+            Err(
+                e @ tb_client::Error::Api {
+                    status: 401 | 403, ..
+                },
+            ) => anyhow::bail!(
+                "{base} refused the API key: {e}; set --api-key or TRIGGER_BRIDGE_API_KEY to a key \
+                 of its [[api_keys]] (docs/mcp.md)"
+            ),
+            Err(e) => eprintln!(
+                "trigger-bridge mcp: warning: cannot ask {base} about the API key yet ({e}); the \
+                 tools are listed once it answers"
+            ),
+        }
+        Ok(())
     }
 
     /// The tools `key` may call: every scope of a tool must be held.
@@ -151,7 +180,9 @@ impl ServerHandler for Bridge {
 
 /// Serves MCP on stdin/stdout until the client closes them. Errors: the transport's.
 pub async fn serve_stdio(api: Client) -> anyhow::Result<()> {
-    let service = Bridge::new(api).serve(rmcp::transport::stdio()).await?;
+    let bridge = Bridge::new(api);
+    bridge.preflight().await?;
+    let service = bridge.serve(rmcp::transport::stdio()).await?;
     service.waiting().await?;
     Ok(())
 }
