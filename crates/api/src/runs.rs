@@ -229,6 +229,21 @@ pub async fn create(
     body: bytes::Bytes,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
+    // The inputs are handed back in every run view and start turn, nested deeper there: a body is
+    // held to the ingest defaults (depth 64, docs/limits.md) so every reader can parse what it gets.
+    use tb_core::limits::{check_json, JsonLimits, JsonRefusal};
+    check_json(&body, &JsonLimits::default()).map_err(|r| match r {
+        JsonRefusal::Exceeded(e) => ApiError::new(
+            ErrorCode::PayloadTooLarge,
+            format!(
+                "the body is over the API's {} limit (docs/limits.md)",
+                e.key()
+            ),
+        ),
+        JsonRefusal::InvalidUtf8 => {
+            ApiError::new(ErrorCode::ValidationError, "the body is not UTF-8")
+        }
+    })?;
     let b: CreateRunBody = serde_json::from_slice(&body).map_err(|_| {
         ApiError::new(ErrorCode::ValidationError, "body must be {workflowId, inputs?, tenantId?, scopeId?, callbackUrl?, configurable?, tags?, metadata?}")
     })?;

@@ -232,6 +232,46 @@ async fn idempotency_ignores_the_query_and_refuses_a_non_ascii_key() {
     }
 }
 
+/// `POST /v1/runs` holds its body to the ingest JSON limits: inputs nested past depth 64 are 413
+/// and start nothing (they would come back deeper in every run view and start turn than a reader
+/// parses).
+#[tokio::test]
+async fn a_run_whose_inputs_nest_too_deep_is_refused_and_starts_nothing() {
+    let s = start(None, fast_retry(2), 0).await;
+    let nested = |depth: usize| format!("{}1{}", "{\"a\":".repeat(depth), "}".repeat(depth));
+    let send = |depth: usize| {
+        let body = format!(
+            r#"{{"workflowId": "conformance-noop", "inputs": {}}}"#,
+            nested(depth)
+        );
+        let (http, base) = (s.http.clone(), s.base.clone());
+        async move {
+            let r = http
+                .post(format!("{base}/v1/runs"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, v) = send(126).await;
+    assert_eq!(
+        (status, v["error"].clone()),
+        (413, json!("payload_too_large")),
+        "{v}"
+    );
+    assert!(
+        v["message"].as_str().unwrap().contains("max_json_depth"),
+        "{v}"
+    );
+    assert_eq!(s.get("/v1/runs").await["runs"].as_array().unwrap().len(), 0);
+    // At the limit (the body's own object is depth 1): accepted.
+    let (status, v) = send(63).await;
+    assert_eq!(status, 201, "{v}");
+}
+
 /// A worker whose every request waits for a permit, then answers the next of `codes` (then 200).
 async fn gated_worker(codes: Vec<u16>) -> (String, Arc<tokio::sync::Semaphore>) {
     let gate = Arc::new(tokio::sync::Semaphore::new(0));

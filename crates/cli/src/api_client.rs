@@ -182,10 +182,16 @@ impl ClientOpts {
     /// The typed client of `--server` with `--api-key`. Errors: a `--server` that is not an http(s) URL.
     pub(crate) fn client(&self) -> Result<Client> {
         let client = Client::new(&self.server).map_err(|e| anyhow!("--server: {e}"))?;
-        Ok(match &self.api_key {
+        Ok(match self.key() {
             Some(k) => client.with_api_key(k),
             None => client,
         })
+    }
+
+    /// The API key, if one is set: an empty `--api-key ""` or `TRIGGER_BRIDGE_API_KEY=` is none, as
+    /// `serve` reads it.
+    pub(crate) fn key(&self) -> Option<&str> {
+        self.api_key.as_deref().filter(|k| !k.is_empty())
     }
 }
 

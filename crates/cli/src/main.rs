@@ -128,8 +128,10 @@ enum Cmd {
 }
 
 /// Client commands die quietly on a closed pipe (`trigger-bridge runs show ID | head`) like other Unix
-/// tools, instead of panicking on the write. Never for `serve`, `bench` or `test-worker`, whose sockets must keep
-/// Rust's default (SIGPIPE ignored, EPIPE returned).
+/// tools, instead of panicking on the write. Never for `serve`, `bench`, `test-worker` or `mcp`, whose
+/// sockets must keep Rust's default (SIGPIPE ignored, EPIPE returned): hyper writes with `writev`,
+/// which raises SIGPIPE when the server closed first (a 413 answered before the body was read), and
+/// that must be an error result, not a silent death.
 fn restore_sigpipe() {
     #[cfg(unix)]
     // SAFETY: called once at start, before any thread exists; only resets a signal disposition.
@@ -191,7 +193,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(
         cli.cmd,
-        Cmd::Serve(_) | Cmd::Bench { .. } | Cmd::TestWorker(_)
+        Cmd::Serve(_) | Cmd::Bench { .. } | Cmd::TestWorker(_) | Cmd::Mcp(_)
     ) {
         restore_sigpipe();
     }

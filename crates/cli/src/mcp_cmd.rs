@@ -20,7 +20,7 @@ pub struct McpArgs {
 pub async fn run(o: &ClientOpts, a: McpArgs) -> Result<()> {
     let api = o.client()?;
     match a.http {
-        Some(addr) => tb_mcp::serve_http(api, o.api_key.clone(), addr).await,
+        Some(addr) => tb_mcp::serve_http(api, o.key().map(str::to_owned), addr).await,
         None => tb_mcp::serve_stdio(api).await,
     }
 }

@@ -394,6 +394,18 @@ async fn an_mcp_client_drives_a_session_through_trigger_bridge_mcp() {
     let (err, v) = call(&agent, "wait_for_signal", json!({"runId": run})).await;
     assert!(err);
     assert_eq!(v["error"], "invalid_arguments", "{v}");
+    // A body the server refuses before reading it all (it answers 413 and closes) is an error
+    // result, not the death of the MCP process by SIGPIPE; the next call is answered.
+    let (err, v) = call(
+        &agent,
+        "raise_signal",
+        json!({"runId": run, "name": "big", "data": "A".repeat(9_000_000)}),
+    )
+    .await;
+    assert!(err, "{v}");
+    assert_eq!(v["status"], 413, "{v}");
+    let (err, v) = call(&agent, "list_signals", json!({"runId": run, "limit": 1})).await;
+    assert!(!err, "the process is still there: {v}");
 
     // 7. Operator tools, with the every-scope key.
     let (err, v) = call(

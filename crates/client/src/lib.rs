@@ -75,6 +75,19 @@ impl Client {
                 "server URL {base:?}: use http://host:port or https://host"
             )));
         }
+        // The URL is named in every connection error: it must carry nothing secret (the key goes
+        // in `with_api_key`), and nothing a request path would lose.
+        if !url.username().is_empty()
+            || url.password().is_some()
+            || url.query().is_some()
+            || url.fragment().is_some()
+        {
+            return Err(Error::Invalid(
+                "server URL: give only scheme, host, port and path (no user:password@, ?query or \
+                 #fragment); an API key goes in --api-key / TRIGGER_BRIDGE_API_KEY"
+                    .into(),
+            ));
+        }
         let http = reqwest::Client::builder()
             .user_agent(concat!("trigger-bridge-client/", env!("CARGO_PKG_VERSION")))
             .connect_timeout(Duration::from_secs(5))

@@ -143,6 +143,17 @@ async fn a_request_that_cannot_be_built_is_invalid_and_not_retried() {
         .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e:?}");
     assert!(seen.lock().unwrap().is_empty());
+
+    // A server URL that carries credentials is refused, and the refusal does not repeat them.
+    for url in [
+        "http://admin:s3cr3tpw@127.0.0.1:1",
+        "http://127.0.0.1:1/?access_token=s3cr3tpw",
+        "http://127.0.0.1:1/#s3cr3tpw",
+    ] {
+        let e = Client::new(url).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{url}: {e:?}");
+        assert!(!e.to_string().contains("s3cr3tpw"), "{e}");
+    }
 }
 
 #[tokio::test]

@@ -80,7 +80,7 @@ pub struct RaiseSignalArgs {
 pub struct ListSignals {
     /// Run id.
     pub run_id: String,
-    /// Signals per page (1 to 500, default 50).
+    /// Signals per page (1 to 100, default 20; more is clamped: a page goes into the agent's context).
     #[serde(default)]
     pub limit: Option<u32>,
     /// The previous page's `nextCursor`.

@@ -42,6 +42,8 @@ const INSTRUCTIONS: &str = "Drive a trigger-bridge session: claim_turn, then wai
 pub struct Bridge {
     api: Client,
     key: Arc<OnceCell<KeyInfo>>,
+    /// Permits for tool calls in flight ([`tools::MAX_CALLS_IN_FLIGHT`]), shared by every session.
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl Bridge {
@@ -50,12 +52,22 @@ impl Bridge {
         Bridge {
             api,
             key: Arc::new(OnceCell::new()),
+            calls: Arc::new(tokio::sync::Semaphore::new(tools::MAX_CALLS_IN_FLIGHT)),
         }
     }
 
-    /// The key's name and scopes, asked once. Errors: the API's (401 for an unknown key; unreachable).
+    /// The key's name and scopes, asked once (an answer is kept; a failure is asked again next
+    /// time), within [`KEY_LIMIT`]. Errors: the API's (401 for an unknown key), unreachable, or
+    /// `Unreachable` when the server did not answer in time.
     pub async fn key(&self) -> Result<&KeyInfo, tb_client::Error> {
-        self.key.get_or_try_init(|| self.api.key_info()).await
+        let ask = self.key.get_or_try_init(|| self.api.key_info());
+        match tokio::time::timeout(KEY_LIMIT, ask).await {
+            Ok(r) => r,
+            Err(_) => Err(tb_client::Error::Unreachable {
+                url: self.api.base().to_string(),
+                detail: format!("no answer within {} s", KEY_LIMIT.as_secs()),
+            }),
+        }
     }
 
     /// Asks the server, before serving, what the key may do, and says so on stderr. A refused key
@@ -93,6 +105,19 @@ impl Bridge {
             .filter(|t| t.scopes.iter().all(|s| key.allows(s)))
     }
 
+    /// A permit for one tool call, or `busy` when [`tools::MAX_CALLS_IN_FLIGHT`] are in flight.
+    fn admit(&self) -> Result<tokio::sync::SemaphorePermit<'_>, tools::ToolError> {
+        self.calls.try_acquire().map_err(|_| tools::ToolError {
+            code: "busy".into(),
+            message: format!(
+                "{} tool calls are in flight already; call again when one has ended",
+                tools::MAX_CALLS_IN_FLIGHT
+            ),
+            status: None,
+            untrusted: None,
+        })
+    }
+
     fn tool(spec: &tools::ToolSpec) -> Tool {
         Tool::new(spec.name, spec.description, (spec.schema)()).with_annotations(
             ToolAnnotations::new()
@@ -109,6 +134,9 @@ impl Bridge {
         r
     }
 }
+
+/// The longest the key's scopes are asked for in one request (a server that stopped answering).
+const KEY_LIMIT: std::time::Duration = tools::CALL_MARGIN;
 
 fn key_error(e: tb_client::Error) -> McpError {
     McpError::internal_error(
@@ -160,6 +188,10 @@ impl ServerHandler for Bridge {
             };
             return Ok(Bridge::error(&e).into());
         }
+        let _permit = match self.admit() {
+            Ok(p) => p,
+            Err(e) => return Ok(Bridge::error(&e).into()),
+        };
         let ct = context.ct.clone();
         let outcome = tools::call(&self.api, name, request.arguments, async move {
             ct.cancelled().await
@@ -197,6 +229,20 @@ mod tests {
             scopes: scopes.iter().map(|s| s.to_string()).collect(),
         };
         Bridge::allowed(&key).map(|t| t.name).collect()
+    }
+
+    #[test]
+    fn calls_past_the_cap_are_busy_until_one_ends() {
+        let b = Bridge::new(Client::new("http://127.0.0.1:1").unwrap());
+        let mut held: Vec<_> = (0..tools::MAX_CALLS_IN_FLIGHT)
+            .map(|_| b.admit().expect("under the cap"))
+            .collect();
+        let e = b.admit().err().expect("one past the cap");
+        assert_eq!(e.code, "busy");
+        // A clone (another HTTP session) shares the cap.
+        assert!(b.clone().admit().is_err());
+        held.pop();
+        assert!(b.admit().is_ok());
     }
 
     #[test]

@@ -14,9 +14,36 @@ pub const DEFAULT_BUDGET_S: u64 = 25;
 /// Most seconds a wait tool blocks in one call (agents' tool calls commonly time out at 60 s).
 pub const MAX_BUDGET_S: u64 = 55;
 
-/// The longest one tool call takes, whatever the server does: the longest wait budget plus a margin
-/// for arming it and for retries.
-pub const CALL_LIMIT: Duration = Duration::from_secs(MAX_BUDGET_S + 20);
+/// Most signals on one `list_signals` page (a signal's data is up to 32 KiB inline, and a page goes
+/// into the agent's context; the API allows 500).
+pub const MAX_SIGNALS_PAGE: u32 = 100;
+
+/// Most tool calls in flight at once over all sessions of this process; one more is refused with
+/// `busy` rather than queued (each holds a result in memory, up to a few MB).
+pub const MAX_CALLS_IN_FLIGHT: usize = 64;
+
+/// What a tool call may take beyond the time it means to wait (a wait's budget, a claim's timeout):
+/// arming, the last long-poll's answer, a retry. Also the limit of a call that waits for nothing.
+pub const CALL_MARGIN: Duration = Duration::from_secs(20);
+
+/// The longest tool `name` takes with `arguments`, whatever the server does (a server that stopped
+/// answering included): what it waits for, clamped as the tool clamps it, plus [`CALL_MARGIN`]. At
+/// most `MAX_BUDGET_S + 20` s.
+pub fn call_limit(name: &str, arguments: Option<&Map<String, Value>>) -> Duration {
+    let secs = |key: &str, default: u64| {
+        arguments
+            .and_then(|a| a.get(key))
+            .and_then(Value::as_u64)
+            .unwrap_or(default)
+            .min(MAX_BUDGET_S)
+    };
+    let waits = match name {
+        "wait_for_signal" | "wait_for_any" => secs("budgetS", DEFAULT_BUDGET_S),
+        "claim_turn" => secs("timeoutS", 10),
+        _ => 0,
+    };
+    Duration::from_secs(waits) + CALL_MARGIN
+}
 
 const RUN_CREATE: &str = "runs:create";
 const RUN_READ: &str = "runs:read";
@@ -272,11 +299,23 @@ pub async fn call(
     arguments: Option<Map<String, Value>>,
     cancelled: impl std::future::Future<Output = ()>,
 ) -> Result<Outcome, ToolError> {
+    let limit = call_limit(name, arguments.as_ref());
+    call_within(api, name, arguments, limit, cancelled).await
+}
+
+/// [`call`] with its time limit given.
+async fn call_within(
+    api: &Client,
+    name: &str,
+    arguments: Option<Map<String, Value>>,
+    limit: Duration,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> Result<Outcome, ToolError> {
     tokio::select! {
         r = dispatch(api, name, arguments) => r,
-        () = tokio::time::sleep(CALL_LIMIT) => Err(ToolError {
+        () = tokio::time::sleep(limit) => Err(ToolError {
             code: "unavailable".into(),
-            message: format!("the trigger-bridge server did not answer within {} s", CALL_LIMIT.as_secs()),
+            message: format!("the trigger-bridge server did not answer within {} s; a wait armed meanwhile stays armed", limit.as_secs()),
             status: None,
             untrusted: None,
         }),
@@ -354,8 +393,9 @@ async fn dispatch(
         }
         "list_signals" => {
             let a: ListSignals = args(arguments)?;
+            let limit = a.limit.unwrap_or(20).clamp(1, MAX_SIGNALS_PAGE);
             Outcome::of(
-                api.list_signals(&a.run_id, a.limit, a.before.as_deref())
+                api.list_signals(&a.run_id, Some(limit), a.before.as_deref())
                     .await?,
             )
         }
@@ -443,6 +483,47 @@ async fn dispatch(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_is_limited_by_what_it_waits_for() {
+        let args = |v: Value| v.as_object().cloned();
+        let limit = |name: &str, v: Value| call_limit(name, args(v).as_ref()).as_secs();
+        assert_eq!(limit("raise_signal", json!({"runId": "r"})), 20);
+        assert_eq!(limit("wait_for_signal", json!({"budgetS": 5})), 25);
+        assert_eq!(limit("wait_for_any", json!({})), 45, "the default budget");
+        assert_eq!(limit("wait_for_signal", json!({"budgetS": u64::MAX})), 75);
+        assert_eq!(limit("claim_turn", json!({"timeoutS": 1})), 21);
+    }
+
+    /// A server that accepts and never answers: the call ends at its limit (1 s here).
+    #[tokio::test]
+    async fn a_server_that_hangs_ends_the_call_at_its_limit() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", l.local_addr().unwrap());
+        let _hold = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        let api = Client::new(&base).unwrap();
+        let started = std::time::Instant::now();
+        let args = json!({"runId": "run_x", "name": "a.b", "budgetS": 5});
+        let limit = Duration::from_secs(1);
+        let r = call_within(
+            &api,
+            "wait_for_signal",
+            args.as_object().cloned(),
+            limit,
+            std::future::pending(),
+        )
+        .await;
+        let e = r.err().expect("the call fails");
+        assert_eq!(e.code, "unavailable", "{}", e.message);
+        assert!(e.message.contains("within 1 s"), "{}", e.message);
+        let took = started.elapsed();
+        assert!(took >= limit && took < Duration::from_secs(10), "{took:?}");
+    }
 
     #[test]
     fn an_answer_without_the_envelope_is_framed_and_named_by_its_status() {
