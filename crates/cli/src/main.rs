@@ -54,7 +54,8 @@ enum Cmd {
         #[arg(long, short)]
         config: PathBuf,
     },
-    /// Print the SHA-256 of an API key read from stdin, for `[[api_keys]] sha256 = "..."`.
+    /// Print the SHA-256 of an API key read from stdin (one line; a trailing newline is not part of
+    /// the key), for `[[api_keys]] sha256 = "..."`: `echo -n "$KEY" | trigger-bridge hash-key`
     HashKey,
     /// Sign and post a payload file exactly as the provider would.
     Send(send::SendArgs),
@@ -221,8 +222,19 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
         Cmd::CheckConfig { config } => match config::load(&config) {
             Ok(l) => {
                 let (s, b, w) = &l.catalog_parts;
+                let keys = match l.api_keys.len() {
+                    0 => "no API keys: the management API is open".to_string(),
+                    _ => format!(
+                        "API keys: {}",
+                        l.api_keys
+                            .iter()
+                            .map(|k| k.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                };
                 println!(
-                    "{}: ok ({} subscriptions, {} workflows, {} bindings)",
+                    "{}: ok ({} subscriptions, {} workflows, {} bindings); {keys}",
                     config.display(),
                     s.len(),
                     w.len(),
@@ -257,6 +269,14 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
                 !key.is_empty(),
                 "no key on stdin; usage: echo -n \"$KEY\" | trigger-bridge hash-key"
             );
+            if key.len() < 24 {
+                // A guessable key guards every scope it holds; warn, but let a test key through.
+                eprintln!(
+                    "warning: a key of {} characters is easy to guess; use at least 24 random ones \
+                     (e.g. tbk_$(openssl rand -hex 24))",
+                    key.len()
+                );
+            }
             println!("sha256 = \"{}\"", hex::encode(tb_api::auth::digest(key)));
             Ok(0)
         })(),

@@ -12,7 +12,8 @@ fn check(toml: &str, envs: &[(&str, &str)]) -> (i32, String) {
     cmd.args(["check-config", "--config"])
         .arg(&p)
         .env_remove("TB_TEST_SECRET")
-        .env_remove("TB_TEST_WHSEC");
+        .env_remove("TB_TEST_WHSEC")
+        .env_remove("TRIGGER_BRIDGE_API_KEY");
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -48,7 +49,25 @@ fn the_quickstart_and_a_good_config_pass() {
     let (code, out) = check(GOOD, &[("TB_TEST_SECRET", "s3cret")]);
     assert_eq!(code, 0, "{out}");
     assert!(
-        out.contains("ok (1 subscriptions, 1 workflows, 1 bindings)"),
+        out.contains("ok (1 subscriptions, 1 workflows, 1 bindings); no API keys"),
+        "{out}"
+    );
+    let keyed = format!(
+        "{GOOD}\n[[api_keys]]\nname = \"ops\"\nsha256 = \"{}\"\nscopes = [\"*\"]\n",
+        "a".repeat(64)
+    );
+    let (code, out) = check(&keyed, &[("TB_TEST_SECRET", "s3cret")]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("bindings); API keys: ops"), "{out}");
+    let (_, out) = check(
+        &keyed,
+        &[
+            ("TB_TEST_SECRET", "s3cret"),
+            ("TRIGGER_BRIDGE_API_KEY", "k".repeat(30).as_str()),
+        ],
+    );
+    assert!(
+        out.contains("API keys: ops, TRIGGER_BRIDGE_API_KEY"),
         "{out}"
     );
     let q = std::fs::read_to_string(concat!(
@@ -287,6 +306,7 @@ fn hash_key_prints_the_config_line_and_bad_key_entries_are_named() {
         .arg("hash-key")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     child.stdin.take().unwrap().write_all(b"key\n").unwrap();
@@ -294,6 +314,12 @@ fn hash_key_prints_the_config_line_and_bad_key_entries_are_named() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "sha256 = \"2c70e12b7a0646f92279f427c7b38e7334d8e5389cff167a1dc30e73f826b683\""
+    );
+    // A short key is hashed, with a warning on stderr (stdout stays the one line to paste).
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a key of 3 characters is easy to guess"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let bad = format!("{GOOD}\n[[api_keys]]\nname = \"ci\"\nsha256 = \"nothex\"\nscopes = [\"runs:read\", \"root\"]\n");
     let (code, out) = check(&bad, &[("TB_TEST_SECRET", "s")]);
