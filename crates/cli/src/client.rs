@@ -85,8 +85,8 @@ pub enum RunsCmd {
         /// Workflow id (`[[workflows]] id` in the config)
         workflow: String,
         /// The run's inputs, a JSON object (default `{}`)
-        #[arg(long, value_name = "JSON")]
-        inputs: Option<String>,
+        #[arg(long, value_name = "JSON", value_parser = crate::sessions_client::json_object)]
+        inputs: Option<serde_json::Value>,
     },
     /// List workflow runs, newest first
     List {
@@ -364,7 +364,7 @@ pub async fn runs(o: &ClientOpts, c: RunsCmd) -> Result<()> {
             }
         }
         RunsCmd::Start { workflow, inputs } => {
-            return crate::sessions_client::start(&api, &workflow, inputs.as_deref()).await
+            return crate::sessions_client::start(&api, &workflow, inputs).await
         }
         RunsCmd::Waits { id } => return crate::sessions_client::waits(&api, &id).await,
         RunsCmd::Wait(a) => return crate::sessions_client::wait(&api, a).await,

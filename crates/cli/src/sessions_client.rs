@@ -2,7 +2,7 @@
 //! `capabilities mint|list|revoke`. Same conventions as `client.rs`: tables by default, `--json` prints
 //! the server's answer.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use tb_client::Method;
 
@@ -27,8 +27,8 @@ pub enum SignalsCmd {
         /// Signal name: 1-64 of a-z 0-9 _ . -
         name: String,
         /// JSON data carried by the signal (inline up to 32 KiB; larger is stored by reference)
-        #[arg(long)]
-        data: Option<String>,
+        #[arg(long, value_name = "JSON", value_parser = json_value)]
+        data: Option<Value>,
         /// Idempotency identity; raising the same id again is a recorded duplicate
         #[arg(long)]
         signal_id: Option<String>,
@@ -169,10 +169,6 @@ pub async fn signals(o: &ClientOpts, c: SignalsCmd) -> Result<()> {
             signal_id,
             wake,
         } => {
-            let data = data
-                .map(|d| serde_json::from_str::<Value>(&d))
-                .transpose()
-                .context("--data must be JSON, e.g. --data '{\"ok\":true}'")?;
             let body = RaiseSignal {
                 name,
                 data,
@@ -239,17 +235,22 @@ pub async fn wait(api: &Api<'_>, a: WaitArgs) -> Result<()> {
     Ok(())
 }
 
-/// `runs start WORKFLOW [--inputs JSON]`: starts a run (a session, for a `session` workflow).
-pub async fn start(api: &Api<'_>, workflow: &str, inputs: Option<&str>) -> Result<()> {
-    let inputs: Value = match inputs {
-        None => json!({}),
-        Some(text) => serde_json::from_str(text).map_err(|e| {
-            anyhow::anyhow!("--inputs is not JSON ({e}); give an object, e.g. '{{\"pr\": 7}}'")
-        })?,
-    };
-    if !inputs.is_object() {
-        anyhow::bail!("--inputs must be a JSON object, e.g. '{{\"pr\": 7}}'");
+/// A flag's JSON value, parsed when the arguments are (clap names the flag in the error).
+pub fn json_value(text: &str) -> std::result::Result<Value, String> {
+    serde_json::from_str(text).map_err(|e| format!("not JSON ({e}); e.g. '{{\"ok\": true}}'"))
+}
+
+/// [`json_value`] that must be an object.
+pub fn json_object(text: &str) -> std::result::Result<Value, String> {
+    match json_value(text)? {
+        v @ Value::Object(_) => Ok(v),
+        _ => Err("must be a JSON object, e.g. '{\"pr\": 7}'".into()),
     }
+}
+
+/// `runs start WORKFLOW [--inputs JSON]`: starts a run (a session, for a `session` workflow).
+pub async fn start(api: &Api<'_>, workflow: &str, inputs: Option<Value>) -> Result<()> {
+    let inputs = inputs.unwrap_or_else(|| json!({}));
     let r = api.check(api.client.start_run(workflow, inputs).await)?;
     if api.show_typed(&r)?.is_some() {
         println!("run {} is {} (workflow {workflow})", r.run_id, r.status);

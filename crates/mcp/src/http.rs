@@ -27,16 +27,6 @@ pub async fn serve_http(
     api_key: Option<String>,
     addr: SocketAddr,
 ) -> anyhow::Result<()> {
-    let bridge = Bridge::new(api);
-    let checked = bridge.clone();
-    let mut config = StreamableHttpServerConfig::default();
-    config.allowed_hosts.push(addr.ip().to_string());
-    config.allowed_hosts.push(addr.to_string());
-    let service = StreamableHttpService::new(
-        move || Ok(bridge.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
     if api_key.is_none() {
         anyhow::ensure!(
             addr.ip().is_loopback(),
@@ -48,7 +38,16 @@ pub async fn serve_http(
             "trigger-bridge mcp: no API key set, so this endpoint asks for none (loopback only)"
         );
     }
-    checked.preflight().await?;
+    let bridge = Bridge::new(api);
+    bridge.preflight().await?;
+    let mut config = StreamableHttpServerConfig::default();
+    config.allowed_hosts.push(addr.ip().to_string());
+    config.allowed_hosts.push(addr.to_string());
+    let service = StreamableHttpService::new(
+        move || Ok(bridge.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
     let want = api_key.map(|k| Sha256::digest(k.as_bytes()).to_vec());
     let router =
         axum::Router::new()
