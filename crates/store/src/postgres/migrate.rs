@@ -58,6 +58,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         13,
         include_str!("../../migrations/postgres/0013_delivery_trace_context.sql"),
     ),
+    (
+        14,
+        include_str!("../../migrations/postgres/0014_audit_breaks.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

@@ -89,10 +89,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         19,
         include_str!("../../migrations/sqlite/0019_delivery_trace_context.sql"),
     ),
+    (
+        20,
+        include_str!("../../migrations/sqlite/0020_audit_breaks.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 19;
+pub const SCHEMA_VERSION: i64 = 20;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).
