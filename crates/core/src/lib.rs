@@ -8,6 +8,7 @@ pub mod attempt;
 pub mod audit;
 pub mod binding;
 pub mod connector;
+pub mod credentials;
 pub mod dedup;
 pub mod delivery;
 pub mod error;
