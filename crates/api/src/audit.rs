@@ -18,7 +18,7 @@ use axum::Json;
 use axum::RequestPartsExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tb_core::audit::{Entry, NewEntry, Verifier};
+use tb_core::audit::{Break, Checkpoint, Entry, NewEntry, Verifier};
 use tb_core::ErrorCode;
 use tb_store::AuditQuery;
 
@@ -128,8 +128,8 @@ pub(crate) fn created_id(body: &Value) -> Option<&str> {
 }
 
 /// Records one action. `target` is the path's ids joined by `/`, or else the new record's id from
-/// the answer ([`CREATED_ID`]). A failed append is logged and counted (`tb_audit_append_failed_total`); the answer is
-/// not changed: the action already happened.
+/// the answer ([`CREATED_ID`]). A failed append is logged and counted (`tb_audit_append_failed_total`,
+/// by [`tb_engine::Engine::append_audit`]); the answer is not changed: the action already happened.
 pub async fn record(
     st: &AppState,
     actor: &str,
@@ -152,8 +152,7 @@ pub async fn record(
         outcome: outcome(status, body),
         detail: detail(status, body, extra),
     };
-    if let Err(err) = st.engine.store.append_audit(e.clone()).await {
-        metrics::counter!("tb_audit_append_failed_total").increment(1);
+    if let Err(err) = st.engine.append_audit(e.clone()).await {
         tracing::error!(action = %e.action, actor = %e.actor, target = %e.target, error = %err,
             "the audit entry of this action was not recorded");
     }
@@ -241,9 +240,10 @@ pub struct AuditEntryView {
     /// The action's facts (status, counts).
     #[schema(value_type = Object)]
     pub detail: Value,
-    /// SHA-256 of the previous entry, hex.
+    /// `hash` of the previous entry in the chain, hex.
     pub prev_hash: String,
-    /// SHA-256 of this entry, hex.
+    /// HMAC-SHA256 of this entry under the audit key (plain SHA-256 for entries written before the
+    /// chain was keyed), hex.
     pub hash: String,
 }
 
@@ -319,18 +319,39 @@ pub async fn list(
     Ok(Json(page(&st, p).await?))
 }
 
+/// Query of `GET /v1/audit/verify`.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerifyParams {
+    /// A checkpoint exported earlier (`SEQ:MAC`, from the log line `audit checkpoint seq=.. mac=..`):
+    /// the chain must still reach that entry, and it must be the one the checkpoint was made of.
+    pub checkpoint: Option<String>,
+}
+
 /// The result of checking the chain.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Verification {
-    /// True when every entry up to the head hashes and links correctly.
+    /// True when every entry up to the head authenticates (its MAC under the audit key; its plain hash
+    /// only before the first keyed entry) and links correctly, nothing lies past the head, the
+    /// checkpoint (if given) is reached and matches, and no break is recorded.
     pub ok: bool,
     /// Entries checked.
     pub checked: u64,
+    /// Of those, entries written before the chain was keyed (checked by their plain SHA-256).
+    pub unkeyed: u64,
+    /// Recorded breaks (`audit.break` entries: rows written past the head by hand, stepped over).
+    pub breaks: u64,
+    /// Whether this server holds the audit key (without it keyed entries cannot be checked).
+    pub keyed: bool,
     /// The head's seq when the check began (entries appended during it are not checked).
     pub head_seq: i64,
-    /// The first problem: `{problem: edited|relinked|gap|headMismatch, seq | expected, found | lastSeq,
-    /// headSeq}`.
+    /// The checkpoint of that head (`SEQ:MAC`), when the chain verified and this server has the key:
+    /// keep it to check later that the log still holds this head.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
+    /// The first problem: `{problem: edited|keyNeeded|forged|relinked|gap|headMismatch|beyondHead|
+    /// truncated|checkpointMismatch|recorded, ...}` with its seqs.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
     pub problem: Option<Value>,
@@ -342,69 +363,145 @@ pub struct Verification {
 /// Entries read per page by [`verify_chain`].
 const VERIFY_PAGE: u32 = 1000;
 
-/// Checks the whole chain up to the head read first, one page of [`VERIFY_PAGE`] entries at a time
-/// (memory: one page), so appends made during the check do not count against it.
+/// Checks the whole chain up to the head read first ([`verify_chain_at`] without a checkpoint).
 pub async fn verify_chain(st: &AppState) -> Result<Verification, ApiError> {
+    verify_chain_at(st, None).await
+}
+
+/// Checks the whole chain up to the head read first, under this server's audit key, one page of
+/// [`VERIFY_PAGE`] entries at a time (memory: one page), so appends made during the check do not count
+/// against it; and, given a checkpoint, that the chain still reaches it (`tb_core::audit::Verifier`).
+pub async fn verify_chain_at(
+    st: &AppState,
+    checkpoint: Option<Checkpoint>,
+) -> Result<Verification, ApiError> {
     let store = &st.engine.store;
+    let key = st.engine.audit_key();
     let head = store.audit_head().await?;
     let (head_seq, head_hash) = (head.seq, head.hash.clone());
-    let mut v = Verifier::default();
-    let fail = |v: &Verifier, b: tb_core::audit::Break| Verification {
-        ok: false,
-        checked: v.checked(),
-        head_seq,
-        message: Some(b.to_string()),
-        problem: serde_json::to_value(&b).ok(),
-    };
-    'pages: while v.last_seq() < head_seq {
+    let mut v = Verifier::new(key.clone(), checkpoint);
+    // Paged by the last row read: after a problem the verifier only looks for a recorded break.
+    let mut after = 0;
+    'pages: while after < head_seq {
         let page = store
             .audit_entries(AuditQuery {
-                after_seq: Some(v.last_seq()),
+                after_seq: Some(after),
                 limit: VERIFY_PAGE,
                 ..AuditQuery::default()
             })
             .await?;
-        if page.is_empty() {
-            break;
-        }
+        let Some(last) = page.last() else { break };
+        after = last.seq;
         for e in &page {
             if e.seq > head_seq {
                 break 'pages;
             }
-            if let Err(b) = v.feed(e) {
-                return Ok(fail(&v, b));
-            }
+            v.feed(e);
         }
     }
     // Rows past the head are judged by a second snapshot taken now: appends made during the check
     // moved the head with them, so only rows added by hand lie past it.
     let now = store.audit_head().await?;
-    if now.max_seq > now.seq {
-        return Ok(fail(
-            &v,
-            tb_core::audit::Break::BeyondHead {
-                head_seq: now.seq,
-                max_seq: now.max_seq,
-            },
-        ));
-    }
-    match v.finish(head_seq, &head_hash, head_seq) {
-        Ok(checked) => Ok(Verification {
-            ok: true,
-            checked,
-            head_seq,
-            problem: None,
-            message: None,
+    let result = match v.finish(head_seq, &head_hash, head_seq) {
+        Err(b) if !matches!(b, Break::Recorded { .. }) => Err(b),
+        _ if now.max_seq > now.seq => Err(Break::BeyondHead {
+            head_seq: now.seq,
+            max_seq: now.max_seq,
         }),
-        Err(b) => Ok(fail(&v, b)),
-    }
+        r => r,
+    };
+    let verified = result.is_ok() || matches!(result, Err(Break::Recorded { .. }));
+    Ok(Verification {
+        ok: result.is_ok(),
+        checked: v.checked(),
+        unkeyed: v.unkeyed(),
+        breaks: v.breaks(),
+        keyed: key.is_some(),
+        head_seq,
+        checkpoint: key
+            .filter(|_| verified && head_seq > 0)
+            .map(|k| Checkpoint::of(&k, head_seq, &head_hash).to_string()),
+        message: result.as_ref().err().map(|b| b.to_string()),
+        problem: result.err().and_then(|b| serde_json::to_value(&b).ok()),
+    })
 }
 
-/// `GET /v1/audit/verify` -> `{ok, checked, headSeq, problem?, message?}`: checks every entry's hash
-/// and link and that the log ends at its head. 200 either way; `ok` says.
-#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", responses((status = 200, body = Verification), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden")))]
-pub async fn verify(State(st): State<AppState>) -> Result<Json<Verification>, ApiError> {
-    Ok(Json(verify_chain(&st).await?))
+/// `GET /v1/audit/verify[?checkpoint=SEQ:MAC]` -> `{ok, checked, unkeyed, breaks, keyed, headSeq,
+/// checkpoint?, problem?, message?}`: checks every entry's MAC and link, that the log ends at its head,
+/// and that it still reaches the checkpoint. 200 either way; `ok` says. Errors: 400
+/// `validation_error` (a malformed checkpoint), 503 `unavailable` (a checkpoint given to a server
+/// without the audit key, which cannot check it).
+#[utoipa::path(get, path = "/v1/audit/verify", tag = "audit", params(VerifyParams), responses((status = 200, body = Verification), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 503, description = "unavailable")))]
+pub async fn verify(
+    State(st): State<AppState>,
+    q: Result<Query<VerifyParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Verification>, ApiError> {
+    let p = crate::error::query(q)?;
+    let checkpoint = match p.checkpoint.as_deref().filter(|c| !c.is_empty()) {
+        None => None,
+        Some(text) => {
+            if st.engine.audit_key().is_none() {
+                return Err(ApiError::new(
+                    ErrorCode::Unavailable,
+                    "this server has no audit key (TRIGGER_BRIDGE_SECRET_KEY is not set), so it cannot check a checkpoint",
+                ));
+            }
+            Some(
+                Checkpoint::parse(text)
+                    .map_err(|m| ApiError::new(ErrorCode::ValidationError, m))?,
+            )
+        }
+    };
+    Ok(Json(verify_chain_at(&st, checkpoint).await?))
+}
+
+/// The audit log's part of `GET /ready` (a warning, never a 503: appends go on after a break, and a
+/// load balancer must not take replicas out for what only an operator can look into):
+/// `{"status": "ok"|"broken"|"unkeyed"|"unknown", "keyed": bool, "breaks": n, "lastBreakSeq": seq,
+/// "rowsPastHead": n, "message": "..."}` (`breaks`, `lastBreakSeq` only when broken by a recorded
+/// break; `rowsPastHead` only when rows lie past the head now). Read at most once a second
+/// ([`tb_engine::Engine::audit_status`]).
+pub async fn ready_status(st: &AppState) -> Value {
+    let s = st.engine.audit_status().await;
+    let mut out = serde_json::json!({"status": "ok", "keyed": s.keyed});
+    match &s.head {
+        Err(e) => {
+            out["status"] = "unknown".into();
+            out["message"] = format!("reading the audit log's head failed: {e}").into();
+        }
+        Ok(h) if s.broken() => {
+            out["status"] = "broken".into();
+            let mut why = Vec::new();
+            if h.max_seq > h.seq {
+                out["rowsPastHead"] = (h.max_seq - h.seq).into();
+                why.push(format!(
+                    "entries {}..{} lie past the head (entry {}): written by hand; the next append records a break",
+                    h.seq + 1,
+                    h.max_seq,
+                    h.seq
+                ));
+            }
+            if h.breaks > 0 {
+                out["breaks"] = h.breaks.into();
+                out["lastBreakSeq"] = h.last_break_seq.into();
+                why.push(format!(
+                    "{} break(s) recorded, the newest at entry {}: rows were written into the log by hand",
+                    h.breaks, h.last_break_seq
+                ));
+            }
+            out["message"] = format!(
+                "{}; run `trigger-bridge audit list --verify` (docs/operations.md, \"The audit log\")",
+                why.join("; ")
+            )
+            .into();
+        }
+        Ok(_) if !s.keyed => {
+            out["status"] = "unkeyed".into();
+            out["message"] = "TRIGGER_BRIDGE_SECRET_KEY is not set: new audit entries are hashed without a key, so whoever can write the database can forge them".into();
+        }
+        Ok(_) => {}
+    }
+    out
 }
 
 #[cfg(test)]

@@ -63,6 +63,9 @@ fn degraded_queues(st: &AppState) -> serde_json::Value {
 /// what only an operator can fix. `store` names the backend (`sqlite`, `postgresql`), whether it
 /// answered (`reachable`: the writer check passed) and, on PostgreSQL, the pool's live connections
 /// (`connections`; absent on SQLite), from [`tb_store::Store::facts`].
+///
+/// `warnings.auditLog` is the audit log's state ([`crate::audit::ready_status`]): `broken` when rows
+/// were written into it by hand (a warning, never a 503), `unkeyed` without an audit key.
 #[utoipa::path(get, path = "/ready", tag = "operations", responses(
     (status = 200, description = "{status: ready, checks, warnings}"),
     (status = 503, description = "{status: unavailable, checks, warnings}")))]
@@ -117,7 +120,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
             "shutdown": if closing { "shutting down" } else { "no" },
         },
         "store": store_facts,
-        "warnings": {"subscriptions": waiting, "schedules": late_schedules(&st), "queues": degraded_queues(&st), "secrets": {"unsealable": st.engine.unsealable()}},
+        "warnings": {"subscriptions": waiting, "schedules": late_schedules(&st), "queues": degraded_queues(&st), "secrets": {"unsealable": st.engine.unsealable()}, "auditLog": crate::audit::ready_status(&st).await},
     });
     if ok {
         (StatusCode::OK, Json(body)).into_response()

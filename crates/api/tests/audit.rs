@@ -166,7 +166,11 @@ async fn operator_actions_are_recorded_with_actor_target_and_outcome() {
     )
     .await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(v, json!({"ok": true, "checked": 3, "headSeq": 3}));
+    assert_eq!(
+        v,
+        json!({"ok": true, "checked": 3, "unkeyed": 3, "breaks": 0, "keyed": false, "headSeq": 3}),
+        "a server without the audit key writes and checks plain hashes"
+    );
     let (st, v) = call(
         &s,
         "auditor-key",
@@ -179,4 +183,107 @@ async fn operator_actions_are_recorded_with_actor_target_and_outcome() {
         (st, v["error"].as_str()),
         (StatusCode::BAD_REQUEST, Some("validation_error"))
     );
+}
+
+/// With the audit key: entries carry its MAC, `verify` hands out the head's checkpoint and checks one
+/// given back; a malformed checkpoint is 400, and a server without the key cannot check one (503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_chain_hands_out_and_checks_checkpoints() {
+    let s = start_with_keys(
+        None,
+        fast_retry(2),
+        0,
+        vec![ApiKey::full_scope("ops", "ops-key")],
+    )
+    .await;
+    let get = reqwest::Method::GET;
+    let (st, v) = call(
+        &s,
+        "ops-key",
+        get.clone(),
+        "/v1/audit/verify?checkpoint=1:00",
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (StatusCode::SERVICE_UNAVAILABLE, Some("unavailable")),
+        "no key, no checkpoint: {v}"
+    );
+    let key = tb_core::audit::Key::from_bytes([4; 32]);
+    s.engine.set_audit_key(Some(key.clone()));
+    for path in ["pause", "resume"] {
+        let (st, _) = call(
+            &s,
+            "ops-key",
+            reqwest::Method::POST,
+            &format!("/v1/trigger-subscriptions/github/{path}"),
+            None,
+        )
+        .await;
+        assert_eq!(st, StatusCode::OK);
+    }
+    let newest = s
+        .engine
+        .store
+        .audit_entries(tb_store::AuditQuery {
+            newest_first: true,
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(newest.seq, 2);
+    assert_eq!(
+        newest.hash,
+        tb_core::audit::mac(&key, &newest.prev_hash, 2, &newest.entry),
+        "the entry's hash is its MAC under the key"
+    );
+    let (st, v) = call(&s, "ops-key", get.clone(), "/v1/audit/verify", None).await;
+    assert_eq!(st, StatusCode::OK);
+    let cp = tb_core::audit::Checkpoint::of(&key, 2, &newest.hash);
+    assert_eq!(
+        v,
+        json!({"ok": true, "checked": 2, "unkeyed": 0, "breaks": 0, "keyed": true, "headSeq": 2,
+               "checkpoint": cp.to_string()})
+    );
+    let (st, v) = call(
+        &s,
+        "ops-key",
+        get.clone(),
+        &format!("/v1/audit/verify?checkpoint={cp}"),
+        None,
+    )
+    .await;
+    assert_eq!((st, &v["ok"]), (StatusCode::OK, &json!(true)), "{v}");
+    let ahead = tb_core::audit::Checkpoint::of(&key, 3, &newest.hash);
+    let (_, v) = call(
+        &s,
+        "ops-key",
+        get.clone(),
+        &format!("/v1/audit/verify?checkpoint={ahead}"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        v["problem"],
+        json!({"problem": "truncated", "checkpointSeq": 3, "lastSeq": 2}),
+        "{v}"
+    );
+    for bad in ["2", "0:ab", "2:xyz"] {
+        let (st, v) = call(
+            &s,
+            "ops-key",
+            get.clone(),
+            &format!("/v1/audit/verify?checkpoint={bad}"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (st, v["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("validation_error")),
+            "{bad}: {v}"
+        );
+    }
 }

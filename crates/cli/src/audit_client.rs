@@ -13,9 +13,9 @@ const ENTRIES: &str =
 #[derive(clap::Subcommand, Debug)]
 pub enum AuditCmd {
     /// List operator actions, newest first: who did what to which record, and how it ended
-    /// (needs a key with the audit:read scope). With --verify, check the whole log's hash chain
-    /// instead: exits 1 and names the first broken entry when a row was edited, removed or
-    /// inserted by hand
+    /// (needs a key with the audit:read scope). With --verify, check the whole log's keyed hash
+    /// chain instead: exits 1 and names the first problem when a row was edited, removed, inserted
+    /// or forged by hand, or (with --checkpoint) when the newest rows were deleted
     List {
         /// Only this actor (an API key's name)
         #[arg(long)]
@@ -36,6 +36,11 @@ pub enum AuditCmd {
         /// the whole log, so it takes no filter
         #[arg(long, conflicts_with_all = ["actor", "action", "target", "before"])]
         verify: bool,
+        /// With --verify: a checkpoint exported earlier, SEQ:MAC (from the server's log line `audit
+        /// checkpoint seq=SEQ head=.. mac=MAC`, or the checkpoint a previous --verify printed); the log
+        /// must still hold that entry
+        #[arg(long, requires = "verify", value_name = "SEQ:MAC")]
+        checkpoint: Option<String>,
     },
 }
 
@@ -49,9 +54,11 @@ pub async fn audit(o: &ClientOpts, c: AuditCmd) -> Result<i32> {
         before,
         limit,
         verify,
+        checkpoint,
     } = c;
     if verify {
-        let (v, raw) = api.call(Method::GET, "/v1/audit/verify", &[], None).await?;
+        let q = [("checkpoint", checkpoint)];
+        let (v, raw) = api.call(Method::GET, "/v1/audit/verify", &q, None).await?;
         if o.json {
             println!("{raw}");
         } else if v["ok"] == true {
@@ -59,9 +66,21 @@ pub async fn audit(o: &ClientOpts, c: AuditCmd) -> Result<i32> {
                 "audit log verified: {} entries, chained from the first to the head (seq {})",
                 v["checked"], v["headSeq"]
             );
+            if v["unkeyed"].as_u64().is_some_and(|n| n > 0) {
+                println!(
+                    "  {} of them were written before the chain was keyed (checked by their plain hash)",
+                    v["unkeyed"]
+                );
+            }
+            if v["keyed"] == false {
+                println!("  the server has no audit key: entries are not keyed, anyone who can write the database can forge them");
+            }
+            if let Some(c) = v["checkpoint"].as_str() {
+                println!("  checkpoint of this head: {c} (keep it outside the database; --checkpoint {c} checks it later)");
+            }
         } else {
             eprintln!(
-                "audit log BROKEN: {} ({} entries before it verified)",
+                "audit log BROKEN: {} ({} entries verified)",
                 v["message"].as_str().unwrap_or("unknown problem"),
                 v["checked"]
             );

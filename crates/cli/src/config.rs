@@ -75,6 +75,9 @@ pub struct ServerSection {
     /// Writes that may wait for the store's writer thread, in jobs (default 10 000, 1 to 1 000 000).
     /// A write beyond it is refused at once: 503 `unavailable` with `Retry-After: 1`.
     pub writer_queue_capacity: Option<usize>,
+    /// Seconds between two exports of a signed audit head checkpoint (the log line `audit checkpoint
+    /// seq=.. head=.. mac=..` and the gauge `tb_audit_checkpoint_seq`; default 60, 1 to 86 400).
+    pub audit_checkpoint_secs: Option<u64>,
     // The HTTP edge: timeouts and caps of inbound connections and bodies (issue #9 defect 1); see
     // [`ServerSection::edge`] for the defaults. `check-config` refuses zero values.
     /// ms a client has to send a request's headers (default 10 000); then the connection is closed.
@@ -1243,6 +1246,13 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             errs.push(format!(
                 "[server].writer_queue_capacity {n} is out of range; use 1 to {max} jobs (default {})",
                 tb_store::sqlite::writer::DEFAULT_QUEUE_CAPACITY
+            ));
+        }
+    }
+    if let Some(n) = cfg.server.audit_checkpoint_secs {
+        if !(1..=86_400).contains(&n) {
+            errs.push(format!(
+                "[server].audit_checkpoint_secs {n} is out of range; use 1 to 86400 seconds (default 60)"
             ));
         }
     }

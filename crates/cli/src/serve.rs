@@ -183,6 +183,9 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     engine.set_ingress_quotas(quotas);
+    // The audit chain's key, derived from the sealing key: the database does not hold it
+    // (docs/operations.md, "The audit log"). Set before the first append below.
+    engine.set_audit_key(secrets.sealing_key().ok().map(|k| k.audit_key()));
     audit_config_load(&engine, &args.config, &replica, keys.len()).await;
     if server.webhook_allow_private == Some(true) {
         tracing::warn!(
@@ -303,6 +306,16 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     // Due deliveries and session changes committed by another replica wake this one's worker and
     // long-polls at once (PostgreSQL LISTEN); ends at once on SQLite.
     let wake = tokio::spawn(tb_engine::wake::run(engine.clone(), stop_rx.clone()));
+    // Signed checkpoints of the audit log's head, in the log (docs/operations.md, "The audit log").
+    let checkpoints = tokio::spawn(tb_engine::audit::checkpoints(
+        engine.clone(),
+        std::time::Duration::from_secs(
+            server
+                .audit_checkpoint_secs
+                .unwrap_or(tb_engine::audit::DEFAULT_CHECKPOINT_EVERY.as_secs()),
+        ),
+        stop_rx.clone(),
+    ));
     let day = std::time::Duration::from_secs(86_400);
     let sweeper = role.runs_worker().then(|| {
         tokio::spawn(tb_engine::sweeper::run(
@@ -399,6 +412,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     }
     let _ = sync.await;
     let _ = wake.await;
+    let _ = checkpoints.await;
     store.close().await;
     signals.abort();
     tracing::info!("stopped cleanly");
@@ -537,7 +551,7 @@ async fn audit_config_load(engine: &Engine, path: &std::path::Path, replica: &st
         outcome: "ok".into(),
         detail: detail.to_string(),
     };
-    if let Err(err) = engine.store.append_audit(e).await {
+    if let Err(err) = engine.append_audit(e).await {
         tracing::error!(error = %err, "the audit entry of the configuration load was not recorded");
     }
 }

@@ -1,16 +1,27 @@
-//! The audit log's rules (issue #13; signals seed: "audit connector and binding changes, secret
-//! rotation, revocation, replay and delivery decisions"): what an entry holds, how it is chained, and
-//! how a chain is checked. The store appends and reads; it decides nothing.
+//! The audit log's rules (signals seed: "audit connector and binding changes, secret rotation,
+//! revocation, replay and delivery decisions"): what an entry holds, how it is chained, and how a chain
+//! is checked. The store appends and reads; it decides nothing (docs/console.md, "The audit log").
 //!
-//! Each entry carries `seq` (1, 2, 3 ... with no gaps), the hash of the entry before it (`prevHash`,
-//! [`GENESIS`] for the first) and its own `hash` = SHA-256 over `prevHash` and every field, each
-//! length-prefixed. Editing any field of a stored row, deleting a row or inserting one breaks the chain at
-//! that row, which [`Verifier`] reports with the row's `seq`. A chain whose newest rows were deleted is
-//! caught by comparing the last row with the head the store keeps beside the log, and a row inserted past
-//! the head by comparing the largest stored `seq` with it in the same snapshot ([`Verifier::finish`]).
-//! What the chain cannot catch is someone who rewrites every row after the edit *and* the head: the log
-//! is evidence against a hand edit, not against a database owner rewriting history.
+//! Each entry carries `seq` (1, 2, 3 ...), the hash of the entry before it (`prevHash`, [`GENESIS`] for
+//! the first) and its own `hash`: HMAC-SHA256 under the audit [`Key`] (derived from the sealing key,
+//! which the database does not hold) over `prevHash` and every field, each length-prefixed ([`mac`]).
+//! Entries written before the chain was keyed carry the plain SHA-256 of the same bytes ([`hash`]); the
+//! [`Verifier`] accepts those only before the first keyed entry, so an entry appended by someone
+//! without the key (even one whose plain hash is correct) is [`Break::Forged`].
+//!
+//! Editing any field of a stored row, deleting a row or inserting one breaks the chain at that row,
+//! which the verifier reports with the row's `seq`. A chain whose newest rows were deleted is caught by
+//! comparing the last row with the head the store keeps beside the log, and a row inserted past the
+//! head by comparing the largest stored `seq` with it in the same snapshot ([`Verifier::finish`]).
+//! Someone who deletes the newest rows *and* moves the head back is caught only from outside the
+//! database: by a [`Checkpoint`] (a head `seq` and its MAC under the key) exported earlier.
+//!
+//! A row planted past the head never stops appends: the next append ([`append`]) takes the next `seq`
+//! after the largest stored one and first writes a [`BREAK_ACTION`] entry that names the rows it steps
+//! over and links to the real head; the verifier accepts the planted rows only as that recorded break
+//! and still reports it ([`Break::Recorded`]).
 
+use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -21,6 +32,40 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// `{"truncated": true}` so an entry stays small.
 pub const MAX_DETAIL: usize = 4096;
 
+/// The purpose label the audit [`Key`] is derived under from the sealing key (HMAC-SHA256(sealing key,
+/// label)), so the chain's key is not the key that seals secrets.
+pub const KEY_PURPOSE: &str = "trigger-bridge audit chain v1";
+
+/// The label a [`Checkpoint`]'s MAC starts with, so a checkpoint MAC is never an entry's.
+const CHECKPOINT_LABEL: &str = "trigger-bridge audit checkpoint v1";
+
+/// The action of an entry the store writes when rows lie past the head ([`append`]).
+pub const BREAK_ACTION: &str = "audit.break";
+
+/// The actor of a [`BREAK_ACTION`] entry.
+pub const BREAK_ACTOR: &str = "rule:audit";
+
+/// The audit chain's 32-byte key. Never printed (its `Debug` shows nothing of it).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Key([u8; 32]);
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("audit::Key(..)")
+    }
+}
+
+impl Key {
+    /// A key from its 32 bytes (the engine derives them from the sealing key under [`KEY_PURPOSE`]).
+    pub fn from_bytes(bytes: [u8; 32]) -> Key {
+        Key(bytes)
+    }
+
+    fn hmac(&self) -> Hmac<Sha256> {
+        <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length")
+    }
+}
+
 /// An action to record: who did what to which target, and how it ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -28,7 +73,7 @@ pub struct NewEntry {
     /// When, in ms since the Unix epoch.
     pub at: i64,
     /// Who: an API key's name (`anonymous` on an open API), `replica:<id>` for the server itself, or
-    /// `rule:<name>` for an automatic rule (`rule:quarantine`).
+    /// `rule:<name>` for an automatic rule (`rule:quarantine`, [`BREAK_ACTOR`]).
     pub actor: String,
     /// What, as a stable dotted name: `subscription.pause`, `dead_letters.replay`, `signal.raise` ...
     pub action: String,
@@ -44,22 +89,21 @@ pub struct NewEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
-    /// Position in the log, from 1, without gaps.
+    /// Position in the log, from 1; rows stepped over by a [`BREAK_ACTION`] entry are not the chain's.
     pub seq: i64,
     /// The recorded action.
     #[serde(flatten)]
     pub entry: NewEntry,
-    /// `hash` of entry `seq - 1` ([`GENESIS`] for seq 1), lowercase hex.
+    /// `hash` of the entry before it in the chain ([`GENESIS`] for seq 1), lowercase hex.
     pub prev_hash: String,
-    /// SHA-256 of this entry (see [`hash`]), lowercase hex.
+    /// HMAC-SHA256 of this entry under the audit key ([`mac`]; plain SHA-256, [`hash`], for entries
+    /// written before the chain was keyed), lowercase hex.
     pub hash: String,
 }
 
-/// The hash of entry `seq` holding `e`, after `prev_hash`: SHA-256 over `prev_hash`, `seq` and each field,
-/// every one preceded by its length in bytes (8, big-endian), so no two different entries hash alike by
-/// moving bytes between fields.
-pub fn hash(prev_hash: &str, seq: i64, e: &NewEntry) -> String {
-    let mut h = Sha256::new();
+/// Feeds `prev_hash`, `seq` and each field, every one preceded by its length in bytes (8, big-endian),
+/// so no two different entries hash alike by moving bytes between fields.
+fn feed_parts(update: &mut dyn FnMut(&[u8]), prev_hash: &str, seq: i64, e: &NewEntry) {
     let seq = seq.to_string();
     let at = e.at.to_string();
     for part in [
@@ -72,20 +116,45 @@ pub fn hash(prev_hash: &str, seq: i64, e: &NewEntry) -> String {
         e.outcome.as_str(),
         e.detail.as_str(),
     ] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part.as_bytes());
+        update(&(part.len() as u64).to_be_bytes());
+        update(part.as_bytes());
     }
+}
+
+/// The unkeyed hash of entry `seq` holding `e`, after `prev_hash`: SHA-256 over the length-prefixed
+/// parts (see [`mac`]). What entries written before the chain was keyed carry, and what a writer
+/// without a key still writes; anyone can compute it, so after the first keyed entry it proves nothing.
+pub fn hash(prev_hash: &str, seq: i64, e: &NewEntry) -> String {
+    let mut h = Sha256::new();
+    feed_parts(&mut |b| h.update(b), prev_hash, seq, e);
     hex::encode(h.finalize())
 }
 
-/// The entry that follows the head `(seq, hash)` (`(0, GENESIS)` for an empty log). A detail longer than
-/// [`MAX_DETAIL`] is replaced by `{"truncated":true}`.
-pub fn next(head_seq: i64, head_hash: &str, mut e: NewEntry) -> Entry {
+/// The keyed hash of entry `seq` holding `e`, after `prev_hash`: HMAC-SHA256 under `key` over
+/// `prev_hash`, `seq`, `at`, `actor`, `action`, `target`, `outcome` and `detail`, each preceded by its
+/// length in bytes (8, big-endian); lowercase hex. Without the key nobody can compute it.
+pub fn mac(key: &Key, prev_hash: &str, seq: i64, e: &NewEntry) -> String {
+    let mut m = key.hmac();
+    feed_parts(&mut |b| m.update(b), prev_hash, seq, e);
+    hex::encode(m.finalize().into_bytes())
+}
+
+/// The hash an entry gets from a writer holding `key` ([`mac`]) or none ([`hash`]).
+fn seal(key: Option<&Key>, prev_hash: &str, seq: i64, e: &NewEntry) -> String {
+    match key {
+        Some(k) => mac(k, prev_hash, seq, e),
+        None => hash(prev_hash, seq, e),
+    }
+}
+
+/// The entry that follows the head `(seq, hash)` (`(0, GENESIS)` for an empty log), hashed under `key`
+/// (unkeyed without one). A detail longer than [`MAX_DETAIL`] is replaced by `{"truncated":true}`.
+pub fn next(head_seq: i64, head_hash: &str, mut e: NewEntry, key: Option<&Key>) -> Entry {
     if e.detail.len() > MAX_DETAIL {
         e.detail = r#"{"truncated":true}"#.into();
     }
     let seq = head_seq + 1;
-    let hash = hash(head_hash, seq, &e);
+    let hash = seal(key, head_hash, seq, &e);
     Entry {
         seq,
         entry: e,
@@ -94,12 +163,153 @@ pub fn next(head_seq: i64, head_hash: &str, mut e: NewEntry) -> Entry {
     }
 }
 
-/// Why a chain does not hold, at which `seq`.
+/// What one append writes ([`append`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The [`BREAK_ACTION`] entry written first because rows lay past the head, if any.
+    pub break_entry: Option<Entry>,
+    /// The entry asked for; the new head.
+    pub entry: Entry,
+}
+
+/// The facts of a [`BREAK_ACTION`] entry (its `detail`): the head the chain continues from and the
+/// largest `seq` that was stored past it. The rows `head_seq + 1 ..= max_seq` are not the chain's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BreakFacts {
+    pub head_seq: i64,
+    pub max_seq: i64,
+}
+
+/// The entries an append of `e` writes, given the head `(head_seq, head_hash)` and the largest `seq`
+/// stored (`max_seq`), all read under the append's lock. Normally `e` alone, at `head_seq + 1`. When
+/// rows lie past the head (`max_seq > head_seq`: written by hand, since every append moves the head
+/// with its row), first a [`BREAK_ACTION`] entry at `max_seq + 1` that links to the head and names the
+/// rows it steps over ([`BreakFacts`]), then `e` after it: a planted row never stops an append.
+pub fn append(
+    head_seq: i64,
+    head_hash: &str,
+    max_seq: i64,
+    e: NewEntry,
+    key: Option<&Key>,
+) -> Appended {
+    if max_seq <= head_seq {
+        return Appended {
+            break_entry: None,
+            entry: next(head_seq, head_hash, e, key),
+        };
+    }
+    let facts = BreakFacts { head_seq, max_seq };
+    let b = NewEntry {
+        at: e.at,
+        actor: BREAK_ACTOR.into(),
+        action: BREAK_ACTION.into(),
+        target: String::new(),
+        outcome: "rows_past_head".into(),
+        detail: serde_json::to_string(&facts).expect("two integers serialize"),
+    };
+    let seq = max_seq + 1;
+    let break_entry = Entry {
+        seq,
+        hash: seal(key, head_hash, seq, &b),
+        entry: b,
+        prev_hash: head_hash.to_string(),
+    };
+    let entry = next(seq, &break_entry.hash, e, key);
+    Appended {
+        break_entry: Some(break_entry),
+        entry,
+    }
+}
+
+/// A signed head, exported from the server now and then (a log line and a gauge) so that a later check
+/// can prove the log still holds that head: `seq` and HMAC-SHA256 under the audit key over a label,
+/// `seq` and that entry's `hash` ([`Checkpoint::of`]). Written `SEQ:MAC` (`12:9f…`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The head's `seq` (1 or more).
+    pub seq: i64,
+    /// The MAC, 64 lowercase hex characters.
+    pub mac: String,
+}
+
+impl Checkpoint {
+    /// The checkpoint of the head `(seq, head_hash)` under `key`.
+    pub fn of(key: &Key, seq: i64, head_hash: &str) -> Checkpoint {
+        Checkpoint {
+            seq,
+            mac: hex::encode(checkpoint_mac(key, seq, head_hash).finalize().into_bytes()),
+        }
+    }
+
+    /// Parses `SEQ:MAC` (`seq` 1 or more, the MAC as 64 hex characters, either case). Errors: a sentence
+    /// saying which part is wrong (the text is not echoed past its length).
+    pub fn parse(text: &str) -> Result<Checkpoint, String> {
+        let (seq, mac) = text
+            .trim()
+            .split_once(':')
+            .ok_or("a checkpoint is SEQ:MAC, e.g. 12:9f86d0...")?;
+        let seq: i64 = seq
+            .parse()
+            .ok()
+            .filter(|s| *s >= 1)
+            .ok_or("a checkpoint's SEQ must be an integer of 1 or more")?;
+        if mac.len() != 64 || !mac.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "a checkpoint's MAC must be 64 hex characters (got {})",
+                mac.len()
+            ));
+        }
+        Ok(Checkpoint {
+            seq,
+            mac: mac.to_ascii_lowercase(),
+        })
+    }
+
+    /// Whether this is the checkpoint of `(self.seq, head_hash)` under `key` (compared in constant time).
+    pub fn matches(&self, key: &Key, head_hash: &str) -> bool {
+        let Ok(want) = hex::decode(&self.mac) else {
+            return false;
+        };
+        checkpoint_mac(key, self.seq, head_hash)
+            .verify_slice(&want)
+            .is_ok()
+    }
+}
+
+impl std::fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.seq, self.mac)
+    }
+}
+
+fn checkpoint_mac(key: &Key, seq: i64, head_hash: &str) -> Hmac<Sha256> {
+    let mut m = key.hmac();
+    let seq = seq.to_string();
+    for part in [CHECKPOINT_LABEL, seq.as_str(), head_hash] {
+        m.update(&(part.len() as u64).to_be_bytes());
+        m.update(part.as_bytes());
+    }
+    m
+}
+
+/// Why a chain does not hold, at which `seq`. On the wire: `{"problem": "<variant>", <fields>}`, all
+/// in camelCase (`{"problem": "headMismatch", "lastSeq": 3, "headSeq": 5}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase", tag = "problem")]
+#[serde(
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase",
+    tag = "problem"
+)]
 pub enum Break {
     /// The row's fields do not hash to its stored `hash`: the row was edited.
     Edited { seq: i64 },
+    /// The row's hash is neither its MAC under the key nor its plain hash, and the verifier has no key:
+    /// it was edited, or it is keyed and this verifier cannot tell.
+    KeyNeeded { seq: i64 },
+    /// The row carries a correct plain (unkeyed) hash after the chain was keyed: it was written by
+    /// someone without the key (or by a server without one).
+    Forged { seq: i64 },
     /// The row's `prevHash` is not the hash of the row before it: a row before it was replaced.
     Relinked { seq: i64 },
     /// `seq` jumps: rows `expected ..= found - 1` are missing.
@@ -109,80 +319,220 @@ pub enum Break {
     /// Rows exist past the head (read in the same snapshot, where every append moves the head with
     /// its row): they were inserted by hand, or the head was moved back.
     BeyondHead { head_seq: i64, max_seq: i64 },
+    /// A checkpoint names an entry the chain no longer reaches: the newest rows were deleted (and the
+    /// head moved back to hide it).
+    Truncated { checkpoint_seq: i64, last_seq: i64 },
+    /// The entry a checkpoint names is not the one the checkpoint was made of (or the checkpoint is not
+    /// this key's).
+    CheckpointMismatch { seq: i64 },
+    /// The chain holds, but entry `seq` records that rows `head_seq + 1 ..= max_seq` were written past
+    /// the head by hand (a [`BREAK_ACTION`] entry); the chain goes on after it.
+    Recorded {
+        seq: i64,
+        head_seq: i64,
+        max_seq: i64,
+    },
 }
 
 impl std::fmt::Display for Break {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Break::Edited { seq } => write!(f, "entry {seq} was edited: its fields do not hash to its stored hash"),
+            Break::KeyNeeded { seq } => write!(f, "entry {seq} does not match its plain hash and this server has no audit key to check its MAC: it was edited, or the chain is keyed (set TRIGGER_BRIDGE_SECRET_KEY as on the replica that wrote it)"),
+            Break::Forged { seq } => write!(f, "entry {seq} was written without the audit key after the chain was keyed: it was forged by someone who can write the database (or appended by a server without the key)"),
             Break::Relinked { seq } => write!(f, "entry {seq} does not follow entry {}: its prevHash is not that entry's hash", seq - 1),
             Break::Gap { expected, found } => write!(f, "entries {expected}..{} are missing (the next stored entry is {found})", found - 1),
             Break::HeadMismatch { last_seq, head_seq } => write!(f, "the log ends at entry {last_seq} but its head says {head_seq}: entries were deleted or the head was edited"),
             Break::BeyondHead { head_seq, max_seq } => write!(f, "entries {}..{max_seq} lie past the head (entry {head_seq}): they were inserted by hand or the head was moved back", head_seq + 1),
+            Break::Truncated { checkpoint_seq, last_seq } => write!(f, "the checkpoint names entry {checkpoint_seq} but the chain ends at entry {last_seq}: the newest entries were deleted and the head moved back"),
+            Break::CheckpointMismatch { seq } => write!(f, "entry {seq} is not the entry the checkpoint was made of (or the checkpoint was made under another key)"),
+            Break::Recorded { seq, head_seq, max_seq } => write!(f, "entry {seq} records that entries {}..{max_seq} were written past the head (entry {head_seq}) by hand, not by the server; the chain goes on after it", head_seq + 1),
         }
     }
 }
 
-/// Checks a chain read in `seq` order, one page at a time (memory stays one page).
-#[derive(Debug, Clone)]
+/// Checks a chain read in `seq` order, one page at a time (memory stays one page), with the audit key
+/// when the checker has it. Problems are reported by [`Verifier::finish`]: the first one not explained
+/// by a recorded break, else the first recorded break.
+#[derive(Debug, Clone, Default)]
 pub struct Verifier {
+    key: Option<Key>,
+    checkpoint: Option<Checkpoint>,
+    /// The last entry accepted into the chain (`(0, GENESIS)` before any).
     seq: i64,
     hash: String,
+    /// A keyed entry was accepted: from then on a plain hash is a forgery.
+    keyed: bool,
     checked: u64,
-}
-
-impl Default for Verifier {
-    fn default() -> Self {
-        Verifier {
-            seq: 0,
-            hash: GENESIS.into(),
-            checked: 0,
-        }
-    }
+    unkeyed: u64,
+    breaks: u64,
+    first_break: Option<Break>,
+    /// The first problem after the last accepted entry; cleared when a break entry explains it.
+    pending: Option<Break>,
+    checkpoint_matched: bool,
 }
 
 impl Verifier {
-    /// Checks the next entry; the first problem is returned and the verifier should not be fed more.
-    pub fn feed(&mut self, e: &Entry) -> Result<(), Break> {
+    /// A verifier holding `key` (`None`: only unkeyed entries can be checked) and, optionally, a
+    /// checkpoint the chain must still reach.
+    pub fn new(key: Option<Key>, checkpoint: Option<Checkpoint>) -> Verifier {
+        Verifier {
+            key,
+            checkpoint,
+            hash: GENESIS.into(),
+            ..Verifier::default()
+        }
+    }
+
+    fn last_hash(&self) -> &str {
+        if self.seq == 0 {
+            GENESIS
+        } else {
+            &self.hash
+        }
+    }
+
+    /// How `e`'s hash authenticates it: `Ok(true)` keyed, `Ok(false)` plain hash accepted (before the
+    /// first keyed entry), else the problem.
+    fn authentic(&self, e: &Entry) -> Result<bool, Break> {
+        if let Some(k) = &self.key {
+            if mac(k, &e.prev_hash, e.seq, &e.entry) == e.hash {
+                return Ok(true);
+            }
+        }
+        if hash(&e.prev_hash, e.seq, &e.entry) == e.hash {
+            return if self.keyed {
+                Err(Break::Forged { seq: e.seq })
+            } else {
+                Ok(false)
+            };
+        }
+        Err(match self.key {
+            Some(_) => Break::Edited { seq: e.seq },
+            None => Break::KeyNeeded { seq: e.seq },
+        })
+    }
+
+    fn accept(&mut self, e: &Entry, keyed: bool) {
+        self.seq = e.seq;
+        self.hash = e.hash.clone();
+        self.keyed |= keyed;
+        self.checked += 1;
+        self.unkeyed += u64::from(!keyed);
+        if let (Some(cp), Some(k)) = (&self.checkpoint, &self.key) {
+            if cp.seq == e.seq {
+                self.checkpoint_matched = cp.matches(k, &e.hash);
+            }
+        }
+    }
+
+    /// Checks the next entry. After a problem the following entries are only searched for a
+    /// [`BREAK_ACTION`] entry that links to the last good entry and names exactly the rows in between;
+    /// anything else stays the problem [`Verifier::finish`] reports.
+    pub fn feed(&mut self, e: &Entry) {
+        if self.pending.is_some() {
+            self.try_break(e);
+            return;
+        }
         if e.seq != self.seq + 1 {
-            return Err(Break::Gap {
+            self.pending = Some(Break::Gap {
                 expected: self.seq + 1,
                 found: e.seq,
             });
+            self.try_break(e);
+            return;
         }
-        if hash(&e.prev_hash, e.seq, &e.entry) != e.hash {
-            return Err(Break::Edited { seq: e.seq });
+        let keyed = match self.authentic(e) {
+            Ok(k) => k,
+            Err(b) => {
+                self.pending = Some(b);
+                return;
+            }
+        };
+        if e.prev_hash != self.last_hash() {
+            self.pending = Some(Break::Relinked { seq: e.seq });
+            return;
         }
-        if e.prev_hash != self.hash {
-            return Err(Break::Relinked { seq: e.seq });
-        }
-        self.seq = e.seq;
-        self.hash = e.hash.clone();
-        self.checked += 1;
-        Ok(())
+        self.accept(e, keyed);
     }
 
-    /// The last `seq` checked (0 before any).
+    /// Accepts `e` if it is an authentic break entry explaining every row since the last good entry.
+    fn try_break(&mut self, e: &Entry) {
+        if e.entry.action != BREAK_ACTION || e.prev_hash != self.last_hash() {
+            return;
+        }
+        let Ok(facts) = serde_json::from_str::<BreakFacts>(&e.entry.detail) else {
+            return;
+        };
+        if facts.head_seq != self.seq
+            || facts.max_seq != e.seq - 1
+            || facts.max_seq <= facts.head_seq
+        {
+            return;
+        }
+        let Ok(keyed) = self.authentic(e) else {
+            return;
+        };
+        self.pending = None;
+        self.breaks += 1;
+        self.first_break.get_or_insert(Break::Recorded {
+            seq: e.seq,
+            head_seq: facts.head_seq,
+            max_seq: facts.max_seq,
+        });
+        self.accept(e, keyed);
+    }
+
+    /// The last `seq` accepted into the chain (0 before any).
     pub fn last_seq(&self) -> i64 {
         self.seq
     }
 
-    /// Entries checked so far.
+    /// Entries accepted so far.
     pub fn checked(&self) -> u64 {
         self.checked
     }
 
+    /// Entries accepted by their plain hash (written before the chain was keyed).
+    pub fn unkeyed(&self) -> u64 {
+        self.unkeyed
+    }
+
+    /// Recorded breaks ([`BREAK_ACTION`] entries) accepted so far.
+    pub fn breaks(&self) -> u64 {
+        self.breaks
+    }
+
     /// Ends the check against the head the store keeps and the largest `seq` stored, both read in one
-    /// snapshot: no row may lie past the head, and the last entry checked must be the head.
+    /// snapshot: the first problem not explained by a recorded break; else no row may lie past the head,
+    /// the last entry checked must be the head, and the checkpoint (if any) must be reached and match;
+    /// else the first recorded break. `Ok` holds the entries checked.
     pub fn finish(&self, head_seq: i64, head_hash: &str, max_seq: i64) -> Result<u64, Break> {
+        if let Some(b) = &self.pending {
+            return Err(b.clone());
+        }
         if max_seq > head_seq {
             return Err(Break::BeyondHead { head_seq, max_seq });
         }
-        if self.seq != head_seq || self.hash != head_hash {
+        if self.seq != head_seq || self.last_hash() != head_hash {
             return Err(Break::HeadMismatch {
                 last_seq: self.seq,
                 head_seq,
             });
+        }
+        if let Some(cp) = &self.checkpoint {
+            if cp.seq > self.seq {
+                return Err(Break::Truncated {
+                    checkpoint_seq: cp.seq,
+                    last_seq: self.seq,
+                });
+            }
+            if !self.checkpoint_matched {
+                return Err(Break::CheckpointMismatch { seq: cp.seq });
+            }
+        }
+        if let Some(b) = &self.first_break {
+            return Err(b.clone());
         }
         Ok(self.checked)
     }
@@ -203,22 +553,33 @@ mod tests {
         }
     }
 
-    fn chain(n: usize) -> Vec<Entry> {
+    fn key() -> Key {
+        Key::from_bytes([7; 32])
+    }
+
+    /// `n` entries; the first `plain` of them unkeyed (written before the chain was keyed).
+    fn chain_from(plain: usize, n: usize) -> Vec<Entry> {
+        let k = key();
         let mut out: Vec<Entry> = Vec::new();
         for i in 0..n {
             let (s, h) = out
                 .last()
                 .map(|l| (l.seq, l.hash.clone()))
                 .unwrap_or((0, GENESIS.into()));
-            out.push(next(s, &h, e(&format!("a{i}"))));
+            let with = (i >= plain).then_some(&k);
+            out.push(next(s, &h, e(&format!("a{i}")), with));
         }
         out
     }
 
-    fn check(rows: &[Entry]) -> Result<u64, Break> {
-        let mut v = Verifier::default();
+    fn chain(n: usize) -> Vec<Entry> {
+        chain_from(0, n)
+    }
+
+    fn check_with(rows: &[Entry], cp: Option<Checkpoint>) -> Result<u64, Break> {
+        let mut v = Verifier::new(Some(key()), cp);
         for r in rows {
-            v.feed(r)?;
+            v.feed(r);
         }
         let (s, h) = rows
             .last()
@@ -227,11 +588,17 @@ mod tests {
         v.finish(s, &h, s)
     }
 
+    fn check(rows: &[Entry]) -> Result<u64, Break> {
+        check_with(rows, None)
+    }
+
     #[test]
     fn an_untouched_chain_verifies() {
         let c = chain(5);
         assert_eq!(c[0].prev_hash, GENESIS);
         assert_eq!(c[1].prev_hash, c[0].hash);
+        assert_eq!(c[0].hash, mac(&key(), GENESIS, 1, &c[0].entry));
+        assert_ne!(c[0].hash, hash(GENESIS, 1, &c[0].entry), "keyed, not plain");
         assert_eq!(check(&c), Ok(5));
         assert_eq!(check(&[]), Ok(0));
     }
@@ -250,8 +617,46 @@ mod tests {
     fn a_rehashed_row_breaks_the_link_of_the_next() {
         let mut c = chain(4);
         c[1].entry.actor = "mallory".into();
-        c[1].hash = hash(&c[1].prev_hash, 2, &c[1].entry);
+        c[1].hash = mac(&key(), &c[1].prev_hash, 2, &c[1].entry);
         assert_eq!(check(&c), Err(Break::Relinked { seq: 3 }));
+    }
+
+    #[test]
+    fn an_appended_entry_with_a_correct_plain_hash_is_forged() {
+        // Someone who can write the database but has no key appends a well-chained entry.
+        let mut c = chain(3);
+        let head = c.last().unwrap().clone();
+        c.push(next(head.seq, &head.hash, e("subscription.resume"), None));
+        assert_eq!(check(&c), Err(Break::Forged { seq: 4 }));
+        // ... or with another key.
+        let mut c = chain(3);
+        c.push(next(3, &head.hash, e("x"), Some(&Key::from_bytes([8; 32]))));
+        assert_eq!(check(&c), Err(Break::Edited { seq: 4 }));
+    }
+
+    #[test]
+    fn plain_entries_from_before_the_key_verify_only_before_the_first_keyed_one() {
+        let c = chain_from(3, 6);
+        assert_eq!(c[2].hash, hash(&c[2].prev_hash, 3, &c[2].entry));
+        let mut v = Verifier::new(Some(key()), None);
+        for r in &c {
+            v.feed(r);
+        }
+        assert_eq!(v.finish(6, &c[5].hash, 6), Ok(6));
+        assert_eq!(v.unkeyed(), 3);
+        // Without the key, a keyed entry cannot be told from an edited one.
+        let mut v = Verifier::new(None, None);
+        for r in &c {
+            v.feed(r);
+        }
+        assert_eq!(v.finish(6, &c[5].hash, 6), Err(Break::KeyNeeded { seq: 4 }));
+        // An old log, never keyed, still verifies without a key.
+        let old = chain_from(4, 4);
+        let mut v = Verifier::default();
+        for r in &old {
+            v.feed(r);
+        }
+        assert_eq!(v.finish(4, &old[3].hash, 4), Ok(4));
     }
 
     #[test]
@@ -266,9 +671,9 @@ mod tests {
             })
         );
         let c = chain(5);
-        let mut v = Verifier::default();
+        let mut v = Verifier::new(Some(key()), None);
         for r in &c[..3] {
-            v.feed(r).unwrap();
+            v.feed(r);
         }
         assert_eq!(
             v.finish(5, &c[4].hash, 5),
@@ -278,9 +683,9 @@ mod tests {
             })
         );
         // A row inserted past the head, even a well-chained one, is found by the snapshot's bounds.
-        let mut v = Verifier::default();
+        let mut v = Verifier::new(Some(key()), None);
         for r in &c {
-            v.feed(r).unwrap();
+            v.feed(r);
         }
         assert_eq!(
             v.finish(5, &c[4].hash, 6),
@@ -292,6 +697,97 @@ mod tests {
     }
 
     #[test]
+    fn a_checkpoint_catches_a_tail_deleted_with_its_head() {
+        let c = chain(5);
+        let cp = Checkpoint::of(&key(), 5, &c[4].hash);
+        assert_eq!(Checkpoint::parse(&cp.to_string()), Ok(cp.clone()));
+        assert_eq!(check_with(&c, Some(cp.clone())), Ok(5));
+        // Entries 4 and 5 deleted and the head moved back to 3: the chain alone holds ...
+        assert_eq!(check(&c[..3]), Ok(3));
+        // ... the checkpoint does not.
+        assert_eq!(
+            check_with(&c[..3], Some(cp.clone())),
+            Err(Break::Truncated {
+                checkpoint_seq: 5,
+                last_seq: 3
+            })
+        );
+        // Entry 5 replaced by another keyed one (say, re-appended by a key holder after a rollback).
+        let mut other = c[..4].to_vec();
+        other.push(next(4, &c[3].hash, e("other"), Some(&key())));
+        assert_eq!(
+            check_with(&other, Some(cp.clone())),
+            Err(Break::CheckpointMismatch { seq: 5 })
+        );
+        // A checkpoint made under another key does not match.
+        let foreign = Checkpoint::of(&Key::from_bytes([9; 32]), 5, &c[4].hash);
+        assert_eq!(
+            check_with(&c, Some(foreign)),
+            Err(Break::CheckpointMismatch { seq: 5 })
+        );
+        // An older checkpoint still verifies after more appends.
+        let old = Checkpoint::of(&key(), 2, &c[1].hash);
+        assert_eq!(check_with(&c, Some(old)), Ok(5));
+        for bad in [
+            "",
+            "5",
+            "0:ab",
+            &format!("x:{}", cp.mac),
+            &format!("5:{}", &cp.mac[1..]),
+        ] {
+            assert!(Checkpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_planted_row_is_stepped_over_by_a_recorded_break() {
+        let k = key();
+        let mut c = chain(5);
+        let head = c[4].clone();
+        // A row planted at head + 1 (its hash is anything).
+        let mut planted = next(5, &head.hash, e("planted"), None);
+        planted.hash = "bad".into();
+        c.push(planted);
+        let a = append(5, &head.hash, 6, e("subscription.pause"), Some(&k));
+        let b = a.break_entry.clone().expect("a break entry");
+        assert_eq!((b.seq, b.prev_hash.as_str()), (7, head.hash.as_str()));
+        assert_eq!(b.entry.action, BREAK_ACTION);
+        assert_eq!(b.entry.detail, r#"{"headSeq":5,"maxSeq":6}"#);
+        assert_eq!(
+            (a.entry.seq, a.entry.prev_hash.as_str()),
+            (8, b.hash.as_str())
+        );
+        c.push(b);
+        c.push(a.entry.clone());
+        c.push(next(8, &a.entry.hash, e("later"), Some(&k)));
+        let recorded = Break::Recorded {
+            seq: 7,
+            head_seq: 5,
+            max_seq: 6,
+        };
+        let mut v = Verifier::new(Some(k.clone()), None);
+        for r in &c {
+            v.feed(r);
+        }
+        assert_eq!(v.finish(9, &c[8].hash, 9), Err(recorded.clone()));
+        assert_eq!(
+            (v.breaks(), v.checked()),
+            (1, 8),
+            "every entry but the planted one"
+        );
+        // A problem after the break is still found, before the recorded break.
+        let mut edited = c.clone();
+        edited[8].entry.actor = "mallory".into();
+        assert_eq!(check(&edited), Err(Break::Edited { seq: 9 }));
+        // A break entry nobody with the key wrote explains nothing.
+        let mut forged = c.clone();
+        forged[6].hash = hash(&forged[6].prev_hash, 7, &forged[6].entry);
+        assert_eq!(check(&forged), Err(Break::Edited { seq: 6 }));
+        // No rows past the head: no break entry.
+        assert_eq!(append(9, &c[8].hash, 9, e("x"), Some(&k)).break_entry, None);
+    }
+
+    #[test]
     fn moving_bytes_between_fields_changes_the_hash() {
         let mut a = e("x");
         a.actor = "ab".into();
@@ -300,14 +796,16 @@ mod tests {
         b.actor = "a".into();
         b.action = "bc".into();
         assert_ne!(hash(GENESIS, 1, &a), hash(GENESIS, 1, &b));
+        assert_ne!(mac(&key(), GENESIS, 1, &a), mac(&key(), GENESIS, 1, &b));
     }
 
     #[test]
     fn a_long_detail_is_truncated() {
         let mut big = e("x");
         big.detail = format!("{{\"k\":\"{}\"}}", "a".repeat(MAX_DETAIL));
-        let n = next(0, GENESIS, big);
+        let n = next(0, GENESIS, big, Some(&key()));
         assert_eq!(n.entry.detail, r#"{"truncated":true}"#);
         assert_eq!(check(&[n]), Ok(1));
+        assert_eq!(format!("{:?}", key()), "audit::Key(..)");
     }
 }

@@ -4,6 +4,7 @@
 //! [`Engine`] is the one handle the API and CLI hold.
 
 pub mod accept;
+pub mod audit;
 pub mod capability;
 pub mod catalog;
 pub mod clock;
@@ -111,6 +112,8 @@ pub struct Engine {
     /// Bumped after every receipt and attempt this replica commits: the console's live feed
     /// (`tb_console::live`) wakes on it. A `watch` send with no receiver costs an atomic add.
     pub changes: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The audit key and the audit log's status for `GET /ready` ([`audit`]).
+    pub(crate) audit: audit::AuditState,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -199,6 +202,7 @@ impl Engine {
             nats: std::sync::OnceLock::new(),
             run_ends: tokio::sync::broadcast::channel(4096).0,
             changes: Arc::new(tokio::sync::watch::channel(0).0),
+            audit: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

@@ -192,7 +192,7 @@ impl Engine {
                         outcome: "ok".into(),
                         detail: serde_json::json!({"rule": {"refusalsPerMin": policy.refusals_per_min, "minutes": policy.minutes}}).to_string(),
                     };
-                    if let Err(e) = self.store.append_audit(entry).await {
+                    if let Err(e) = self.append_audit(entry).await {
                         tracing::error!(subscription = %id, error = %e, "auditing an automatic quarantine failed");
                     }
                 }

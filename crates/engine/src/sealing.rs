@@ -84,6 +84,14 @@ impl SecretKey {
         m.finalize().into_bytes().to_vec()
     }
 
+    /// The audit chain's key, derived from this one under [`tb_core::audit::KEY_PURPOSE`]: every replica
+    /// given the same sealing key gets the same audit key, the database holds neither, and the audit key
+    /// opens no secret.
+    pub fn audit_key(&self) -> tb_core::audit::Key {
+        let d = self.derive(tb_core::audit::KEY_PURPOSE);
+        tb_core::audit::Key::from_bytes(d.try_into().expect("HMAC-SHA256 gives 32 bytes"))
+    }
+
     /// Seals `plaintext` for the record `id` (the associated data). Never fails.
     pub fn seal(&self, id: &str, plaintext: &[u8]) -> Vec<u8> {
         let cipher = ChaCha20Poly1305::new(Key::from_slice(&self.0));

@@ -582,10 +582,14 @@ pub trait Store: Send + Sync + 'static {
     async fn quarantines(&self) -> StoreResult<Vec<QuarantineRecord>>;
     /// Activity from `since` (ms) on, for the console's overview (issue #13).
     async fn activity(&self, since: i64) -> StoreResult<Activity>;
-    /// Appends an entry to the audit log (issue #13) after its head, chained by
-    /// [`tb_core::audit::next`]; concurrent appends take turns on the head row.
-    async fn append_audit(&self, e: tb_core::audit::NewEntry)
-        -> StoreResult<tb_core::audit::Entry>;
+    /// Appends an entry to the audit log after its head, hashed under `key` (the audit key; unkeyed
+    /// without one) as [`tb_core::audit::append`] decides: after a break entry when rows lie past the
+    /// head, which the head then counts. Concurrent appends take turns on the head row.
+    async fn append_audit(
+        &self,
+        e: tb_core::audit::NewEntry,
+        key: Option<tb_core::audit::Key>,
+    ) -> StoreResult<tb_core::audit::Appended>;
     /// Audit entries matching `q` (see [`AuditQuery`]).
     async fn audit_entries(&self, q: AuditQuery) -> StoreResult<Vec<tb_core::audit::Entry>>;
     /// The audit log's head as recorded beside it (`(0, GENESIS)` when empty) and the largest `seq`

@@ -556,6 +556,10 @@ pub struct AuditHead {
     pub hash: String,
     /// The largest `seq` in the log (0 when empty); more than `seq` only if rows were added by hand.
     pub max_seq: i64,
+    /// How many appends found rows past the head and stepped over them with an `audit.break` entry.
+    pub breaks: i64,
+    /// The `seq` of the newest such entry (0 when none).
+    pub last_break_seq: i64,
 }
 
 /// A console login (issue #13): the cookie's token is kept only as its SHA-256 (hex).

@@ -1,11 +1,13 @@
 //! The audit log on both backends (issue #13): appends from many tasks at once get `seq` 1..N with no
 //! gap and one chain; UPDATE and DELETE are refused by the database; a row edited by hand (with the
-//! guard dropped, as a database owner could) is found by the verifier at that row. Console logins
-//! expire. Runs against SQLite and, when reachable, PostgreSQL.
+//! guard dropped, as a database owner could) is found by the verifier at that row. A row planted past
+//! the head does not stop appends (a recorded break); an entry forged without the audit key, and the
+//! newest rows deleted with the head moved back, are caught (the latter by a checkpoint). Console
+//! logins expire. Runs against SQLite and, when reachable, PostgreSQL.
 
 use std::sync::Arc;
 
-use tb_core::audit::{Break, NewEntry, Verifier};
+use tb_core::audit::{Break, Checkpoint, Key, NewEntry, Verifier};
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::sqlite::SqliteStore;
@@ -67,28 +69,44 @@ fn entry(actor: &str, i: usize) -> NewEntry {
     }
 }
 
+/// The audit key of these tests.
+fn key() -> Key {
+    Key::from_bytes([3; 32])
+}
+
+/// Appends `e` under [`key`] and returns the new entry.
+async fn append(s: &dyn Store, e: NewEntry) -> tb_core::audit::Entry {
+    s.append_audit(e, Some(key())).await.unwrap().entry
+}
+
 /// Checks the chain as `GET /v1/audit/verify` does: up to the head read first, then the bounds of a
 /// snapshot taken after.
 async fn verify(s: &dyn Store) -> Result<u64, Break> {
+    verify_at(s, None).await
+}
+
+/// [`verify`] against a checkpoint.
+async fn verify_at(s: &dyn Store, cp: Option<Checkpoint>) -> Result<u64, Break> {
     let head = s.audit_head().await.unwrap();
-    let mut v = Verifier::default();
-    'pages: while v.last_seq() < head.seq {
+    let mut v = Verifier::new(Some(key()), cp);
+    // Paged by the last row read (after a problem the verifier's own position stops advancing).
+    let mut after = 0;
+    'pages: while after < head.seq {
         let page = s
             .audit_entries(AuditQuery {
-                after_seq: Some(v.last_seq()),
+                after_seq: Some(after),
                 limit: 7,
                 ..AuditQuery::default()
             })
             .await
             .unwrap();
-        if page.is_empty() {
-            break;
-        }
+        let Some(last) = page.last() else { break };
+        after = last.seq;
         for e in &page {
             if e.seq > head.seq {
                 break 'pages;
             }
-            v.feed(e)?;
+            v.feed(e);
         }
     }
     let now = s.audit_head().await.unwrap();
@@ -112,12 +130,7 @@ async fn racing_appends_make_one_chain_and_a_hand_edit_is_found() {
             tasks.push(tokio::spawn(async move {
                 let mut seqs = Vec::new();
                 for i in 0..10 {
-                    seqs.push(
-                        s.append_audit(entry(&format!("key{t}"), i))
-                            .await
-                            .unwrap()
-                            .seq,
-                    );
+                    seqs.push(append(&*s, entry(&format!("key{t}"), i)).await.seq);
                 }
                 seqs
             }));
@@ -186,7 +199,7 @@ async fn racing_appends_make_one_chain_and_a_hand_edit_is_found() {
 async fn a_deleted_tail_is_caught_by_the_head() {
     for (name, s, raw, _dir) in backends().await {
         for i in 0..5 {
-            s.append_audit(entry("ops", i)).await.unwrap();
+            append(&*s, entry("ops", i)).await;
         }
         let drop_guard = match raw {
             Raw::Sqlite(_) => "DROP TRIGGER audit_log_no_delete;",
@@ -221,6 +234,154 @@ async fn a_deleted_tail_is_caught_by_the_head() {
                 expected: 2,
                 found: 3
             }),
+            "{name}"
+        );
+    }
+}
+
+/// A row inserted by hand just past the head used to make every later append fail (`UNIQUE constraint
+/// failed: audit_log.seq`). Now the next append steps over it with a recorded break, racing appenders
+/// all land, the head counts the break, and the verifier reports the break (not a broken chain).
+#[tokio::test]
+async fn a_row_planted_past_the_head_does_not_stop_appends() {
+    for (name, s, raw, _dir) in backends().await {
+        for i in 0..5 {
+            append(&*s, entry("ops", i)).await;
+        }
+        let head = s.audit_head().await.unwrap();
+        raw.exec("INSERT INTO audit_log VALUES (6, 1, 'x', 'y', 'z', 'ok', '{}', 'bad', 'bad')")
+            .unwrap();
+        // Four tasks append 5 entries each at once, right after the plant.
+        let mut tasks = Vec::new();
+        for t in 0..4 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                for i in 0..5 {
+                    out.push(
+                        s.append_audit(entry(&format!("key{t}"), i), Some(key()))
+                            .await
+                            .expect("an append after a planted row"),
+                    );
+                }
+                out
+            }));
+        }
+        let mut appended = Vec::new();
+        for t in tasks {
+            appended.extend(t.await.unwrap());
+        }
+        let breaks: Vec<_> = appended
+            .iter()
+            .filter_map(|a| a.break_entry.clone())
+            .collect();
+        assert_eq!(breaks.len(), 1, "{name}: one break, by the first append");
+        let b = &breaks[0];
+        assert_eq!(b.seq, 7, "{name}");
+        assert_eq!(b.prev_hash, head.hash, "{name}: linked to the real head");
+        assert_eq!(b.entry.action, "audit.break", "{name}");
+        assert_eq!(b.entry.actor, "rule:audit", "{name}");
+        assert_eq!(b.entry.detail, r#"{"headSeq":5,"maxSeq":6}"#, "{name}");
+        let mut seqs: Vec<i64> = appended.iter().map(|a| a.entry.seq).collect();
+        seqs.sort();
+        assert_eq!(seqs, (8..=27).collect::<Vec<i64>>(), "{name}");
+        let now = s.audit_head().await.unwrap();
+        assert_eq!(
+            (now.seq, now.max_seq, now.breaks, now.last_break_seq),
+            (27, 27, 1, 7),
+            "{name}"
+        );
+        assert_eq!(
+            verify(&*s).await,
+            Err(Break::Recorded {
+                seq: 7,
+                head_seq: 5,
+                max_seq: 6
+            }),
+            "{name}: the chain holds around the planted row, which is reported"
+        );
+        // A second plant, two rows past the head: stepped over again.
+        raw.exec("INSERT INTO audit_log VALUES (29, 1, 'x', 'y', 'z', 'ok', '{}', 'bad', 'bad2')")
+            .unwrap();
+        let a = s.append_audit(entry("ops", 99), Some(key())).await.unwrap();
+        assert_eq!(a.break_entry.map(|b| b.seq), Some(30), "{name}");
+        assert_eq!(a.entry.seq, 31, "{name}");
+        let now = s.audit_head().await.unwrap();
+        assert_eq!((now.breaks, now.last_break_seq), (2, 30), "{name}");
+        assert_eq!(
+            verify(&*s).await,
+            Err(Break::Recorded {
+                seq: 7,
+                head_seq: 5,
+                max_seq: 6
+            }),
+            "{name}"
+        );
+    }
+}
+
+/// Whoever can write the database but lacks the key: an entry appended with a correctly computed
+/// plain hash (and the head moved to it) is forged; the newest rows deleted with the head moved back
+/// pass the chain alone but not a checkpoint exported before.
+#[tokio::test]
+async fn a_forged_entry_and_a_rolled_back_head_are_caught() {
+    for (name, s, raw, _dir) in backends().await {
+        for i in 0..5 {
+            append(&*s, entry("ops", i)).await;
+        }
+        let head = s.audit_head().await.unwrap();
+        let cp = Checkpoint::of(&key(), head.seq, &head.hash);
+        assert_eq!(verify_at(&*s, Some(cp.clone())).await, Ok(5), "{name}");
+
+        // Forge entry 6 without the key, hashed exactly as an unkeyed writer would.
+        let f = tb_core::audit::next(head.seq, &head.hash, entry("mallory", 6), None);
+        raw.exec(&format!(
+            "INSERT INTO audit_log VALUES (6, {}, 'mallory', '{}', '{}', 'ok', '{}', '{}', '{}'); \
+             UPDATE audit_head SET seq = 6, hash = '{}' WHERE id = 1;",
+            f.entry.at, f.entry.action, f.entry.target, f.entry.detail, f.prev_hash, f.hash, f.hash
+        ))
+        .unwrap();
+        assert_eq!(verify(&*s).await, Err(Break::Forged { seq: 6 }), "{name}");
+
+        // Roll back: the newest rows deleted and the head moved to entry 3.
+        let drop_guard = match raw {
+            Raw::Sqlite(_) => "DROP TRIGGER audit_log_no_delete;",
+            Raw::Postgres(_) => "DROP TRIGGER audit_log_append_only ON audit_log;",
+        };
+        raw.exec(drop_guard).unwrap();
+        let third = s
+            .audit_entries(AuditQuery {
+                after_seq: Some(2),
+                limit: 1,
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap()
+            .remove(0);
+        raw.exec(&format!(
+            "DELETE FROM audit_log WHERE seq > 3; UPDATE audit_head SET seq = 3, hash = '{}' WHERE id = 1;",
+            third.hash
+        ))
+        .unwrap();
+        assert_eq!(
+            verify(&*s).await,
+            Ok(3),
+            "{name}: the chain alone cannot tell"
+        );
+        assert_eq!(
+            verify_at(&*s, Some(cp.clone())).await,
+            Err(Break::Truncated {
+                checkpoint_seq: 5,
+                last_seq: 3
+            }),
+            "{name}: the checkpoint can"
+        );
+        // Appends go on from the rolled-back head; entry 5 is then another entry, not the checkpoint's.
+        append(&*s, entry("ops", 7)).await;
+        append(&*s, entry("ops", 8)).await;
+        assert_eq!(
+            verify_at(&*s, Some(cp)).await,
+            Err(Break::CheckpointMismatch { seq: 5 }),
             "{name}"
         );
     }

@@ -210,7 +210,9 @@ async fn fill(dir: &Path) -> Filled {
             outcome: "ok".into(),
             detail: "{}".into(),
         };
-        s.append_audit(e).await.unwrap();
+        s.append_audit(e, Some(tb_core::audit::Key::from_bytes([5; 32])))
+            .await
+            .unwrap();
     }
     s.create_console_login(trigger_bridge_store::ConsoleLogin {
         token_sha256: "ab".repeat(32),
@@ -492,7 +494,8 @@ async fn a_filled_store_is_copied_whole_and_the_copy_works() {
     assert_eq!(count("audit_log"), 3);
     assert_eq!(count("audit_head"), 1);
     // The audit chain survives the copy: the target's head is the source's, and appends go on from it.
-    let mut v = tb_core::audit::Verifier::default();
+    let key = tb_core::audit::Key::from_bytes([5; 32]);
+    let mut v = tb_core::audit::Verifier::new(Some(key.clone()), None);
     for e in target
         .audit_entries(trigger_bridge_store::AuditQuery {
             after_seq: Some(0),
@@ -502,22 +505,26 @@ async fn a_filled_store_is_copied_whole_and_the_copy_works() {
         .await
         .unwrap()
     {
-        v.feed(&e).unwrap();
+        v.feed(&e);
     }
     let head = target.audit_head().await.unwrap();
     assert_eq!(v.finish(head.seq, &head.hash, head.max_seq), Ok(3));
     let head_hash = head.hash;
     let next = target
-        .append_audit(tb_core::audit::NewEntry {
-            at: 2_000,
-            actor: "ops".into(),
-            action: "subscription.resume".into(),
-            target: "gh".into(),
-            outcome: "ok".into(),
-            detail: "{}".into(),
-        })
+        .append_audit(
+            tb_core::audit::NewEntry {
+                at: 2_000,
+                actor: "ops".into(),
+                action: "subscription.resume".into(),
+                target: "gh".into(),
+                outcome: "ok".into(),
+                detail: "{}".into(),
+            },
+            Some(key),
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .entry;
     assert_eq!((next.seq, next.prev_hash), (4, head_hash));
     assert_eq!(
         report.rows(),

@@ -43,7 +43,11 @@ pub async fn page(
     let url = pager.here.clone();
     let body = html! {
         @match verification {
-            Some(Ok(v)) if v.ok => p.ok role="status" { "The chain holds: " (v.checked) " entries verified up to seq " (v.head_seq) "." },
+            Some(Ok(v)) if v.ok => p.ok role="status" {
+                "The chain holds: " (v.checked) " entries verified up to seq " (v.head_seq) "."
+                @if let Some(cp) = &v.checkpoint { " Checkpoint of this head (keep it outside the database): " code { (cp) } }
+                @if !v.keyed { " This server has no audit key: entries are not keyed." }
+            },
             Some(Ok(v)) => p.error role="alert" { "The chain is broken: " (v.message.unwrap_or_default()) },
             Some(Err(e)) => (html::api_error(&e)),
             None => {},

@@ -1,6 +1,7 @@
 //! The audit log and console logins (issue #13). Appends lock the one `audit_head` row (PostgreSQL
 //! `FOR UPDATE`; SQLite's one writer) so concurrent appenders take turns and every `seq` follows the one
-//! before; the chain itself is `tb_core::audit`'s.
+//! before; the chain itself, its key and what to do with rows planted past the head are
+//! `tb_core::audit`'s.
 
 use super::Db;
 use crate::model::{AuditQuery, ConsoleLogin};
@@ -25,59 +26,86 @@ fn entry(r: &super::Row) -> StoreResult<Entry> {
     })
 }
 
-/// The head `(seq, hash)` (the newest entry as the store recorded it; `(0, GENESIS)` when empty) and
-/// the largest `seq` stored, in one statement (one snapshot on both backends).
+/// The head `(seq, hash)` (the newest entry as the store recorded it; `(0, GENESIS)` when empty), the
+/// largest `seq` stored and the recorded breaks, in one statement (one snapshot on both backends).
 pub(crate) fn head(c: &dyn Db) -> StoreResult<crate::model::AuditHead> {
     c.row(
-        "SELECT h.seq, h.hash, COALESCE((SELECT MAX(seq) FROM audit_log), 0) FROM audit_head h WHERE h.id = 1",
+        "SELECT h.seq, h.hash, COALESCE((SELECT MAX(seq) FROM audit_log), 0), h.breaks, h.last_break_seq \
+         FROM audit_head h WHERE h.id = 1",
         p![],
         |r| {
             Ok(crate::model::AuditHead {
                 seq: r.get(0)?,
                 hash: r.get(1)?,
                 max_seq: r.get(2)?,
+                breaks: r.get(3)?,
+                last_break_seq: r.get(4)?,
             })
         },
     )?
-    .ok_or_else(|| StoreError::Database("audit_head has no row (migration 0017/0011 not applied?)".into()))
+    .ok_or_else(no_head)
 }
 
-/// The head `(seq, hash)`, its row locked for an append (PostgreSQL `FOR UPDATE`).
-fn head_locked(c: &dyn Db, lock: bool) -> StoreResult<(i64, String)> {
-    let clause = if lock { c.dialect().for_update() } else { "" };
-    c.row(
-        &format!("SELECT seq, hash FROM audit_head WHERE id = 1{clause}"),
-        p![],
-        |r| Ok((r.get(0)?, r.get(1)?)),
-    )?
-    .ok_or_else(|| {
-        StoreError::Database("audit_head has no row (migration 0017/0011 not applied?)".into())
-    })
+fn no_head() -> StoreError {
+    StoreError::Database("audit_head has no row (migration 0017/0011 not applied?)".into())
 }
 
-/// Appends `e` after the head and moves the head to it.
-pub(crate) fn append(c: &dyn Db, e: NewEntry) -> StoreResult<Entry> {
-    let (seq, hash) = head_locked(c, true)?;
-    let n = audit::next(seq, &hash, e);
-    c.exec(
-        &format!("INSERT INTO audit_log ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-        p![
-            n.seq,
-            n.entry.at,
-            n.entry.actor.as_str(),
-            n.entry.action.as_str(),
-            n.entry.target.as_str(),
-            n.entry.outcome.as_str(),
-            n.entry.detail.as_str(),
-            n.prev_hash.as_str(),
-            n.hash.as_str()
-        ],
-    )?;
-    c.exec(
-        "UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1",
-        p![n.seq, n.hash.as_str()],
-    )?;
-    Ok(n)
+/// Appends `e` after the head and moves the head to it, under the audit key `key` (unkeyed without
+/// one). The head row is locked (PostgreSQL `FOR UPDATE`; SQLite's one writer), and on PostgreSQL the
+/// log itself against other writers' inserts (`SHARE ROW EXCLUSIVE`), so the largest `seq` read here
+/// stays the largest until commit. Rows lying past the head are stepped over as
+/// `tb_core::audit::append` decides (a break entry first), and the head counts the break.
+pub(crate) fn append(
+    c: &dyn Db,
+    e: NewEntry,
+    key: Option<&audit::Key>,
+) -> StoreResult<audit::Appended> {
+    if c.dialect() == super::Dialect::Postgres {
+        c.exec("LOCK TABLE audit_log IN SHARE ROW EXCLUSIVE MODE", p![])?;
+    }
+    let (seq, hash) = c
+        .row(
+            &format!(
+                "SELECT seq, hash FROM audit_head WHERE id = 1{}",
+                c.dialect().for_update()
+            ),
+            p![],
+            |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?)),
+        )?
+        .ok_or_else(no_head)?;
+    let max_seq: i64 = c
+        .value("SELECT COALESCE(MAX(seq), 0) FROM audit_log", p![])?
+        .unwrap_or(0);
+    let a = audit::append(seq, &hash, max_seq, e, key);
+    for n in a.break_entry.iter().chain([&a.entry]) {
+        c.exec(
+            &format!(
+                "INSERT INTO audit_log ({COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+            ),
+            p![
+                n.seq,
+                n.entry.at,
+                n.entry.actor.as_str(),
+                n.entry.action.as_str(),
+                n.entry.target.as_str(),
+                n.entry.outcome.as_str(),
+                n.entry.detail.as_str(),
+                n.prev_hash.as_str(),
+                n.hash.as_str()
+            ],
+        )?;
+    }
+    match &a.break_entry {
+        Some(b) => c.exec(
+            "UPDATE audit_head SET seq = ?1, hash = ?2, breaks = breaks + 1, last_break_seq = ?3 WHERE id = 1",
+            p![a.entry.seq, a.entry.hash.as_str(), b.seq],
+        )?,
+        None => c.exec(
+            "UPDATE audit_head SET seq = ?1, hash = ?2 WHERE id = 1",
+            p![a.entry.seq, a.entry.hash.as_str()],
+        )?,
+    };
+    Ok(a)
 }
 
 /// Entries matching `q`: oldest first after `q.after_seq`, or newest first before `q.before_seq` when

@@ -777,9 +777,10 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn append_audit(
         &self,
         e: tb_core::audit::NewEntry,
-    ) -> StoreResult<tb_core::audit::Entry> {
+        key: Option<tb_core::audit::Key>,
+    ) -> StoreResult<tb_core::audit::Appended> {
         self.backend
-            .write(move |c| super::audit::append(c, e.clone()))
+            .write(move |c| super::audit::append(c, e.clone(), key.as_ref()))
             .await
     }
     async fn audit_entries(&self, q: crate::AuditQuery) -> StoreResult<Vec<tb_core::audit::Entry>> {
