@@ -455,6 +455,9 @@ pub async fn verify(
     Ok(Json(verify_chain_at(&st, checkpoint).await?))
 }
 
+/// What `GET /ready` says of a replica without an audit key (`warnings.auditLog.message`).
+pub const UNKEYED: &str = "TRIGGER_BRIDGE_SECRET_KEY is not set: new audit entries are hashed without a key, so whoever can write the database can forge them";
+
 /// The audit log's part of `GET /ready` (a warning, never a 503: appends go on after a break, and a
 /// load balancer must not take replicas out for what only an operator can look into):
 /// `{"status": "ok"|"broken"|"unkeyed"|"unknown", "keyed": bool, "breaks": n, "lastBreakSeq": seq,
@@ -497,7 +500,7 @@ pub async fn ready_status(st: &AppState) -> Value {
         }
         Ok(_) if !s.keyed => {
             out["status"] = "unkeyed".into();
-            out["message"] = "TRIGGER_BRIDGE_SECRET_KEY is not set: new audit entries are hashed without a key, so whoever can write the database can forge them".into();
+            out["message"] = UNKEYED.into();
         }
         Ok(_) => {}
     }

@@ -1,7 +1,6 @@
 //! `/health` (liveness), `/ready` (readiness) and `/metrics` (Prometheus text).
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -11,11 +10,13 @@ use serde_json::{json, Value};
 
 use crate::AppState;
 
-/// How long `GET /ready` waits for the store's writer to commit a no-op job, in ms.
-pub const READY_WRITER_TIMEOUT_MS: u64 = 1_000;
+/// How long `GET /ready` waits for the store's writer to commit a no-op job, in ms
+/// ([`tb_engine::readiness::WRITER_TIMEOUT_MS`]).
+pub const READY_WRITER_TIMEOUT_MS: u64 = tb_engine::readiness::WRITER_TIMEOUT_MS;
 
-/// How long `GET /ready` waits for the subscription read, in ms.
-pub const READY_READ_TIMEOUT_MS: u64 = 1_000;
+/// How long `GET /ready` waits for the subscription read, in ms
+/// ([`tb_engine::readiness::READ_TIMEOUT_MS`]).
+pub const READY_READ_TIMEOUT_MS: u64 = tb_engine::readiness::READ_TIMEOUT_MS;
 
 /// `GET /health` -> `{"status":"ok"}`: pure liveness (the process answers HTTP); it never touches the
 /// store. Use `/ready` to know whether writes are being accepted.
@@ -64,50 +65,39 @@ fn degraded_queues(st: &AppState) -> serde_json::Value {
 /// answered (`reachable`: the writer check passed) and, on PostgreSQL, the pool's live connections
 /// (`connections`; absent on SQLite), from [`tb_store::Store::facts`].
 ///
+/// The store checks come from [`tb_engine::Engine::readiness`]: one probe serves every caller for
+/// [`tb_engine::readiness::PROBE_INTERVAL`] (1 s), so the store sees at most one probe write a second
+/// however often `/ready` is asked; `shutdown` and the warnings are read on every call. A subscription
+/// registered through the API is listed as `api`, never by its id (the secret part of its ingest URL;
+/// [`tb_engine::Catalog::public_label`]); `unsealable` says `{"api": "<n> registered subscription(s):
+/// <reason>"}`.
+///
 /// `warnings.auditLog` is the audit log's state ([`crate::audit::ready_status`]): `broken` when rows
 /// were written into it by hand (a warning, never a 503), `unkeyed` without an audit key.
 #[utoipa::path(get, path = "/ready", tag = "operations", responses(
     (status = 200, description = "{status: ready, checks, warnings}"),
     (status = 503, description = "{status: unavailable, checks, warnings}")))]
 pub async fn ready(State(st): State<AppState>) -> Response {
-    let store = &st.engine.store;
-    let writer = match tokio::time::timeout(
-        Duration::from_millis(READY_WRITER_TIMEOUT_MS),
-        store.ping_writer(),
-    )
-    .await
-    {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "the writer did not commit a no-op within {READY_WRITER_TIMEOUT_MS} ms"
-        )),
-    };
-    let subs = match tokio::time::timeout(
-        Duration::from_millis(READY_READ_TIMEOUT_MS),
-        store.list_subscriptions(),
-    )
-    .await
-    {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!(
-            "reading subscriptions took over {READY_READ_TIMEOUT_MS} ms"
-        )),
-    };
+    // The store probe is shared by every caller for its interval (one no-op write a second at most).
+    let probe = st.engine.readiness().await;
+    let writer = &probe.writer;
+    let subs = &probe.waiting;
     let closing = st.engine.is_closing();
+    let catalog = st.engine.catalog();
     let mut waiting: BTreeMap<&'static str, Vec<String>> =
         [("dead-lettered", vec![]), ("failed", vec![])].into();
-    if let Ok(subs) = &subs {
-        for s in subs.iter().filter(|s| s.state.needs_operator()) {
-            waiting
-                .entry(s.state.as_str())
-                .or_default()
-                .push(s.id.clone());
+    if let Ok(subs) = subs {
+        for (id, state) in subs {
+            // A registered subscription's id is the secret part of its ingest URL: `api` here.
+            let label = catalog.public_label(id).to_string();
+            let list = waiting.entry(state.as_str()).or_default();
+            if !list.contains(&label) {
+                list.push(label);
+            }
         }
     }
     let ok = writer.is_ok() && subs.is_ok() && !closing;
-    let facts = store.facts();
+    let facts = st.engine.store.facts();
     let mut store_facts = json!({"backend": facts.backend, "reachable": writer.is_ok()});
     if let Some(n) = facts.connections {
         store_facts["connections"] = n.into();
@@ -120,7 +110,7 @@ pub async fn ready(State(st): State<AppState>) -> Response {
             "shutdown": if closing { "shutting down" } else { "no" },
         },
         "store": store_facts,
-        "warnings": {"subscriptions": waiting, "schedules": late_schedules(&st), "queues": degraded_queues(&st), "secrets": {"unsealable": st.engine.unsealable()}, "auditLog": crate::audit::ready_status(&st).await},
+        "warnings": {"subscriptions": waiting, "schedules": late_schedules(&st), "queues": degraded_queues(&st), "secrets": {"unsealable": unsealable(&st)}, "auditLog": crate::audit::ready_status(&st).await},
     });
     if ok {
         (StatusCode::OK, Json(body)).into_response()
@@ -133,6 +123,22 @@ pub async fn ready(State(st): State<AppState>) -> Response {
         )
             .into_response()
     }
+}
+
+/// Registered subscriptions this replica cannot unseal (only registrations have sealed secrets): their
+/// ids are the secret parts of their ingest URLs, so `/ready` (public) says how many and the first
+/// reason, under `api`: `{"api": "<n> registered subscription(s): <reason>"}`, `{}` when none. The ids
+/// are in the log and behind a key (`GET /v1/trigger-subscriptions`).
+fn unsealable(st: &AppState) -> Value {
+    let all = st.engine.unsealable();
+    let mut out = serde_json::Map::new();
+    if let Some(reason) = all.values().next() {
+        out.insert(
+            tb_engine::catalog::REGISTERED_LABEL.into(),
+            format!("{} registered subscription(s): {reason}", all.len()).into(),
+        );
+    }
+    Value::Object(out)
 }
 
 /// A check's value in `/ready`: `"ok"`, or the reason it failed.

@@ -63,7 +63,8 @@ async fn ready_is_public_200_and_lists_dead_lettered_subscriptions_as_warnings()
             "status": "ready",
             "checks": {"writer": "ok", "reads": "ok", "shutdown": "no"},
             "store": {"backend": "sqlite", "reachable": true},
-            "warnings": {"subscriptions": {"dead-lettered": [], "failed": []}, "schedules": {"late": []}, "queues": {"degraded": {}}, "secrets": {"unsealable": {}}},
+            "warnings": {"subscriptions": {"dead-lettered": [], "failed": []}, "schedules": {"late": []}, "queues": {"degraded": {}}, "secrets": {"unsealable": {}},
+                "auditLog": {"status": "unkeyed", "keyed": false, "message": trigger_bridge_api::audit::UNKEYED}},
         })
     );
     // A dead-lettered subscription is an operator matter: still 200, named under warnings.

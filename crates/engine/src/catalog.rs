@@ -168,6 +168,10 @@ impl SubscriptionConfig {
 /// Default breaker threshold: consecutive failed attempts before `active -> failed`.
 pub const DEFAULT_FAILURE_THRESHOLD: u32 = 5;
 
+/// What public surfaces call every subscription registered through the API instead of its id
+/// ([`Catalog::public_label`]): `api`, the bucket their metrics are added up in.
+pub const REGISTERED_LABEL: &str = "api";
+
 /// Default body limit: 25 MiB (GitHub's own cap; signals-and-connectors §1.4), in bytes.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
 
@@ -224,6 +228,18 @@ impl Catalog {
     /// One subscription.
     pub fn subscription(&self, id: &str) -> Option<&Arc<SubscriptionConfig>> {
         self.subs.get(id)
+    }
+
+    /// The name the public surfaces (`/metrics` labels, `GET /ready`) may give the subscription `id`:
+    /// its id when it comes from the configuration file, else [`REGISTERED_LABEL`]. The id of a
+    /// subscription registered through the API is the unguessable part of its ingest URL and is
+    /// shown only behind an API key (docs/operations.md, "Metrics"). An id this catalog does not hold
+    /// (registered on another replica, not loaded here) is treated as registered.
+    pub fn public_label<'a>(&self, id: &'a str) -> &'a str {
+        match self.subs.get(id) {
+            Some(s) if s.registration.is_none() => id,
+            _ => REGISTERED_LABEL,
+        }
     }
 
     /// Live (not revoked) bindings of a subscription, in config order.

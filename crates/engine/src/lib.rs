@@ -21,6 +21,7 @@ pub mod orchestrator;
 pub mod quarantine;
 pub mod queue;
 pub mod rate_limit;
+pub mod readiness;
 pub mod registration;
 pub mod replay;
 pub mod router;
@@ -114,6 +115,8 @@ pub struct Engine {
     pub changes: Arc<tokio::sync::watch::Sender<u64>>,
     /// The audit key and the audit log's status for `GET /ready` ([`audit`]).
     pub(crate) audit: audit::AuditState,
+    /// The last store probe of `GET /ready` ([`readiness`]), reused for its interval.
+    pub(crate) ready_probe: readiness::ReadyProbe,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -203,6 +206,7 @@ impl Engine {
             run_ends: tokio::sync::broadcast::channel(4096).0,
             changes: Arc::new(tokio::sync::watch::channel(0).0),
             audit: Default::default(),
+            ready_probe: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(

@@ -49,14 +49,25 @@ impl Engine {
             .into_iter()
             .map(|q| (q.subscription_id.clone(), q))
             .collect();
-        for s in self.catalog().subscriptions() {
+        // Per configured subscription 0 or 1; the registered ones (whose ids are the secret part of
+        // their ingest URLs) are added up under `api` (`Catalog::public_label`).
+        let catalog = self.catalog();
+        // `api` is always shown (0 without any), so it falls back to 0 when the last one goes.
+        let mut quarantined: HashMap<&str, f64> =
+            [(crate::catalog::REGISTERED_LABEL, 0.0)].into();
+        for s in catalog.subscriptions() {
+            let label = catalog.public_label(&s.id);
             let on = f64::from(u8::from(map.contains_key(&s.id)));
-            metrics::gauge!("tb_subscription_quarantined", "subscription" => s.id.clone()).set(on);
+            *quarantined.entry(label).or_default() += on;
             if s.previous_secret.is_some() {
                 // Shown from the start, so "stopped growing" can be told from "never used".
-                metrics::counter!("tb_previous_secret_accepted_total", "subscription" => s.id.clone())
+                metrics::counter!("tb_previous_secret_accepted_total", "subscription" => label.to_string())
                     .increment(0);
             }
+        }
+        for (label, n) in quarantined {
+            metrics::gauge!("tb_subscription_quarantined", "subscription" => label.to_string())
+                .set(n);
         }
         *self.quarantines.write().expect("quarantine lock") = map;
         Ok(())
@@ -113,7 +124,7 @@ impl Engine {
             .map_err(store_err)?;
         self.reload_quarantines().await?;
         if made {
-            metrics::counter!("tb_quarantines_total", "subscription" => subscription.to_string(), "by" => if rec.quarantined_by.is_some() { "operator" } else { "rule" }).increment(1);
+            metrics::counter!("tb_quarantines_total", "subscription" => self.catalog().public_label(subscription).to_string(), "by" => if rec.quarantined_by.is_some() { "operator" } else { "rule" }).increment(1);
             tracing::warn!(subscription, reason = %rec.reason, "subscription quarantined: every request is refused (403) until an operator releases it");
         }
         let now = self.quarantined(subscription).unwrap_or(rec);

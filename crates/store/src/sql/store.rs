@@ -91,6 +91,8 @@ pub struct SqlStore<B> {
     attempts: Batcher<AttemptCommit, AttemptCommitted>,
     /// Receipt commits, batched ([`ingest_batch`]).
     receipts: Batcher<ReceiptCommit, IngestOutcome>,
+    /// No-op probes sent to the writer by [`Store::ping_writer`] ([`SqlStore::writer_pings`]).
+    pings: std::sync::atomic::AtomicU64,
 }
 
 impl<B: Backend> SqlStore<B> {
@@ -100,7 +102,14 @@ impl<B: Backend> SqlStore<B> {
             backend: Arc::new(backend),
             attempts: Batcher::new(attempt_batch::commit_attempts),
             receipts: Batcher::new(ingest_batch::commit_receipts),
+            pings: Default::default(),
         }
+    }
+
+    /// How many no-op probes [`Store::ping_writer`] has sent to the writer since the store opened
+    /// (each is one write job; `GET /ready` sends at most one per probe interval, docs/operations.md).
+    pub fn writer_pings(&self) -> u64 {
+        self.pings.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Passes `r` through, announcing `wake` to the other replicas when it is `Ok` (committed).
@@ -678,6 +687,8 @@ impl<B: Backend> Store for SqlStore<B> {
                 "the writer thread is not running".into(),
             ));
         }
+        self.pings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.backend.write(|_| Ok(())).await
     }
     fn facts(&self) -> crate::BackendFacts {
