@@ -1,7 +1,8 @@
 //! Coalescing (signals-and-connectors §0.2; DESIGN "One session per key"): one live session per
 //! `(workflow, coalesce key)`. A coalescing `start_run` starts the session only when no live session
 //! holds the key; later deliveries take `on_existing` on the holder; a `raise_signal` /
-//! `enqueue_prompt` aimed at a key lands on its holder.
+//! `enqueue_prompt` aimed at a key lands on its live holder, or waits while a start for the key is
+//! queued ([`target`]).
 
 use super::OnExisting;
 use crate::error::ErrorCode;
@@ -83,19 +84,37 @@ pub fn join(on_existing: OnExisting, has_signal: bool, has_prompt: bool) -> Resu
     }
 }
 
-/// The run a `raise_signal` / `enqueue_prompt` aimed at `(workflow, key)` lands on: the key's holder
-/// (`holder_run`, ended or not: an ended one then refuses `target_terminal` in the rule that follows).
-/// With no holder, `start_pending` (a `pending`/`retrying` `start_run` delivery of that workflow and key
-/// exists: the session's own start is still queued) makes it a retryable refusal, so the signal waits
-/// for its session and is never lost. Errors: `Rejected(unavailable)` "the target session is still
-/// starting"; `Rejected(not_found)` "no session holds this coalesce key".
-pub fn target(holder_run: Option<&str>, start_pending: bool) -> Result<String, Refusal> {
-    match (holder_run, start_pending) {
-        (Some(run), _) => Ok(run.into()),
-        (None, true) => Err(Refusal::Rejected {
+/// Whether [`target`] needs to know if a start for the key is pending: when no live session holds it
+/// (no holder, or the holder has ended). A backend reads the pending start only then.
+pub fn start_matters(holder: Option<&Holder>) -> bool {
+    holder.is_none_or(|h| h.status.is_terminal())
+}
+
+/// The run a `raise_signal` / `enqueue_prompt` aimed at `(workflow, key)` lands on (docs/sessions.md
+/// "Coalescing", docs/configuration.md "an `opened` and a `synchronize` arriving together lose
+/// nothing"):
+///
+/// 1. a live holder: that run;
+/// 2. otherwise, when `start_pending` (a `pending`/`retrying` `start_run` delivery of that workflow and
+///    key exists, leased or not: a session start for the key is queued or under way), a retryable
+///    refusal, so the signal waits for the session that start begins and is never lost. This holds
+///    for a key that never had a session and for one whose session has ended alike: the start will
+///    take the key over from the ended run ([`coalesce`]);
+/// 3. otherwise the ended holder (the rule that follows refuses `target_terminal`), or none.
+///
+/// `holder` is the key's row joined to its run; `start_pending` need only be read when
+/// [`start_matters`]. Backend read order (READ COMMITTED): `start_pending` first, then `holder`: a
+/// start that commits between the two reads is then seen as the key's new live holder, never missed
+/// by both. Errors: `Rejected(unavailable)` "the target session is still starting";
+/// `Rejected(not_found)` "no session holds this coalesce key".
+pub fn target(holder: Option<&Holder>, start_pending: bool) -> Result<String, Refusal> {
+    match (holder, start_pending) {
+        (Some(h), _) if !h.status.is_terminal() => Ok(h.run_id.clone()),
+        (_, true) => Err(Refusal::Rejected {
             code: ErrorCode::Unavailable,
             message: "the target session is still starting".into(),
         }),
+        (Some(ended), false) => Ok(ended.run_id.clone()),
         (None, false) => Err(Refusal::Rejected {
             code: ErrorCode::NotFound,
             message: "no session holds this coalesce key".into(),
@@ -170,8 +189,11 @@ mod tests {
 
     #[test]
     fn a_keyed_target_is_its_holder_or_waits_for_its_start() {
-        assert_eq!(target(Some("run_1"), false), Ok("run_1".to_string()));
-        assert_eq!(target(Some("run_1"), true), Ok("run_1".to_string()));
+        let live = holder(RunStatus::Running);
+        assert_eq!(target(Some(&live), false), Ok("run_1".to_string()));
+        assert_eq!(target(Some(&live), true), Ok("run_1".to_string()));
+        assert!(!start_matters(Some(&live)));
+        assert!(start_matters(None));
         assert_eq!(
             target(None, true).unwrap_err().code(),
             ErrorCode::Unavailable
@@ -183,5 +205,27 @@ mod tests {
                 message: "no session holds this coalesce key".into()
             })
         );
+    }
+
+    #[test]
+    fn a_start_queued_for_an_ended_key_makes_its_signals_wait() {
+        for status in [
+            RunStatus::Completed,
+            RunStatus::Failed,
+            RunStatus::Cancelled,
+        ] {
+            let ended = holder(status);
+            assert!(start_matters(Some(&ended)));
+            // A new session for the key is queued or under way: wait for it, never refuse.
+            assert_eq!(
+                target(Some(&ended), true),
+                Err(Refusal::Rejected {
+                    code: ErrorCode::Unavailable,
+                    message: "the target session is still starting".into()
+                })
+            );
+            // Nothing will start again: the ended run, which then refuses `target_terminal`.
+            assert_eq!(target(Some(&ended), false), Ok("run_1".to_string()));
+        }
     }
 }

@@ -8,26 +8,46 @@ use crate::sql::{Db, Dialect};
 use tb_core::binding::{self, Holder, Join};
 
 /// Resolves a target to a run id (rule: `tb_core::binding::target`): a fixed run, or the run holding
-/// the `(workflow, key)` coalesce key. Errors: `Rejected(unavailable)` while the session's own start is
-/// still queued; `Rejected(not_found)` when no session holds the key.
+/// the `(workflow, key)` coalesce key. When no live session holds the key, whether a start for it is
+/// pending is read first and the holder again after it (the rule's read order: a start committing
+/// between the reads shows as the new live holder). Errors: `Rejected(unavailable)` while a session
+/// start for the key is queued (a key never held, or one whose session ended); `Rejected(not_found)`
+/// when no session holds the key.
 pub(super) fn target_run(c: &dyn Db, t: &Target) -> StoreResult<String> {
     let (workflow_id, key) = match t {
         Target::Run(r) => return Ok(r.clone()),
         Target::Session { workflow_id, key } => (workflow_id, key),
     };
-    let held: Option<String> = c.value(
-        "SELECT run_id FROM coalesce_keys WHERE workflow_id = ?1 AND key = ?2",
+    let mut holder = key_holder(c, workflow_id, key)?;
+    let mut pending = false;
+    if binding::start_matters(holder.as_ref()) {
+        pending = start_pending(c, workflow_id, key)?;
+        holder = key_holder(c, workflow_id, key)?;
+    }
+    binding::target(holder.as_ref(), pending).map_err(refused)
+}
+
+/// The run holding coalesce key `(workflow_id, key)` and its status (unlocked: the rule that acts on
+/// the run locks it next), `None` when no row holds the key.
+fn key_holder(c: &dyn Db, workflow_id: &str, key: &str) -> StoreResult<Option<Holder>> {
+    c.row(
+        "SELECT k.run_id, r.status FROM coalesce_keys k JOIN runs r ON r.id = k.run_id \
+         WHERE k.workflow_id = ?1 AND k.key = ?2",
         p![workflow_id, key],
-    )?;
-    let pending = match held {
-        Some(_) => false,
-        None => start_pending(c, workflow_id, key)?,
-    };
-    binding::target(held.as_deref(), pending).map_err(refused)
+        |r| {
+            let status: String = r.get(1)?;
+            Ok(Holder {
+                run_id: r.get(0)?,
+                status: tb_core::run::RunStatus::parse(&status)
+                    .ok_or_else(|| read::bad("run status", &status))?,
+            })
+        },
+    )
 }
 
 /// Whether a `start_run` delivery of `workflow_id` for coalesce key `key` is still `pending` or
-/// `retrying` (the key inside the delivery's JSON params: `json_extract` on SQLite, `->>` on PostgreSQL).
+/// `retrying`, leased or not (a lease keeps the state; the key inside the delivery's JSON params:
+/// `json_extract` on SQLite, `->>` on PostgreSQL).
 fn start_pending(c: &dyn Db, workflow_id: &str, key: &str) -> StoreResult<bool> {
     let sql = match c.dialect() {
         Dialect::Sqlite => "SELECT EXISTS (SELECT 1 FROM deliveries INDEXED BY deliveries_due WHERE state IN ('pending', 'retrying') \
