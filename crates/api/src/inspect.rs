@@ -304,7 +304,8 @@ pub async fn replay_delivery(
 
 /// `GET /v1/receipts/{id}/redacted-body` (scope `operator:bodies`) -> `{receiptId, contentType,
 /// bodyBytes, json: bool, redacted?}`: a JSON body with every credential- or contact-named value
-/// replaced (`tb_core::redact`); a body that is not JSON is not shown (`json: false`). Errors: 404
+/// and every credential of a listed shape in a text replaced (`tb_core::redact`,
+/// `tb_core::credentials`); a body that is not JSON is not shown (`json: false`). Errors: 404
 /// (no such receipt, or its body expired with the retention).
 #[utoipa::path(get, path = "/v1/receipts/{id}/redacted-body", tag = "receipts", params(("id" = String, Path, description = "Receipt id")), responses((status = 200, description = "{receiptId, contentType, bodyBytes, json, redacted?}"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn redacted_body(

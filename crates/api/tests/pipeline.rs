@@ -740,6 +740,56 @@ async fn a_lease_shorter_than_the_work_is_renewed_and_the_worker_gets_one_post()
     );
 }
 
+/// A failed attempt's message is masked with the one credential list (`tb_core::credentials`, corpus
+/// in tests/fixtures/credentials) before it is stored: a worker that echoes a key, an AWS key id or a
+/// token in its error body leaves `[redacted]` in the attempt log, the subscription's `lastError`
+/// and the console, and a token cut by the 256-byte limit is masked too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempts_message_is_stored_with_its_credentials_masked() {
+    let corpus = tb_core::credentials::corpus(
+        &std::fs::read_to_string(fixtures().join("credentials/positives.txt")).unwrap(),
+    );
+    let example = |name: &str| {
+        corpus
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, e)| e.clone())
+            .unwrap()
+    };
+    let (tbk, akia, ghp) = (
+        example("trigger-bridge-api-key"),
+        example("aws-access-key-id"),
+        example("github-token"),
+    );
+    let head = format!(r#"{{"error":"denied","key":"{tbk}","aws":"{akia}","pad":""#);
+    // The GitHub token starts 16 bytes before the 256-byte cut: only its first 16 are read.
+    let pad = "x".repeat(256 - 16 - head.len() - r#"","gh":""#.len());
+    let body = format!(r#"{head}{pad}","gh":"{ghp}"}}"#);
+    assert_eq!(body.find(&ghp), Some(240));
+    let app = axum::Router::new().route(
+        "/run",
+        axum::routing::post(move || {
+            let body = body.clone();
+            async move { (StatusCode::INTERNAL_SERVER_ERROR, body) }
+        }),
+    );
+    let (url, _) = serve_worker(app, Default::default()).await;
+    let s = start(Some(url), fast_retry(1), 0).await;
+    let (_, _, d) = post_and_settle(&s, "cred-1").await;
+    let m = d["attempts"][0]["message"].as_str().unwrap();
+    assert_eq!(
+        m,
+        format!(
+            r#"HTTP 500: {{"error":"denied","key":"[redacted]","aws":"[redacted]","pad":"{pad}","gh":"[redacted]"#
+        )
+    );
+    let sub = s.get("/v1/trigger-subscriptions/github").await;
+    let last = sub["stateDetail"]["lastError"].as_str().unwrap();
+    for secret in [tbk.as_str(), akia.as_str(), &ghp[..16]] {
+        assert!(!last.contains(secret), "{last}");
+    }
+}
+
 /// Issue #9 defect 6: a failed attempt keeps a short sanitized message (status and the first bytes of
 /// the body, printable only, capped), shown as `attempts[].message`; connect errors read as a sentence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,9 @@ use std::sync::LazyLock;
 
 use regex::{Regex, RegexSet};
 
+/// What a masked credential reads as, in a stored attempt message and the redacted body view.
+pub const MASK: &str = "[redacted]";
+
 /// An extra test a pattern's match must pass, for shapes whose text alone would also match prose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Check {

@@ -3,8 +3,11 @@
 //! - a value under a key naming a credential or a personal contact ([`SENSITIVE`] as a part of the
 //!   key, [`SENSITIVE_WORDS`] as a whole word of it) becomes `"[redacted]"`;
 //! - a `{name|key: <such a name>, value: ...}` pair (headers as lists) has its `value` redacted;
-//! - a string holding JSON is redacted inside; `Bearer ...` / `Basic ...` strings and the user
-//!   information of URLs (`https://user:pw@host`) and their `token=`-like query values are redacted;
+//! - a string holding JSON is redacted inside; a `Bearer <x>` / `Basic <x>` / `token <x>` string
+//!   and the user information of URLs (`https://user:pw@host`) and their `token=`-like query values
+//!   are redacted;
+//! - a credential of a listed shape anywhere in a string (an API key, a vendor token, a JWT, a PEM
+//!   private key: the one list of [`crate::credentials`]) is replaced where it stands;
 //! - strings longer than [`MAX_STRING`] are cut.
 //!
 //! A list of names cannot know every secret a sender invents: the view is for finding out what was
@@ -42,7 +45,7 @@ pub const SENSITIVE_WORDS: &[&str] = &["auth", "key", "pin", "otp", "ssn", "pwd"
 /// Longest string kept whole, in characters; longer ones end in `…`.
 pub const MAX_STRING: usize = 512;
 
-const REDACTED: &str = "[redacted]";
+const REDACTED: &str = crate::credentials::MASK;
 
 /// Whether a key's value is hidden.
 pub fn sensitive(key: &str) -> bool {
@@ -84,8 +87,14 @@ fn string(s: &str) -> Value {
             }
         }
     }
+    // An `Authorization` value: a scheme and one credential (however short), nothing after it. A
+    // scheme word starting a sentence (`Bearer authentication required`) is left to the list below.
     let lower = t.to_ascii_lowercase();
-    if lower.starts_with("bearer ") || lower.starts_with("basic ") || lower.starts_with("token ") {
+    if ["bearer ", "basic ", "token "]
+        .iter()
+        .any(|p| lower.starts_with(p))
+        && t.split_whitespace().count() == 2
+    {
         return Value::String(REDACTED.into());
     }
     let mut out = s.to_string();
@@ -108,6 +117,11 @@ fn string(s: &str) -> Value {
             })
             .collect();
         out = format!("{head}{}", query.join("&"));
+    }
+    // Credentials of a listed shape anywhere in the text (crate::credentials), before the cut so
+    // that a cut never leaves the head of one.
+    if let std::borrow::Cow::Owned(masked) = crate::credentials::mask(&out, REDACTED) {
+        out = masked;
     }
     if out.chars().count() > MAX_STRING {
         out = out.chars().take(MAX_STRING).chain(['…']).collect();
@@ -192,6 +206,36 @@ mod tests {
             "https://[redacted]@example.com/x?token=[redacted]&page=2"
         );
         assert_eq!(r["nested"], "{\"password\":\"[redacted]\"}");
+    }
+
+    fn corpus(file: &str) -> Vec<(String, String)> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/credentials")
+            .join(file);
+        crate::credentials::corpus(&std::fs::read_to_string(p).unwrap())
+    }
+
+    /// The corpus of tests/fixtures/credentials: a credential of any listed shape in free text (a
+    /// comment, a list item), under a key that names nothing, is replaced where it stands; ordinary
+    /// text is kept as sent.
+    #[test]
+    fn every_credential_shape_of_the_corpus_is_redacted_in_free_text() {
+        let mut shown = Vec::new();
+        for (name, example) in corpus("positives.txt") {
+            let r = json(
+                &j!({"comment": {"body": format!("my key is {example}")}, "list": [example.clone()]}),
+            );
+            if r != j!({"comment": {"body": "my key is [redacted]"}, "list": ["[redacted]"]}) {
+                shown.push(format!("{name}: {r}"));
+            }
+        }
+        assert_eq!(shown, Vec::<String>::new());
+        let changed: Vec<String> = corpus("negatives.txt")
+            .into_iter()
+            .map(|(_, text)| text)
+            .filter(|text| json(&j!({"comment": text})) != j!({"comment": text}))
+            .collect();
+        assert_eq!(changed, Vec::<String>::new());
     }
 
     #[test]

@@ -284,7 +284,12 @@ async fn attempt_traced(
                             trace,
                         };
                         executor::start_run(engine, &w, &req).await.map_err(|f| {
-                            message = Some(f.message);
+                            // A worker's text is outside text: credentials of a listed shape are
+                            // masked before the message is logged or stored (docs/limits.md).
+                            message = Some(
+                                tb_core::credentials::mask(&f.message, tb_core::credentials::MASK)
+                                    .into_owned(),
+                            );
                             f.result
                         })
                     }

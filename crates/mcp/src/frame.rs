@@ -2,9 +2,10 @@
 //! counts) are plain fields; every value that came from outside (signal data, a prompt's text, a
 //! webhook's event type, a worker's error text) moves under `untrusted`, at the same path, and a
 //! server-written `system` line says what that means. Credentials are withheld: the value of a key
-//! naming one (`signingSecret`, `token`, `apiKey`, ...) and a string of a known credential shape
-//! (`Bearer ...`, `ghp_...`, `whsec_...`) are replaced by `[withheld]` at any depth. Outside data is
-//! otherwise passed whole, as it was sent. No tool answers with a raw body.
+//! naming one (`signingSecret`, `token`, `apiKey`, ...) and a string holding a credential of a listed
+//! shape (`tb_core::credentials`: `tbk_...`, `ghp_...`, `AKIA...`, `sk-...`, a JWT, a PEM private
+//! key, `Bearer ...`) are replaced by `[withheld]` at any depth. Outside data is otherwise passed
+//! whole, as it was sent. No tool answers with a raw body.
 
 use serde_json::{Map, Value};
 
@@ -172,28 +173,11 @@ fn withheld(key: &str) -> bool {
     .any(|w| k.contains(w))
 }
 
-/// Whether a string carries a credential of a known shape (a bearer header, a GitHub token, a
-/// Standard Webhooks secret, a capability token, an `access_token=` query): withheld whole.
+/// Whether a string carries a credential of a listed shape (this product's keys and tokens, vendor
+/// tokens, JWTs, PEM private keys, `Bearer`/`Basic` credentials: the one list of
+/// [`tb_core::credentials`], docs/limits.md): withheld whole.
 fn credential_text(s: &str) -> bool {
-    let l = s.to_ascii_lowercase();
-    [
-        "bearer ",
-        "bearer\t",
-        "basic ",
-        "ghp_",
-        "gho_",
-        "ghs_",
-        "ghu_",
-        "ghr_",
-        "github_pat_",
-        "xoxb-",
-        "xoxp-",
-        "whsec_",
-        "tbcap_",
-        "access_token=",
-    ]
-    .iter()
-    .any(|p| l.contains(p))
+    tb_core::credentials::contains(s)
 }
 
 /// `v` with the value of every credential-named key, at any depth, replaced by [`WITHHELD`] (the
@@ -440,7 +424,7 @@ mod tests {
             let f = frame(&json!({"signalId": id}), Map::new());
             assert_eq!(f.get("signalId").is_some(), plain, "{id}: {f}");
         }
-        let err = json!({"stateDetail": {"lastError": "500: {\"auth\":\"Bearer ghp_abc\"}", "failuresSinceSuccess": 3}});
+        let err = json!({"stateDetail": {"lastError": "500: {\"auth\":\"Bearer abc123def456\"}", "failuresSinceSuccess": 3}});
         let f = frame(&err, Map::new());
         assert_eq!(f["untrusted"]["stateDetail"]["lastError"], WITHHELD);
         assert_eq!(f["stateDetail"]["failuresSinceSuccess"], 3);
@@ -545,6 +529,55 @@ mod tests {
             "https://github.com/o/r/pull/1"
         );
         assert_eq!(f["subscriptionId"], "gh");
+    }
+
+    fn corpus(file: &str) -> Vec<(String, String)> {
+        let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/credentials")
+            .join(file);
+        tb_core::credentials::corpus(&std::fs::read_to_string(p).unwrap())
+    }
+
+    fn strings(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::String(s) => out.push(s.clone()),
+            Value::Array(a) => a.iter().for_each(|i| strings(i, out)),
+            Value::Object(m) => m.values().for_each(|i| strings(i, out)),
+            _ => {}
+        }
+    }
+
+    /// The corpus of tests/fixtures/credentials (one list, tb_core::credentials): every example,
+    /// alone or inside a sentence, at any depth of outside data, is withheld; ordinary text is not.
+    #[test]
+    fn every_credential_shape_of_the_corpus_is_withheld_and_ordinary_text_is_not() {
+        let mut shown = Vec::new();
+        for (name, example) in corpus("positives.txt") {
+            let v = json!({"stateDetail": {"lastError": format!("HTTP 500: {example}")},
+                "winner": {"signal": {"data": {"note": format!("see {example} here"), "list": [example.clone()]}}}});
+            let f = frame(&v, Map::new());
+            let mut seen = Vec::new();
+            strings(&f, &mut seen);
+            if seen.iter().any(|s| s.contains(example.as_str()))
+                || f["untrusted"]["winner"]["signal"]["data"]["note"] != WITHHELD
+                || f["untrusted"]["stateDetail"]["lastError"] != WITHHELD
+            {
+                shown.push(format!("{name}: {example}"));
+            }
+        }
+        assert_eq!(shown, Vec::<String>::new());
+        let withheld: Vec<String> = corpus("negatives.txt")
+            .into_iter()
+            .map(|(_, text)| text)
+            .filter(|text| {
+                let f = frame(
+                    &json!({"winner": {"signal": {"data": {"note": text}}}}),
+                    Map::new(),
+                );
+                f["untrusted"]["winner"]["signal"]["data"]["note"] != text.as_str()
+            })
+            .collect();
+        assert_eq!(withheld, Vec::<String>::new());
     }
 
     #[test]

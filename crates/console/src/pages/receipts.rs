@@ -271,7 +271,7 @@ pub async fn body(
     } else {
         html! {
             p { a href={ "/ui/receipts/" (html::seg(&id)) } { "← Receipt " (id) } }
-            p.muted { (v["bodyBytes"]) " bytes, " (v["contentType"].as_str().unwrap_or("no content type")) ". Values under credential- or contact-named keys, credentials in URLs and Bearer/Basic values are replaced by [redacted]; long strings are cut. This view is recorded in the audit log." }
+            p.muted { (v["bodyBytes"]) " bytes, " (v["contentType"].as_str().unwrap_or("no content type")) ". Values under credential- or contact-named keys, credentials in URLs, Bearer/Basic values and credentials of a known shape anywhere in a text (API keys, vendor tokens, JWTs, private keys) are replaced by [redacted]; long strings are cut. This view is recorded in the audit log." }
             @if v["json"] == true { (html::pre(&serde_json::to_string_pretty(&v["redacted"]).unwrap_or_default())) }
             @else { p { "This body is not JSON, so it is not shown." } }
         }
