@@ -10,11 +10,25 @@ use tb_wire::json::Raw;
 use tb_wire::manifest::Manifest;
 use tb_wire::FlowEnvelope;
 
-/// A workflow's flow version: the first 12 hex digits of the SHA-256 of its definition (a changed
-/// definition is a new version; the same one is the same on every replica).
-pub fn version(w: &Workflow) -> String {
-    let bytes = serde_json::to_vec(w).unwrap_or_default();
-    hex::encode(Sha256::digest(bytes))[..12].to_string()
+/// A flow's version: the first 12 hex digits of the SHA-256 of its whole body as sent (`body_text`,
+/// the JSON of a [`FlowBody`]). Any change of the body (a node, its action, the target subject that
+/// follows the service's nats source `default`, the Durable Timer flag) is a new version, and the
+/// same body is the same version on every replica: services replace a flow only when its version
+/// differs (triggers.v2 §10 broadcast; `tb_wire::flow::FlowTable`; docs/wire.md).
+pub fn body_version(body_text: &str) -> String {
+    hex::encode(Sha256::digest(body_text.as_bytes()))[..12].to_string()
+}
+
+/// The JSON text of a flow body, as [`for_service`] sends it.
+fn body_text(b: &FlowBody) -> String {
+    serde_json::to_string(b).expect("a flow body encodes")
+}
+
+/// The version of nats workflow `w`'s flow for `manifest` ([`body_version`] of [`body`]): what
+/// [`for_service`] hands the service and what the `X-Triggers-Flow-Version` of its messages says.
+/// `None` for another executor.
+pub fn version(w: &Workflow, manifest: &Manifest) -> Option<String> {
+    body(w, manifest).map(|b| body_version(&body_text(&b)))
 }
 
 /// The inbound subject of `manifest`: the `default` of its first `nats` service source.
@@ -72,10 +86,10 @@ pub fn for_service<'a>(
             refused.push((w.id.clone(), e));
             continue;
         }
-        let text = serde_json::to_string(&b).expect("a flow body encodes");
+        let text = body_text(&b);
         flows.push(FlowEnvelope {
             id: w.id.clone(),
-            version: version(w),
+            version: body_version(&text),
             body: Raw::parse(&text).expect("an encoded body parses"),
         });
     }
@@ -138,14 +152,58 @@ mod tests {
             for_service(ws.iter(), &manifest(Some(vec!["durable_timer.v1".into()])));
         assert_eq!(flows.len(), 3);
         assert!(refused.is_empty());
-        // The version follows the definition.
+        // The version follows the body.
+        let m = manifest(None);
         assert_ne!(
-            version(&wf("a", "svc", false)),
-            version(&wf("a", "svc", true))
+            version(&wf("a", "svc", false), &m),
+            version(&wf("a", "svc", true), &m)
         );
         assert_eq!(
-            version(&wf("a", "svc", false)),
-            version(&wf("a", "svc", false))
+            version(&wf("a", "svc", false), &m),
+            version(&wf("a", "svc", false), &m)
         );
+        assert_eq!(
+            version(&wf("a", "svc", false), &m).as_ref(),
+            Some(&flows[0].version)
+        );
+        assert_eq!(
+            version(
+                &Workflow {
+                    id: "noop".into(),
+                    executor: Executor::Noop
+                },
+                &m
+            ),
+            None
+        );
+    }
+
+    /// A service that registers again with another nats source `default` gets the same workflow with
+    /// a new `config.target`: a changed body is a new version, so a service that replaces a flow only
+    /// when the version differs (`tb_wire::flow::FlowTable`) takes the new body.
+    #[test]
+    fn a_changed_body_is_a_new_version_that_replaces_the_stale_flow() {
+        let ws = [wf("a", "svc", false)];
+        let with_default = |subject: &str| {
+            let mut m = manifest(None);
+            m.service_sources.as_mut().unwrap()[0].default = subject.into();
+            m
+        };
+        let (first, _) = for_service(ws.iter(), &with_default("triggers.v2.svc.in"));
+        let (moved, _) = for_service(ws.iter(), &with_default("triggers.v2.svc.moved"));
+        assert_ne!(first[0].body.get(), moved[0].body.get());
+        assert_ne!(
+            first[0].version, moved[0].version,
+            "a changed body is a new version"
+        );
+        let (same, _) = for_service(ws.iter(), &with_default("triggers.v2.svc.in"));
+        assert_eq!(
+            same[0].version, first[0].version,
+            "the same body, the same version"
+        );
+        let mut table = tb_wire::flow::FlowTable::default();
+        assert_eq!(table.apply(&first[0]), tb_wire::flow::Applied::Added);
+        assert_eq!(table.apply(&moved[0]), tb_wire::flow::Applied::Replaced);
+        assert!(moved[0].body.get().contains("triggers.v2.svc.moved"));
     }
 }

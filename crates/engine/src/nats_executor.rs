@@ -22,16 +22,22 @@ use crate::{clock, Engine};
 /// How long a PubAck is awaited before the attempt fails (`timeout`).
 pub const PUBACK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The envelope of an attempt: ids from the run and delivery, and the attempt's trace context
-/// ([`crate::trace::attempt_span`]) as trace id, span id and `traceparent`.
-pub fn envelope(workflow: &Workflow, action: &str, req: &StartRequest<'_>) -> Envelope {
+/// The envelope of an attempt: ids from the run and delivery, the flow's version for the service's
+/// `manifest` ([`crate::flows::version`], the one its flow was handed with), and the attempt's trace
+/// context ([`crate::trace::attempt_span`]) as trace id, span id and `traceparent`.
+pub fn envelope(
+    workflow: &Workflow,
+    action: &str,
+    req: &StartRequest<'_>,
+    manifest: &Manifest,
+) -> Envelope {
     Envelope {
         traceparent: req.trace.to_traceparent(),
         trace_id: req.trace.trace_id_hex(),
         span_id: req.trace.span_id_hex(),
         flow_run_id: req.run_id.into(),
         flow_id: workflow.id.clone(),
-        flow_version: crate::flows::version(workflow),
+        flow_version: crate::flows::version(workflow, manifest).unwrap_or_default(),
         idempotency_key: req.delivery_id.into(),
         source_node_id: action.into(),
         retry_count: i64::from(req.attempt.saturating_sub(1)),
@@ -93,7 +99,7 @@ pub async fn start(
             format!("service {service:?} has no nats source"),
         ));
     };
-    let env = envelope(workflow, action, req);
+    let env = envelope(workflow, action, req, &manifest);
     let mut headers = async_nats::HeaderMap::new();
     for (k, v) in to_headers(&env) {
         if let Ok(v) = v.parse::<async_nats::HeaderValue>() {
@@ -139,8 +145,10 @@ pub async fn start(
 /// on `triggers.v2.dlq.source.<subscription id>` (the orchestrator's own DLQ subject; the SDK never
 /// publishes there): kind `delivery`, the attempt's envelope, the run inputs as body, `why` as
 /// `err_msg`, `occurred_at` = the attempt's start (`started_ms`), so its `Nats-Msg-Id` is the same
-/// for a repeat. Best effort and in the background (the worker does not wait for NATS): the dead
-/// letter itself is in the store; a failed publish is logged.
+/// for a repeat. Its flow version is the one of the service's registered manifest (read in the
+/// background; an unregistered service's reads as the flow with no target). Best effort and in the
+/// background (the worker does not wait for NATS): the dead letter itself is in the store; a failed
+/// publish is logged.
 pub fn source_dead_letter(
     engine: &Engine,
     workflow: &Workflow,
@@ -150,21 +158,32 @@ pub fn source_dead_letter(
     why: &str,
 ) {
     let Some(client) = engine.nats() else { return };
-    let entry = tb_wire::DlqEntry {
+    let mut entry = tb_wire::DlqEntry {
         kind: "delivery".into(),
-        envelope: envelope(workflow, action, req),
+        envelope: envelope(workflow, action, req, &Manifest::default()),
         body: tb_wire::json::Raw::parse(&req.inputs.to_string()).unwrap_or_default(),
         err_msg: why.into(),
         occurred_at: WireTime::from_unix_nanos(started_ms.saturating_mul(1_000_000)),
     };
     let subject = tb_wire::subjects::dlq_source(req.subscription_id);
-    let mut headers = async_nats::HeaderMap::new();
-    if let Ok(v) = entry.msg_id().parse::<async_nats::HeaderValue>() {
-        headers.insert(tb_wire::headers::NATS_MSG_ID, v);
-    }
-    let bytes = json::to_vec(&entry, false).unwrap_or_default();
     let delivery = req.delivery_id.to_string();
+    let (store, workflow) = (engine.store.clone(), workflow.clone());
     tokio::spawn(async move {
+        let service = match &workflow.executor {
+            tb_core::workflow::Executor::Nats { service, .. } => service.as_str(),
+            _ => "",
+        };
+        if let Ok(Some(svc)) = store.get_service(service).await {
+            let manifest: Manifest = serde_json::from_value(svc.manifest).unwrap_or_default();
+            if let Some(v) = crate::flows::version(&workflow, &manifest) {
+                entry.envelope.flow_version = v;
+            }
+        }
+        let mut headers = async_nats::HeaderMap::new();
+        if let Ok(v) = entry.msg_id().parse::<async_nats::HeaderValue>() {
+            headers.insert(tb_wire::headers::NATS_MSG_ID, v);
+        }
+        let bytes = json::to_vec(&entry, false).unwrap_or_default();
         let js = async_nats::jetstream::new(client.clone());
         let sent = tokio::time::timeout(PUBACK_TIMEOUT, async {
             js.publish_with_headers(subject.clone(), headers.clone(), bytes.clone().into())
