@@ -1415,3 +1415,108 @@ async fn a_wired_queue_bus_is_advertised() {
         json!(["webhook", "schedule", "queue"])
     );
 }
+
+/// A receiver of outbound webhooks that records, per run id, the arrival time (Unix ms) and the
+/// event's own `timestamp` (Unix ms) of each delivery.
+async fn timing_receiver() -> (
+    String,
+    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (i64, i64)>>>,
+) {
+    let seen: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, (i64, i64)>>> =
+        Default::default();
+    let s2 = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        axum::routing::post(move |body: axum::body::Bytes| {
+            let seen = s2.clone();
+            async move {
+                let arrived = chrono::Utc::now().timestamp_millis();
+                let b: Value = serde_json::from_slice(&body).unwrap();
+                let at =
+                    chrono::DateTime::parse_from_rfc3339(b["event"]["timestamp"].as_str().unwrap())
+                        .unwrap()
+                        .timestamp_millis();
+                seen.lock()
+                    .unwrap()
+                    .insert(b["runId"].as_str().unwrap().to_string(), (arrived, at));
+                StatusCode::OK
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", l.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(l, app).await.unwrap() });
+    (url, seen)
+}
+
+/// Starts a server whose worker sleeps at most `idle_poll` without a wake-up, registers an outbound
+/// webhook for `run.completed`, starts `n` runs one after the other and returns, for each, how long
+/// (ms) its `run.completed` took from the event's timestamp to the receiver. Panics when one is not
+/// delivered within 10 s.
+async fn outbound_latencies_ms(idle_poll: std::time::Duration, n: usize) -> Vec<i64> {
+    let worker = tb_engine::worker::WorkerConfig {
+        lease_ms: 5_000,
+        idle_poll,
+        ..Default::default()
+    };
+    let s = start_with(None, fast_retry(2), 0, IMMEDIATE, worker).await;
+    s.engine
+        .webhook_allow_private
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let (url, seen) = timing_receiver().await;
+    let (st, _) = s
+        .post(
+            "/v1/webhooks",
+            json!({"url": url, "events": ["run.completed"], "tenantId": "default"}),
+        )
+        .await;
+    assert_eq!(st.as_u16(), 201);
+    let mut out = Vec::new();
+    for i in 0..n {
+        let (_, a) = s
+            .post_github("pull_request", &format!("lat-{i}"), opened(), GH_SECRET)
+            .await;
+        let run_id = a["runId"].as_str().unwrap().to_string();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (arrived, at) = loop {
+            if let Some(t) = seen.lock().unwrap().get(&run_id).copied() {
+                break t;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "run.completed of {run_id} not delivered within 10 s (idle poll {idle_poll:?}); latencies so far {out:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        };
+        out.push(arrived - at);
+    }
+    out
+}
+
+/// Outbound webhook deliveries are written with their run event (the outbox); the commit that writes
+/// them wakes the delivery worker, as a committed receipt does, instead of leaving them to its next
+/// poll (docs/openwop.md). The worker here polls only every 30 s: each delivery arriving within 10 s
+/// was woken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbound_webhook_deliveries_wake_the_worker_when_their_event_commits() {
+    let lat = outbound_latencies_ms(std::time::Duration::from_secs(30), 5).await;
+    assert_eq!(lat.len(), 5);
+}
+
+/// The figures of docs/openwop.md (the worker's default 1 s idle poll): event -> receiver latency of
+/// 50 sequential `run.completed` deliveries. Run with
+/// `cargo test -p trigger-bridge-api --test openwop outbound_webhook_latency_figures -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; not a check"]
+async fn outbound_webhook_latency_figures() {
+    let mut lat = outbound_latencies_ms(std::time::Duration::from_secs(1), 50).await;
+    lat.sort();
+    let p = |q: f64| lat[((lat.len() as f64 - 1.0) * q).round() as usize];
+    eprintln!(
+        "outbound webhook latency (event timestamp -> receiver), n={}: p50 {} ms, p90 {} ms, max {} ms",
+        lat.len(),
+        p(0.5),
+        p(0.9),
+        lat[lat.len() - 1]
+    );
+}

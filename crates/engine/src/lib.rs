@@ -313,9 +313,22 @@ impl Engine {
         Ok(())
     }
 
-    /// Wakes long-polls and the timer loop after a session change was committed.
+    /// Wakes long-polls and the timer loop after a session change was committed (a session change,
+    /// a run's end included, appends run events: [`Engine::run_events_committed`] too).
     pub fn session_changed(&self) {
         self.sessions.send_modify(|n| *n = n.wrapping_add(1));
+        self.run_events_committed();
+    }
+
+    /// Wakes the delivery worker after a commit that may have appended run events, when an outbound
+    /// webhook is live: the events' outbox deliveries (`tb_core::outbox`, one per webhook taking the
+    /// event's type) are due in that same commit, and would otherwise wait for the worker's next poll
+    /// (`WorkerConfig::idle_poll`, 1 s; docs/openwop.md). A wake-up without a due delivery costs one
+    /// empty lease query. Called after the commit returned, never before (the worker must see it).
+    pub fn run_events_committed(&self) {
+        if self.webhooks.any_live() {
+            self.work_ready.notify_one();
+        }
     }
 
     /// Marks the engine as shutting down and wakes every long-poll so it answers at once.

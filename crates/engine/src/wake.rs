@@ -6,7 +6,9 @@
 //! timeout).
 //!
 //! - [`Wake::Work`] -> [`Engine::work_ready`] (one worker permit: the worker leases a batch);
-//! - [`Wake::Sessions`] -> [`Engine::sessions`] (every long-poll and the timer loop re-read their run).
+//! - [`Wake::Sessions`] -> [`Engine::sessions`] (every long-poll and the timer loop re-read their run),
+//!   and [`Engine::run_events_committed`]: a session change on another replica (an API replica has no
+//!   worker) appended run events whose outbound webhook deliveries this replica's worker may take.
 //!
 //! The hints carry no ids: a woken sleeper re-reads its own record, so a hint is never trusted for a
 //! decision. A hint may be lost (listener reconnecting); every sleeper still polls. With a backend that
@@ -34,7 +36,10 @@ pub async fn run(engine: Arc<Engine>, mut stop: watch::Receiver<bool>) {
             r = async { sessions.as_mut().expect("guarded").changed().await }, if sessions.is_some() => {
                 match r {
                     // Not `session_changed`: that is for this replica's own commits.
-                    Ok(()) => engine.sessions.send_modify(|n| *n = n.wrapping_add(1)),
+                    Ok(()) => {
+                        engine.sessions.send_modify(|n| *n = n.wrapping_add(1));
+                        engine.run_events_committed();
+                    }
                     Err(_) => sessions = None,
                 }
             }

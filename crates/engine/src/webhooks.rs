@@ -94,6 +94,10 @@ impl Registry {
     fn replace(&self, all: HashMap<String, Target>) {
         *self.0.write().expect("webhooks lock") = all;
     }
+    /// Whether any webhook is live (a read lock, no allocation).
+    pub fn any_live(&self) -> bool {
+        !self.0.read().expect("webhooks lock").is_empty()
+    }
     /// Ids of the live webhooks, sorted.
     pub fn ids(&self) -> Vec<String> {
         let mut v: Vec<String> = self

@@ -384,12 +384,26 @@ async fn attempt_traced(
     let mut committed = engine.store.commit_attempt(commit).await;
     if let (true, Err(StoreError::Rejected { code, .. })) = (had_effect, &committed) {
         // The local effect was refused inside the transaction (nothing written): record the failure.
-        let failed = build(&Err(crate::effects::refusal(*code)), None);
+        let mut failed = build(&Err(crate::effects::refusal(*code)), None);
+        if let (tb_core::ErrorCode::Unavailable, AttemptDecision::Retry { delay_ms }) =
+            (*code, failed.report.decision)
+        {
+            // A keyed target still starting: retried once its settle window has passed, so a start
+            // accepted together with it is seen (docs/sessions.md "Coalescing").
+            failed.report.decision = AttemptDecision::Retry {
+                delay_ms: tb_core::binding::starting_retry_delay(delay_ms, d.created_at, failed.now),
+            };
+        }
         (outcome, error_class, retrying, changed_session) = summary(&failed);
         committed = engine.store.commit_attempt(failed).await;
     }
     if committed.is_ok() {
         engine.changes.send_modify(|n| *n = n.wrapping_add(1));
+        // The attempt's run events may have written outbox deliveries (an outbound webhook's own
+        // attempt writes none).
+        if d.kind != DeliveryKind::OutboundWebhook {
+            engine.run_events_committed();
+        }
     }
     // A refused local effect replaced the result: its message no longer applies.
     let message_logged = if changed_session == had_effect {

@@ -4,12 +4,17 @@
 //!
 //! The quickstart's `github-sessions` shape (examples/quickstart.toml): `pull_request.opened` starts a
 //! `pr-session` coalesced on `{repository.full_name}#{pull_request.number}`, later `pull_request`
-//! events raise `pr.<action>` on the session holding that key. For each of 200 PRs the first session
-//! is started and cancelled; then a new `opened` and a `synchronize` are accepted and their two
-//! attempts are released together (one task each, behind a barrier). Whichever commits first, the
-//! `synchronize` must end on the NEW session: while the key still points at the cancelled run and the
-//! `opened` start is queued, the signal is retried (`target_starting`), never dead-lettered
-//! `target_terminal`.
+//! events raise `pr.<action>` on the session holding that key. The first session of 400 PRs is
+//! started and cancelled; then per PR a new `opened` and a `synchronize` race, two ways:
+//!
+//! * attempt race (200 PRs): both accepted, then their two attempts released together (one task
+//!   each, behind a barrier). While the key still points at the cancelled run and the `opened` start
+//!   is queued, the signal must retry (`target_starting`), never be dead-lettered `target_terminal`;
+//! * ingest race (200 PRs), with the worker running: the two webhook deliveries accepted by two tasks
+//!   released together, each attempted as soon as it commits, so the `synchronize` may be attempted
+//!   before the `opened` is even committed (the settle window, `START_SETTLE_MS`, covers that).
+//!
+//! Either way the `synchronize` must end on the NEW session.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -172,16 +177,54 @@ async fn drain(engine: &Arc<Engine>) {
     panic!("deliveries still open after 20 rounds");
 }
 
-/// What one backend's race gave.
+/// What one backend's races gave.
 #[derive(Debug, Default)]
 struct Figures {
-    /// `synchronize` attempts that committed before their `opened` had taken the key over (they met the
-    /// cancelled run while the start was queued): how often the race went the hard way.
+    /// Attempt race: `synchronize` attempts that committed before their `opened` had taken the key
+    /// over (they met the cancelled run while the start was queued): how often it went the hard way.
     sync_first: usize,
-    /// Deliveries dead-lettered `target_terminal` (must be 0).
+    /// Ingest race: `synchronize` deliveries that needed more than one attempt (their first met no
+    /// live session: the `opened` was queued, or not committed yet).
+    sync_waited: usize,
+    /// Deliveries dead-lettered `target_terminal` (must be 0), both races.
     target_terminal: usize,
-    /// `synchronize` signals found on the new session.
+    /// `synchronize` signals found on the new session, both races (must be `2 * PAIRS`).
     on_new_session: usize,
+}
+
+/// Checks pair `n` (`opened`, `synchronize` delivery ids) once both are settled: the `opened` started
+/// a new session (not `old_run`) and the `synchronize` is a signal on it. Counts into `f`.
+async fn check(
+    store: &dyn Store,
+    n: usize,
+    (o, s): &(String, String),
+    old_run: &str,
+    f: &mut Figures,
+) {
+    let start = store.get_delivery(o).await.unwrap();
+    let signal = store.get_delivery(s).await.unwrap();
+    for d in [&start, &signal] {
+        if d.dead_letter_reason.as_deref() == Some("target_terminal") {
+            f.target_terminal += 1;
+        }
+    }
+    assert_eq!(start.state, DeliveryState::Delivered, "PR {n}: {start:?}");
+    let new_run = start.run_id.clone().unwrap();
+    assert_ne!(
+        new_run, old_run,
+        "PR {n}: the new opened starts a new session"
+    );
+    if signal.state != DeliveryState::Delivered {
+        return; // counted above when dead-lettered target_terminal; the totals are asserted
+    }
+    assert_eq!(signal.run_id.as_deref(), Some(new_run.as_str()), "PR {n}");
+    let page = store.list_signals(&new_run, None, 50).await.unwrap();
+    let found = page
+        .signals
+        .iter()
+        .any(|r| r.signal["signalId"] == json!(s) && r.signal["name"] == json!("pr.synchronize"));
+    assert!(found, "PR {n}: pr.synchronize on the new session: {page:?}");
+    f.on_new_session += 1;
 }
 
 async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
@@ -189,9 +232,10 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
     let engine = Engine::start(store.clone(), catalog()).await.unwrap();
     let opened = |n: usize| pr_event("00-opened.json", n);
     let sync = |n: usize| pr_event("22-synchronize.json", n);
+    let mut f = Figures::default();
 
-    // 1. Every PR's first session starts, and is cancelled.
-    let first = all((0..PAIRS).map(|n| {
+    // 1. The first session of PRs 0..2*PAIRS starts, and is cancelled.
+    let first = all((0..2 * PAIRS).map(|n| {
         let e = engine.clone();
         async move { accept(&e, &format!("first-open-{n}"), opened(n)).await }
     }))
@@ -209,7 +253,8 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
     }))
     .await;
 
-    // 2. A new `opened` and a `synchronize` per PR, both accepted, then leased.
+    // 2. Attempt race, PRs 0..PAIRS, first part: a new `opened` and a `synchronize` per PR, both
+    //    accepted and leased (for the whole test: the worker started below leaves them alone).
     let pairs = all((0..PAIRS).map(|n| {
         let e = engine.clone();
         async move {
@@ -219,6 +264,7 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
         }
     }))
     .await;
+    let accepted = Instant::now();
     let mut leases: HashMap<String, Lease> = store
         .lease_due("w", FAR, 60_000, 10_000)
         .await
@@ -228,7 +274,62 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
         .collect();
     assert_eq!(leases.len(), 2 * PAIRS);
 
-    // 3. Each pair's two attempts, released together; WAVE pairs at a time.
+    // 3. Ingest race, PRs PAIRS..2*PAIRS, with the worker running (each delivery is attempted as
+    //    soon as it commits): the `opened` and the `synchronize` are accepted by two tasks released
+    //    together, WAVE pairs at a time, as two webhook requests arriving at the same moment.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(trigger_bridge_engine::worker::run(
+        engine.clone(),
+        Default::default(),
+        stopped,
+    ));
+    let mut raced = Vec::with_capacity(PAIRS);
+    for wave in (PAIRS..2 * PAIRS).collect::<Vec<_>>().chunks(WAVE) {
+        let mut tasks = Vec::new();
+        for &n in wave {
+            let barrier = Arc::new(Barrier::new(2));
+            let (e1, b1) = (engine.clone(), barrier.clone());
+            let (e2, b2) = (engine.clone(), barrier);
+            let (ob, sb) = (opened(n), sync(n));
+            tasks.push((
+                n,
+                tokio::spawn(async move {
+                    b1.wait().await;
+                    accept(&e1, &format!("again-open-{n}"), ob).await
+                }),
+                tokio::spawn(async move {
+                    b2.wait().await;
+                    accept(&e2, &format!("sync-{n}"), sb).await
+                }),
+            ));
+        }
+        for (n, o, s) in tasks {
+            raced.push((n, (o.await.unwrap(), s.await.unwrap())));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (_, (o, s)) in &raced {
+        for d in [o, s] {
+            while !store.get_delivery(d).await.unwrap().state.is_terminal() {
+                assert!(Instant::now() < deadline, "{d} still open after 60 s");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    stop.send(true).unwrap();
+    worker.await.unwrap();
+    for (n, pair) in &raced {
+        if store.get_delivery(&pair.1).await.unwrap().attempts > 1 {
+            f.sync_waited += 1;
+        }
+        check(&*store, *n, pair, &old_runs[*n], &mut f).await;
+    }
+
+    // 4. Attempt race, second part: each pair's two attempts released together, WAVE pairs at a
+    //    time, once the settle window (`START_SETTLE_MS`) has passed since they were accepted, so
+    //    only the queued start can hold the signal.
+    let settle = Duration::from_millis(tb_core::binding::START_SETTLE_MS as u64 + 50);
+    tokio::time::sleep(settle.saturating_sub(accepted.elapsed())).await;
     for wave in pairs.chunks(WAVE) {
         let mut tasks = Vec::new();
         for (o, s) in wave {
@@ -245,7 +346,6 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
             t.await.unwrap();
         }
     }
-    let mut f = Figures::default();
     for (_, s) in &pairs {
         // Its attempt met the cancelled run: refused (to retry, or dead-lettered before the fix).
         let d = store.get_delivery(s).await.unwrap();
@@ -253,40 +353,20 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
             f.sync_first += 1;
         }
     }
-
-    // 4. Retries run (a refused signal waits for its session), then every pair is checked.
-    drain(&engine).await;
-    for (n, (o, s)) in pairs.iter().enumerate() {
-        let start = store.get_delivery(o).await.unwrap();
-        let signal = store.get_delivery(s).await.unwrap();
-        for d in [&start, &signal] {
-            if d.dead_letter_reason.as_deref() == Some("target_terminal") {
-                f.target_terminal += 1;
-            }
-        }
-        assert_eq!(start.state, DeliveryState::Delivered, "PR {n}: {start:?}");
-        let new_run = start.run_id.clone().unwrap();
-        assert_ne!(
-            new_run, old_runs[n],
-            "PR {n}: the new opened starts a new session"
-        );
-        if signal.state != DeliveryState::Delivered {
-            continue; // counted above (or still open: the assertion below names it)
-        }
-        assert_eq!(signal.run_id.as_deref(), Some(new_run.as_str()), "PR {n}");
-        let page = store.list_signals(&new_run, None, 50).await.unwrap();
-        let found = page.signals.iter().any(|r| {
-            r.signal["signalId"] == json!(s) && r.signal["name"] == json!("pr.synchronize")
-        });
-        assert!(found, "PR {n}: pr.synchronize on the new session: {page:?}");
-        f.on_new_session += 1;
+    drain(&engine).await; // the refused signals' retries
+    for (n, pair) in pairs.iter().enumerate() {
+        check(&*store, n, pair, &old_runs[n], &mut f).await;
     }
+
     println!(
-        "{backend}: {PAIRS} pairs raced; synchronize committed first (met the cancelled run, start \
-         queued) {}; dead-lettered target_terminal {}; synchronize on the new session {}; {:?}",
+        "{backend}: {PAIRS} attempt pairs raced, synchronize committed first (met the cancelled run, \
+         start queued) {}; {PAIRS} ingest pairs raced, synchronize attempted again {}; \
+         dead-lettered target_terminal {}; synchronize on the new session {} of {}; {:?}",
         f.sync_first,
+        f.sync_waited,
         f.target_terminal,
         f.on_new_session,
+        2 * PAIRS,
         t0.elapsed()
     );
     f
@@ -294,7 +374,7 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
 
 fn assert_nothing_lost(f: &Figures) {
     assert_eq!(f.target_terminal, 0, "{f:?}");
-    assert_eq!(f.on_new_session, PAIRS, "{f:?}");
+    assert_eq!(f.on_new_session, 2 * PAIRS, "{f:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

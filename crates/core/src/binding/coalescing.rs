@@ -90,6 +90,32 @@ pub fn start_matters(holder: Option<&Holder>) -> bool {
     holder.is_none_or(|h| h.status.is_terminal())
 }
 
+/// How long after a keyed `raise_signal` / `enqueue_prompt` delivery was accepted it still waits for
+/// a session start accepted together with it, in ms (docs/sessions.md "Coalescing", docs/limits.md).
+/// Two events sent at the same moment are committed by two transactions in either order, and a
+/// delivery is attempted as soon as it commits: a start accepted a moment after its signal is not
+/// visible yet to the signal's first attempt.
+pub const START_SETTLE_MS: i64 = 2_000;
+
+/// Whether a keyed delivery accepted at `accepted_at` (`deliveries.created_at`, Unix ms) may still
+/// have a start accepted together with it that has not committed at `now` (Unix ms): less than
+/// [`START_SETTLE_MS`] has passed.
+pub fn settling(accepted_at: i64, now: i64) -> bool {
+    now.saturating_sub(accepted_at) < START_SETTLE_MS
+}
+
+/// The delay in ms before the next attempt of a keyed delivery accepted at `accepted_at` whose attempt
+/// at `now` (both Unix ms) was refused `target_starting` ([`target`]): the retry policy's
+/// `policy_delay_ms`, but never before the settle window ends, so the next attempt no longer
+/// [`settling`] decides for good (a refusal while settling costs one attempt at most, whatever the
+/// backoff).
+pub fn starting_retry_delay(policy_delay_ms: u64, accepted_at: i64, now: i64) -> u64 {
+    let settled = accepted_at
+        .saturating_add(START_SETTLE_MS)
+        .saturating_sub(now);
+    policy_delay_ms.max(u64::try_from(settled).unwrap_or(0))
+}
+
 /// The run a `raise_signal` / `enqueue_prompt` aimed at `(workflow, key)` lands on (docs/sessions.md
 /// "Coalescing", docs/configuration.md "an `opened` and a `synchronize` arriving together lose
 /// nothing"):
@@ -100,15 +126,23 @@ pub fn start_matters(holder: Option<&Holder>) -> bool {
 ///    refusal, so the signal waits for the session that start begins and is never lost. This holds
 ///    for a key that never had a session and for one whose session has ended alike: the start will
 ///    take the key over from the ended run ([`coalesce`]);
-/// 3. otherwise the ended holder (the rule that follows refuses `target_terminal`), or none.
+/// 3. otherwise, while `settling` ([`settling`]: less than [`START_SETTLE_MS`] since the delivery was
+///    accepted), the same retryable refusal: a start accepted together with it may still be
+///    committing. The retry comes after the window ([`starting_retry_delay`]), so this costs one
+///    attempt at most;
+/// 4. otherwise the ended holder (the rule that follows refuses `target_terminal`), or none.
 ///
 /// `holder` is the key's row joined to its run; `start_pending` need only be read when
 /// [`start_matters`]. Backend read order (READ COMMITTED): `start_pending` first, then `holder`: a
 /// start that commits between the two reads is then seen as the key's new live holder, never missed
-/// by both. Errors: `Rejected(unavailable)` "the target session is still starting";
+/// by both. Errors: `Rejected(unavailable)` "the target session is still starting" (2, 3);
 /// `Rejected(not_found)` "no session holds this coalesce key".
-pub fn target(holder: Option<&Holder>, start_pending: bool) -> Result<String, Refusal> {
-    match (holder, start_pending) {
+pub fn target(
+    holder: Option<&Holder>,
+    start_pending: bool,
+    settling: bool,
+) -> Result<String, Refusal> {
+    match (holder, start_pending || settling) {
         (Some(h), _) if !h.status.is_terminal() => Ok(h.run_id.clone()),
         (_, true) => Err(Refusal::Rejected {
             code: ErrorCode::Unavailable,
@@ -190,16 +224,16 @@ mod tests {
     #[test]
     fn a_keyed_target_is_its_holder_or_waits_for_its_start() {
         let live = holder(RunStatus::Running);
-        assert_eq!(target(Some(&live), false), Ok("run_1".to_string()));
-        assert_eq!(target(Some(&live), true), Ok("run_1".to_string()));
+        assert_eq!(target(Some(&live), false, false), Ok("run_1".to_string()));
+        assert_eq!(target(Some(&live), true, true), Ok("run_1".to_string()));
         assert!(!start_matters(Some(&live)));
         assert!(start_matters(None));
         assert_eq!(
-            target(None, true).unwrap_err().code(),
+            target(None, true, false).unwrap_err().code(),
             ErrorCode::Unavailable
         );
         assert_eq!(
-            target(None, false),
+            target(None, false, false),
             Err(Refusal::Rejected {
                 code: ErrorCode::NotFound,
                 message: "no session holds this coalesce key".into()
@@ -218,14 +252,46 @@ mod tests {
             assert!(start_matters(Some(&ended)));
             // A new session for the key is queued or under way: wait for it, never refuse.
             assert_eq!(
-                target(Some(&ended), true),
+                target(Some(&ended), true, false),
                 Err(Refusal::Rejected {
                     code: ErrorCode::Unavailable,
                     message: "the target session is still starting".into()
                 })
             );
             // Nothing will start again: the ended run, which then refuses `target_terminal`.
-            assert_eq!(target(Some(&ended), false), Ok("run_1".to_string()));
+            assert_eq!(target(Some(&ended), false, false), Ok("run_1".to_string()));
         }
+    }
+
+    #[test]
+    fn soon_after_acceptance_a_signal_waits_for_a_start_not_yet_committed() {
+        assert!(settling(10_000, 10_000));
+        assert!(settling(10_000, 10_000 + START_SETTLE_MS - 1));
+        assert!(
+            !settling(10_000, 10_000 + START_SETTLE_MS),
+            "accepted too long ago"
+        );
+        for h in [None, Some(holder(RunStatus::Cancelled))] {
+            assert_eq!(
+                target(h.as_ref(), false, true).unwrap_err().code(),
+                ErrorCode::Unavailable
+            );
+        }
+        assert_eq!(
+            target(Some(&holder(RunStatus::Running)), false, true),
+            Ok("run_1".to_string()),
+            "a live holder never waits"
+        );
+        assert_eq!(
+            target(Some(&holder(RunStatus::Cancelled)), false, false),
+            Ok("run_1".to_string()),
+            "settled: the ended run (target_terminal next)"
+        );
+        // Refused 300 ms after acceptance with a 20 ms backoff: retried when the window ends, and
+        // then no longer settling. A longer backoff is kept.
+        assert_eq!(starting_retry_delay(20, 10_000, 10_300), 1_700);
+        assert!(!settling(10_000, 10_300 + 1_700));
+        assert_eq!(starting_retry_delay(5_000, 10_000, 10_300), 5_000);
+        assert_eq!(starting_retry_delay(20, 10_000, 99_000), 20);
     }
 }

@@ -61,7 +61,7 @@ pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<Attem
             lease::accepts_completion(&lease_row, &a.report.lease).map_err(lost(id))?;
             let (filled, session) = match &a.effect {
                 Some(e) => {
-                    let (done, session) = apply_effect(c, e, a.now)?;
+                    let (done, session) = apply_effect(c, e, d.created_at, a.now)?;
                     let mut r = a.report.clone();
                     r.effect = Some(done);
                     (Some(r), session)
@@ -106,9 +106,10 @@ pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<Attem
 fn apply_effect(
     c: &dyn Db,
     e: &Effect,
+    accepted_at: i64,
     now: i64,
 ) -> StoreResult<(EffectDone, Option<(Value, MailboxPolicy)>)> {
-    let done = super::session::apply_effect(c, e, now)?;
+    let done = super::session::apply_effect(c, e, accepted_at, now)?;
     let (started, session) = match (done.start, e) {
         (true, Effect::StartSession { run, .. }) => (Some(run_start(run)), run.session.clone()),
         _ => (None, None),

@@ -11,9 +11,15 @@ use tb_core::binding::{self, Holder, Join};
 /// the `(workflow, key)` coalesce key. When no live session holds the key, whether a start for it is
 /// pending is read first and the holder again after it (the rule's read order: a start committing
 /// between the reads shows as the new live holder). Errors: `Rejected(unavailable)` while a session
-/// start for the key is queued (a key never held, or one whose session ended); `Rejected(not_found)`
-/// when no session holds the key.
-pub(super) fn target_run(c: &dyn Db, t: &Target) -> StoreResult<String> {
+/// start for the key is queued (a key never held, or one whose session ended), or while the delivery
+/// accepted at `accepted_at` (Unix ms) is settling (`tb_core::binding::settling` at `now`);
+/// `Rejected(not_found)` when no session holds the key.
+pub(super) fn target_run(
+    c: &dyn Db,
+    t: &Target,
+    accepted_at: i64,
+    now: i64,
+) -> StoreResult<String> {
     let (workflow_id, key) = match t {
         Target::Run(r) => return Ok(r.clone()),
         Target::Session { workflow_id, key } => (workflow_id, key),
@@ -24,7 +30,12 @@ pub(super) fn target_run(c: &dyn Db, t: &Target) -> StoreResult<String> {
         pending = start_pending(c, workflow_id, key)?;
         holder = key_holder(c, workflow_id, key)?;
     }
-    binding::target(holder.as_ref(), pending).map_err(refused)
+    binding::target(
+        holder.as_ref(),
+        pending,
+        binding::settling(accepted_at, now),
+    )
+    .map_err(refused)
 }
 
 /// The run holding coalesce key `(workflow_id, key)` and its status (unlocked: the rule that acts on
@@ -66,9 +77,15 @@ pub(crate) struct EffectDone {
     pub consumed: bool,
 }
 
-/// Performs a delivery's local effect (see [`Effect`]). Errors: the refusals of the rules it applies
-/// (`Rejected`, `Conflict`); `Retryable` when a coalesce take-over lost its compare-and-set.
-pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<EffectDone> {
+/// Performs the local effect (see [`Effect`]) of a delivery accepted at `accepted_at` (Unix ms: a keyed
+/// target's rule reads it). Errors: the refusals of the rules it applies (`Rejected`, `Conflict`);
+/// `Retryable` when a coalesce take-over lost its compare-and-set.
+pub(crate) fn apply_effect(
+    c: &dyn Db,
+    e: &Effect,
+    accepted_at: i64,
+    now: i64,
+) -> StoreResult<EffectDone> {
     match e {
         Effect::StartSession { run, coalesce } => {
             if let Some(co) = coalesce {
@@ -83,7 +100,7 @@ pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<Effe
             })
         }
         Effect::RaiseSignal { target, signal } => {
-            let run_id = target_run(c, target)?;
+            let run_id = target_run(c, target, accepted_at, now)?;
             let consumed = raise_for_delivery(c, &run_id, signal, now)?;
             Ok(EffectDone {
                 run_id,
@@ -92,7 +109,7 @@ pub(crate) fn apply_effect(c: &dyn Db, e: &Effect, now: i64) -> StoreResult<Effe
             })
         }
         Effect::EnqueuePrompt { target, prompt } => {
-            let run_id = target_run(c, target)?;
+            let run_id = target_run(c, target, accepted_at, now)?;
             enqueue_prompt(c, &run_id, prompt, now)?;
             Ok(EffectDone {
                 run_id,
