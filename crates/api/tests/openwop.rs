@@ -1520,3 +1520,67 @@ async fn outbound_webhook_latency_figures() {
         lat[lat.len() - 1]
     );
 }
+
+/// A worker's `410 Gone` is not retried: the workflow's non-retryable statuses (default `[410]`)
+/// dead-letter the delivery at its first attempt, with the status as its reason
+/// (docs/configuration.md, `[[workflows]] non_retryable_statuses`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workers_410_gone_dead_letters_at_the_first_attempt() {
+    let (url, hits) = worker(vec![410; 8]).await;
+    let s = start(Some(url), fast_retry(4), 0).await;
+    let (_, a) = s
+        .post_github("pull_request", "gone-1", opened(), GH_SECRET)
+        .await;
+    let d = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = s
+        .wait_for(&format!("/v1/deliveries/{d}"), |v| {
+            v["delivery"]["state"] == "dead-lettered"
+        })
+        .await;
+    assert_eq!(v["delivery"]["deadLetterReason"], "http_410", "{v}");
+    let attempts = v["attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{v}");
+    assert_eq!(attempts[0]["errorClass"], "http_410");
+    assert_eq!(attempts[0]["outcome"], "dead-lettered");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // The list is the workflow's: one that names only 404 retries a 410 to the end of its policy.
+    let (url, hits) = worker(vec![410; 8]).await;
+    let (sub, binding, mut wf) = github_catalog(Some(url), fast_retry(3), 0, IMMEDIATE);
+    match &mut wf.executor {
+        tb_core::workflow::Executor::Http {
+            non_retryable_statuses,
+            ..
+        } => *non_retryable_statuses = vec![404],
+        _ => unreachable!("an http workflow"),
+    }
+    let (dir, st) = store();
+    let s = serve(
+        dir,
+        st,
+        tb_engine::Catalog::new(vec![sub], vec![binding], vec![wf]),
+        Vec::new(),
+    )
+    .await;
+    let (_, a) = s
+        .post_github("pull_request", "gone-2", opened(), GH_SECRET)
+        .await;
+    let d = a["deliveries"][0]["deliveryId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = s
+        .wait_for(&format!("/v1/deliveries/{d}"), |v| {
+            v["delivery"]["state"] == "dead-lettered"
+        })
+        .await;
+    assert_eq!(
+        v["delivery"]["deadLetterReason"], "retries_exhausted",
+        "{v}"
+    );
+    assert_eq!(v["attempts"].as_array().unwrap().len(), 3);
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 3);
+}

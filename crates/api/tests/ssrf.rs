@@ -20,6 +20,7 @@ fn http(id: &str, url: String, allow_private: bool) -> Workflow {
             secret: WORKER_KEY.to_vec(),
             timeout_ms: 2_000,
             allow_private,
+            non_retryable_statuses: vec![410],
         },
     }
 }

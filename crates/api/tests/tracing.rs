@@ -103,6 +103,7 @@ fn catalog(url: String) -> Catalog {
             secret: WORKER_KEY.to_vec(),
             timeout_ms: 2_000,
             allow_private: true,
+            non_retryable_statuses: vec![410],
         },
     };
     Catalog::new(

@@ -592,6 +592,9 @@ pub struct WorkflowSection {
     /// Nats executor: the flow is a Durable Timer lineage (released only to a service declaring
     /// `durable_timer.v1` with a nats source; default false).
     pub durable_timer: Option<bool>,
+    /// Http executor: worker answers (300 to 599) that are never retried; the delivery is
+    /// dead-lettered at the first one (default `[410]`; `[]` retries every failure).
+    pub non_retryable_statuses: Option<Vec<u16>>,
 }
 
 /// `[[bindings]]`.
@@ -1474,6 +1477,9 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         if !wf_ids.insert(w.id.clone()) {
             errs.push(format!("{at}: duplicate workflow id"));
         }
+        if w.non_retryable_statuses.is_some() && w.executor != "http" {
+            errs.push(format!("{at}: non_retryable_statuses applies to the http executor only (the statuses its worker answers)"));
+        }
         let executor = match w.executor.as_str() {
             "noop" => Executor::Noop,
             "session" => {
@@ -1543,11 +1549,21 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 } else if !allow_private && tb_engine::ssrf::forbidden_name(&url) {
                     errs.push(format!("{at}: url {url:?} names a local or metadata host; if this worker is on your own network set allow_private = true"));
                 }
+                let non_retryable_statuses = w
+                    .non_retryable_statuses
+                    .clone()
+                    .unwrap_or_else(|| tb_core::delivery::DEFAULT_NON_RETRYABLE_STATUSES.to_vec());
+                if let Err(e) =
+                    tb_core::delivery::check_non_retryable_statuses(&non_retryable_statuses)
+                {
+                    errs.push(format!("{at}: {e}"));
+                }
                 Executor::Http {
                     url,
                     secret,
                     timeout_ms,
                     allow_private,
+                    non_retryable_statuses,
                 }
             }
             "nats" => {

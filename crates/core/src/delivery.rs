@@ -183,6 +183,49 @@ pub fn decide(
 /// Dead-letter reason of a delivery whose retries ran out.
 pub const RETRIES_EXHAUSTED: &str = "retries_exhausted";
 
+/// The worker answers a workflow never retries unless it says otherwise
+/// (`[[workflows]] non_retryable_statuses`, docs/configuration.md): `410 Gone`, by which a worker says
+/// the target is gone for good (RFC 9110 §15.5.11); retried, it would run to the end of the schedule
+/// (about 38 h with the default one).
+pub const DEFAULT_NON_RETRYABLE_STATUSES: &[u16] = &[410];
+
+/// Most statuses one workflow lists as non-retryable.
+pub const MAX_NON_RETRYABLE_STATUSES: usize = 64;
+
+/// Checks a workflow's `non_retryable_statuses`: at most [`MAX_NON_RETRYABLE_STATUSES`], each a
+/// failure a worker can answer (300 to 599; 2xx complete or hold the run, 1xx never ends a request).
+/// Errors: a sentence naming the bad value.
+pub fn check_non_retryable_statuses(statuses: &[u16]) -> Result<(), String> {
+    if statuses.len() > MAX_NON_RETRYABLE_STATUSES {
+        return Err(format!(
+            "non_retryable_statuses lists {} statuses; at most {MAX_NON_RETRYABLE_STATUSES}",
+            statuses.len()
+        ));
+    }
+    match statuses.iter().find(|s| !(300..=599).contains(*s)) {
+        Some(s) => Err(format!(
+            "non_retryable_statuses: {s} is not a failure status (300 to 599)"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The failed attempt of a worker that answered `status` (a failure): class `http_<status>`, with the
+/// worker's `Retry-After`. It is permanent when `status` is one of the workflow's `non_retryable`
+/// statuses, so [`decide`] dead-letters it at once and [`dead_letter_reason`] keeps `http_<status>` as
+/// the reason; otherwise it is retried per the policy.
+pub fn http_answer_failure(
+    status: u16,
+    retry_after_ms: Option<u64>,
+    non_retryable: &[u16],
+) -> ActionResult {
+    ActionResult::Failed {
+        error_class: format!("http_{status}"),
+        retry_after_ms,
+        permanent: non_retryable.contains(&status),
+    }
+}
+
 /// The dead-letter reason a delivery is stored with after `decision`: `None` unless it dead-letters; a
 /// `permanent` failure keeps its own `error_class` (e.g. `target_terminal`, `workflow_missing`, which
 /// [`crate::receipt::settle`] reads), anything else is [`RETRIES_EXHAUSTED`].
@@ -354,5 +397,60 @@ mod message_tests {
             assert_eq!(DeliveryKind::parse(k.as_str()), Some(k));
         }
         assert_eq!(DeliveryKind::parse("webhook"), None);
+    }
+}
+
+#[cfg(test)]
+mod non_retryable_tests {
+    use super::*;
+
+    #[test]
+    fn a_non_retryable_status_dead_letters_at_the_first_attempt_with_its_class() {
+        let policy = RetryPolicy::default();
+        let gone = http_answer_failure(410, None, DEFAULT_NON_RETRYABLE_STATUSES);
+        assert_eq!(decide(&policy, 1, &gone, 0.5), AttemptDecision::DeadLetter);
+        let ActionResult::Failed {
+            error_class,
+            permanent,
+            ..
+        } = &gone
+        else {
+            panic!("a failure")
+        };
+        assert_eq!(
+            dead_letter_reason(AttemptDecision::DeadLetter, Some(error_class), *permanent)
+                .as_deref(),
+            Some("http_410")
+        );
+        // Other failures are retried, Retry-After kept; a workflow may list others or none.
+        let busy = http_answer_failure(503, Some(7_000), DEFAULT_NON_RETRYABLE_STATUSES);
+        assert_eq!(
+            decide(&policy, 1, &busy, 0.5),
+            AttemptDecision::Retry { delay_ms: 7_000 }
+        );
+        assert_eq!(
+            decide(
+                &policy,
+                1,
+                &http_answer_failure(404, None, &[404, 410]),
+                0.5
+            ),
+            AttemptDecision::DeadLetter
+        );
+        assert!(matches!(
+            decide(&policy, 1, &http_answer_failure(410, None, &[]), 0.5),
+            AttemptDecision::Retry { .. }
+        ));
+    }
+
+    #[test]
+    fn non_retryable_statuses_must_be_failures() {
+        assert!(check_non_retryable_statuses(&[410, 404, 301, 599]).is_ok());
+        assert!(check_non_retryable_statuses(&[]).is_ok());
+        for bad in [200, 202, 299, 600, 100] {
+            let e = check_non_retryable_statuses(&[410, bad]).unwrap_err();
+            assert!(e.contains(&bad.to_string()), "{e}");
+        }
+        assert!(check_non_retryable_statuses(&[410; 65]).is_err());
     }
 }

@@ -21,6 +21,11 @@ pub enum Executor {
         /// fails the attempt with `destination_forbidden` (issue #14, SSRF guard).
         #[serde(default)]
         allow_private: bool,
+        /// Worker answers that are never retried: the delivery is dead-lettered at the first one,
+        /// with `http_<status>` as its reason ([`crate::delivery::http_answer_failure`]). Default
+        /// [`crate::delivery::DEFAULT_NON_RETRYABLE_STATUSES`] (`[410]`).
+        #[serde(default = "default_non_retryable_statuses")]
+        non_retryable_statuses: Vec<u16>,
     },
     /// A long-lived session driven by an agent or service through the API (turns, signals, waits). It
     /// runs until stopped. `config` is the operator-set session template (identity, agent, model/provider
@@ -46,6 +51,10 @@ pub enum Executor {
         #[serde(default)]
         durable_timer: bool,
     },
+}
+
+fn default_non_retryable_statuses() -> Vec<u16> {
+    crate::delivery::DEFAULT_NON_RETRYABLE_STATUSES.to_vec()
 }
 
 /// An approved workflow template.

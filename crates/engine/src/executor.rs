@@ -16,7 +16,8 @@ pub use crate::start::{StartFailure, StartRequest};
 const MAX_RETRY_AFTER_S: u64 = 86_400;
 
 /// Starts a run of `workflow`. `Ok` gives the run's status after the start (`completed` or `running`);
-/// `Err` is a failed attempt with a content-free `error_class` (`http_<status>`, `timeout`, `connect`,
+/// `Err` is a failed attempt with a content-free `error_class` (`http_<status>`, permanent for one of the
+/// workflow's `non_retryable_statuses` ([`tb_core::delivery::http_answer_failure`]), `timeout`, `connect`,
 /// `request`, `destination_forbidden` (the SSRF guard, [`crate::ssrf`])), the worker's `Retry-After` (seconds or HTTP date are both read; only seconds are
 /// honoured) and a [`StartFailure::message`]. Of a failed answer's body at most the first 256 bytes are
 /// read (bounded memory).
@@ -51,6 +52,7 @@ pub async fn start_run(
             secret,
             timeout_ms,
             allow_private,
+            non_retryable_statuses,
         } => {
             if let Some(f) = crate::ssrf::forbidden_literal(url, *allow_private) {
                 return Err(forbidden(&workflow.id, &f));
@@ -116,14 +118,22 @@ pub async fn start_run(
                         .and_then(|v| v.trim().parse::<u64>().ok())
                         .map(|s| s.min(MAX_RETRY_AFTER_S) * 1000);
                     let head = body_head(resp).await;
-                    Err(StartFailure {
-                        result: ActionResult::Failed {
-                            error_class: format!("http_{status}"),
-                            retry_after_ms,
-                            permanent: false,
-                        },
-                        message: tb_core::delivery::http_failure_message(status, &head),
-                    })
+                    let result = tb_core::delivery::http_answer_failure(
+                        status,
+                        retry_after_ms,
+                        non_retryable_statuses,
+                    );
+                    let mut message = tb_core::delivery::http_failure_message(status, &head);
+                    if matches!(
+                        result,
+                        ActionResult::Failed {
+                            permanent: true,
+                            ..
+                        }
+                    ) {
+                        message.push_str(" (a non-retryable status of this workflow: not retried)");
+                    }
+                    Err(StartFailure { result, message })
                 }
             }
         }

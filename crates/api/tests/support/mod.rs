@@ -127,6 +127,7 @@ pub fn github_catalog(
                 timeout_ms: 2_000,
                 // The test workers listen on 127.0.0.1.
                 allow_private: true,
+                non_retryable_statuses: tb_core::delivery::DEFAULT_NON_RETRYABLE_STATUSES.to_vec(),
             },
         },
         None => Workflow {
