@@ -5,10 +5,12 @@
 //!
 //! Which routes are operator actions is decided here, once, in [`action_of`]: configuration
 //! (webhooks, registrations, schedules), capability mint / revoke, pause / resume, binding revoke /
-//! restore, replays (single and bulk), manual signals, prompts, run start / fork / cancel and a wait
-//! resolved by hand. The worker protocol (`turns:claim`, turn `ack`, a run's `result`, a run arming its
-//! own wait) is not: it is the run's own traffic, visible in its events. A test checks that every
-//! mutating route is in exactly one of the two lists.
+//! restore, replays (single and bulk), manual signals, prompts, run start / fork / cancel, a wait
+//! resolved by hand, and every report of a run's result (`run.result`, accepted or refused: it ends a
+//! run like a cancel, so who tried is recorded; [`crate::runs::require_executor`]). The rest of the
+//! worker protocol (`turns:claim`, turn `ack`, a run arming its own wait) is not: it is the run's own
+//! traffic, visible in its events. A test checks that every mutating route is in exactly one of the
+//! two lists.
 
 use axum::extract::{Query, RawPathParams, Request, State};
 use axum::http::{Method, StatusCode};
@@ -33,6 +35,7 @@ pub fn action_of(method: &Method, path: &str) -> Option<&'static str> {
         ("POST", "/v1/runs") => "run.create",
         ("POST", "/v1/runs/{id}") => "run.fork",
         ("POST", "/v1/runs/{id}/cancel") => "run.cancel",
+        ("POST", "/v1/runs/{id}/result") => "run.result",
         ("POST", "/v1/runs/{id}/signals") => "signal.raise",
         ("POST", "/v1/runs/{id}/waits/{wait}") => "wait.action",
         ("POST", "/v1/runs/{id}/prompts") => "prompt.enqueue",
@@ -62,7 +65,6 @@ pub fn action_of(method: &Method, path: &str) -> Option<&'static str> {
 
 /// Mutating routes that are the worker protocol, not operator actions (see the module docs).
 pub const NOT_AUDITED: &[(&str, &str)] = &[
-    ("POST", "/v1/runs/{id}/result"),
     ("POST", "/v1/runs/{id}/waits"),
     ("POST", "/v1/runs/{id}/turns:claim"),
     ("POST", "/v1/runs/{id}/turns/{turn}/ack"),
@@ -177,11 +179,32 @@ pub async fn layer(
         Err(_) => String::new(),
     };
     let res = next.run(Request::from_parts(parts, body)).await;
+    record_answer(&st, &actor, action, target, res, None).await
+}
+
+/// Records `action` with the outcome of its answer `res` (read when small, [`MAX_READ`]) and hands
+/// the answer back unchanged: the second half of [`layer`], also used by a guard that records refusals
+/// ([`crate::runs::require_executor`]). `extra` joins the detail (facts of the request the server
+/// checked, never its content).
+pub(crate) async fn record_answer(
+    st: &AppState,
+    actor: &str,
+    action: &str,
+    target: String,
+    res: Response,
+    extra: Option<Value>,
+) -> Response {
     let (parts, body) = res.into_parts();
     let status = parts.status;
     // A repeated `Idempotency-Key` answered from the record did nothing new: say so.
-    let replayed = parts.headers.contains_key("openwop-idempotent-replay");
-    let extra = replayed.then(|| serde_json::json!({"idempotentReplay": true}));
+    let replayed = parts
+        .headers
+        .get("openwop-idempotent-replay")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"true"));
+    let mut extra = extra.unwrap_or_else(|| serde_json::json!({}));
+    if replayed {
+        extra["idempotentReplay"] = true.into();
+    }
     // Only an answer known to be small is read (to find the outcome and a new record's id); any
     // other passes through untouched and is recorded with its status.
     let small = http_body::Body::size_hint(&body)
@@ -201,7 +224,7 @@ pub async fn layer(
             }
         }
     };
-    record(&st, &actor, action, target, status, &seen, extra.as_ref()).await;
+    record(st, actor, action, target, status, &seen, Some(&extra)).await;
     Response::from_parts(parts, body)
 }
 

@@ -20,12 +20,18 @@ use subtle::ConstantTimeEq;
 
 use crate::AppState;
 
+/// The scope of `POST /v1/runs/{id}/result` for an API key: the key of an http worker that reports
+/// the runs it accepted with 202. `runs:create` does not hold it (docs/http-api.md).
+pub const RESULT_SCOPE: &str = "runs:result";
+
 /// Scopes (OpenWOP §12).
 pub const SCOPES: &[&str] = &[
     "manifest:read",
     "runs:create",
     "runs:read",
     "runs:cancel",
+    // Reporting a run's result as its executor (an http worker's key): not in a session agent's set.
+    RESULT_SCOPE,
     "artifacts:read",
     "webhooks:manage",
     "approvals:respond",
@@ -97,6 +103,10 @@ pub enum Access {
     /// Any known bearer API key, whatever its scopes: only `GET /v1/auth/key`, which tells a client
     /// what its own key may do.
     AnyKey,
+    /// The run's executor, only `POST /v1/runs/{id}/result`: the run's own result token
+    /// (`Authorization: Bearer tbres_...`, [`tb_core::run::result_token`]) or a bearer API key
+    /// holding [`RESULT_SCOPE`]; checked by [`crate::runs::require_executor`].
+    RunExecutor,
 }
 
 fn deny(status: StatusCode, code: &str, message: &str) -> Response {
@@ -108,6 +118,22 @@ fn deny(status: StatusCode, code: &str, message: &str) -> Response {
         );
     }
     r
+}
+
+/// The bearer credential of a request (`Authorization: Bearer <x>`, the scheme in any case), trimmed.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, k)| k.trim())
+}
+
+/// The configured key `presented` is (its SHA-256 compared in constant time with each key's).
+pub(crate) fn known_key<'a>(keys: &'a ApiKeys, presented: &str) -> Option<&'a ApiKey> {
+    let d = digest(presented);
+    keys.0.iter().find(|k| bool::from(k.sha256.ct_eq(&d)))
 }
 
 /// The per-route middleware of a route whose [`Access`] is `Scope(scope)` or `AnyKey`: on an open
@@ -123,23 +149,14 @@ pub async fn require(
         req.extensions_mut().insert(Principal::anonymous());
         return next.run(req).await;
     }
-    let presented = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, k)| k.trim());
-    let Some(presented) = presented else {
+    let Some(presented) = bearer(req.headers()) else {
         return deny(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",
             "send Authorization: Bearer <api key>",
         );
     };
-    let d = digest(presented);
-    let key = st.keys.0.iter().find(|k| bool::from(k.sha256.ct_eq(&d)));
-    match key {
+    match known_key(&st.keys, presented) {
         None => deny(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",
@@ -149,6 +166,7 @@ pub async fn require(
             // `AnyKey` (and `Public`, never layered) need no scope: only a known key.
             let needed = match access {
                 Access::Scope(s) => Some(s),
+                Access::RunExecutor => Some(RESULT_SCOPE),
                 Access::AnyKey | Access::Public => None,
             };
             if let Some(s) = needed.filter(|s| !k.allows(s)) {

@@ -97,7 +97,8 @@ pub fn routes(state: AppState) -> routes::Routes {
         .scoped(GET, "/v1/runs/{id}/events", READ, sse::events)
         .scoped(GET, "/v1/runs/{id}/events/poll", READ, runs::poll_events)
         .scoped(GET, "/v1/runs/{id}/ancestry", READ, runs::ancestry)
-        .scoped(POST, "/v1/runs/{id}/result", CREATE, runs::post_result)
+        // Only the run's executor: its result token, or a key holding `runs:result`.
+        .executor(POST, "/v1/runs/{id}/result", runs::post_result)
         // Sessions.
         .scoped(GET, "/v1/runs/{id}/signals", READ, sessions::list_signals)
         .scoped(POST, "/v1/runs/{id}/signals", CREATE, sessions::raise)

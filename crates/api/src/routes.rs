@@ -108,6 +108,30 @@ impl Routes {
         self.add(method, path, Access::Scope(scope), mr)
     }
 
+    /// Adds the route a run's executor reports on ([`Access::RunExecutor`], only
+    /// `POST /v1/runs/{id}/result`): the idempotency layer inside [`crate::runs::require_executor`],
+    /// which admits the run's result token or a key holding [`auth::RESULT_SCOPE`] and records every
+    /// report made with a credential, refusals included, under the route's [`audit::action_of`].
+    /// Panics (at start-up) when the route has no audited action.
+    pub fn executor<H, T>(self, method: Method, path: &'static str, handler: H) -> Routes
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        let action = audit::action_of(&method, path)
+            .unwrap_or_else(|| panic!("{method} {path}: an executor route is audited"));
+        let mr: MethodRouter<AppState> = on(filter(&method), handler)
+            .route_layer(axum::middleware::from_fn_with_state(
+                (self.state.clone(), path),
+                idempotency::layer,
+            ))
+            .route_layer(axum::middleware::from_fn_with_state(
+                (self.state.clone(), action),
+                crate::runs::require_executor,
+            ));
+        self.add(method, path, Access::RunExecutor, mr)
+    }
+
     /// Adds a `GET` route any known API key may call ([`Access::AnyKey`]); never mutating.
     pub fn keyed<H, T>(self, path: &'static str, handler: H) -> Routes
     where

@@ -1,17 +1,21 @@
 //! Runs: `GET /v1/runs`, `GET /v1/runs/{id}`, `GET /v1/runs/{id}/events/poll`, and the worker's
-//! `POST /v1/runs/{id}/result`.
+//! `POST /v1/runs/{id}/result` with its guard ([`require_executor`]).
 
 use std::time::{Duration, Instant};
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawPathParams, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
+use axum::RequestPartsExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tb_core::run::{parse_result_status, RunStatus};
 use tb_core::ErrorCode;
 use tb_store::RecordKind;
 
+use crate::auth::Access;
 use crate::error::ApiError;
 use crate::inspect::{page, store_query, ListParams};
 use crate::{wire, AppState};
@@ -104,8 +108,8 @@ pub struct ResultBody {
 }
 
 /// `POST /v1/runs/{id}/result {status, output?}`: an http worker that answered 202 reports the end of
-/// its run. Errors: 400 `validation_error` (bad body or non-terminal status), 404, 409 `conflict` (run
-/// already terminal).
+/// its run, as its executor ([`require_executor`]). Errors: 400 `validation_error` (bad body or
+/// non-terminal status), 404, 409 `conflict` (run already terminal).
 #[utoipa::path(post, path = "/v1/runs/{id}/result", tag = "runs", params(("id" = String, Path, description = "Resource id")), request_body = ResultBody, responses((status = 200, description = "The run"), (status = 409, description = "conflict"), (status = 400, description = "validation_error"), (status = 401, description = "unauthenticated"), (status = 403, description = "forbidden"), (status = 404, description = "not_found")))]
 pub async fn post_result(
     State(st): State<AppState>,
@@ -120,6 +124,129 @@ pub async fn post_result(
         .map_err(|m| ApiError::new(ErrorCode::ValidationError, m))?;
     let run = tb_engine::runs::finish(&st.engine, &id, status, body.output).await?;
     Ok(Json(wire::run(&run)))
+}
+
+/// The guard of `POST /v1/runs/{id}/result` ([`crate::auth::Access::RunExecutor`]): only the run's
+/// executor ends a run by reporting its result (a session agent's `runs:create` + `runs:read` key
+/// does not: it may not cancel either), and every report made with a credential is recorded in the
+/// audit log as `action` (`run.result`: actor, the run id, the outcome, `detail.reported` = the
+/// terminal status asked for). docs/http-api.md, "Reporting a run's result".
+///
+/// - `Authorization: Bearer tbres_...` that is the run's [`tb_core::run::result_token`] (the http
+///   executor sends it in the run's start request; only a holder of the workflow's key can make it):
+///   the report goes on, actor `result-token`.
+/// - Any other bearer value is checked as an API key by [`crate::auth::require`] (wrong keys are
+///   throttled per address there): a key holding [`crate::auth::RESULT_SCOPE`] goes on; a key
+///   without it is 403 `forbidden`; a result token that is not the run's (another run's, a stale
+///   one after the workflow's secret changed, a made-up one) is an unknown key, 401
+///   `unauthenticated`.
+/// - On an open API (no keys) the caller is `anonymous` with every scope.
+///
+/// Not recorded: a request with no credential, or with an unknown one that is not token-shaped
+/// (nobody to name; counted as a wrong key), and the 429 of the wrong-key throttle (nothing was
+/// checked). A body over [`crate::MAX_API_BODY`] is 413 `payload_too_large`, recorded.
+pub async fn require_executor(
+    State((st, action)): State<(AppState, &'static str)>,
+    req: Request,
+    next: Next,
+) -> Response {
+    use tb_core::run::RESULT_TOKEN_PREFIX;
+    let open = st.keys.0.is_empty();
+    let presented = crate::auth::bearer(req.headers());
+    let token = presented
+        .filter(|p| !open && p.starts_with(RESULT_TOKEN_PREFIX))
+        .map(str::to_string);
+    let actor = if open {
+        Some("anonymous".to_string())
+    } else if token.is_some() {
+        Some("result-token".to_string())
+    } else {
+        presented
+            .and_then(|p| crate::auth::known_key(&st.keys, p))
+            .map(|k| k.name.clone())
+    };
+    let executor = (st.clone(), Access::RunExecutor);
+    let Some(actor) = actor else {
+        return crate::auth::require(State(executor), req, next).await;
+    };
+    let (mut parts, body) = req.into_parts();
+    let run_id = match parts.extract::<RawPathParams>().await {
+        Ok(p) => p
+            .iter()
+            .map(|(_, v)| v.to_string())
+            .next()
+            .unwrap_or_default(),
+        Err(_) => String::new(),
+    };
+    let (res, reported) = match axum::body::to_bytes(body, crate::MAX_API_BODY).await {
+        Err(_) => (
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!("the body is over the API's {} bytes", crate::MAX_API_BODY),
+            )
+            .into_response(),
+            None,
+        ),
+        Ok(bytes) => {
+            // Only a terminal status the handler would accept is named; nothing else of the body.
+            let reported = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v["status"].as_str().map(parse_result_status))
+                .and_then(Result::ok)
+                .map(RunStatus::as_str);
+            let mut req = Request::from_parts(parts, axum::body::Body::from(bytes));
+            let res = match token {
+                Some(t) => match executor_token(&st, &run_id, &t).await {
+                    Ok(true) => {
+                        req.extensions_mut().insert(crate::auth::Principal(
+                            actor.clone(),
+                            vec![crate::auth::RESULT_SCOPE.into()],
+                        ));
+                        next.run(req).await
+                    }
+                    Ok(false) => crate::auth::require(State(executor), req, next).await,
+                    Err(e) => e.into_response(),
+                },
+                None => crate::auth::require(State(executor), req, next).await,
+            };
+            (res, reported)
+        }
+    };
+    if res.status() == axum::http::StatusCode::TOO_MANY_REQUESTS {
+        return res;
+    }
+    let extra = json!({ "reported": reported });
+    crate::audit::record_answer(&st, &actor, action, run_id, res, Some(extra)).await
+}
+
+/// Whether `token` is run `run_id`'s result token: the run's workflow (from the run, or from its
+/// delivery while the run is not recorded yet) is an `http` workflow and the token is
+/// [`tb_core::run::result_token`] of its key. Errors: the store's, other than not-found.
+async fn executor_token(st: &AppState, run_id: &str, token: &str) -> Result<bool, ApiError> {
+    let workflow_id = match st.engine.store.get_run(run_id).await {
+        Ok(r) => Some(r.workflow_id),
+        Err(tb_store::StoreError::NotFound { .. }) => {
+            match tb_core::ids::delivery_id_for_run(run_id) {
+                None => None,
+                Some(did) => match st.engine.store.get_delivery(&did).await {
+                    Ok(d) if d.run_id.as_deref() == Some(run_id) => d.workflow_id,
+                    Ok(_) | Err(tb_store::StoreError::NotFound { .. }) => None,
+                    Err(e) => return Err(e.into()),
+                },
+            }
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let catalog = st.engine.catalog();
+    Ok(
+        match workflow_id.as_deref().and_then(|w| catalog.workflow(w)) {
+            Some(tb_core::workflow::Workflow {
+                executor: tb_core::workflow::Executor::Http { secret, .. },
+                ..
+            }) => tb_core::run::result_token_matches(secret, run_id, token),
+            _ => false,
+        },
+    )
 }
 
 /// `POST /v1/runs/{id}/cancel` -> the run, now `cancelled` with a `run.cancelled` event (its one terminal

@@ -1,8 +1,8 @@
 //! `trigger-bridge test-worker`: a flaky HTTP worker for trying dead letters and replay without writing
 //! code. It takes exactly what the `http` executor sends (`tb_engine::executor::start_run`): a POST of
-//! `{runId, workflowId, inputs, causationId, trigger: {subscriptionId, eventType, receiptId}}` with
-//! `webhook-id` (the delivery id), `webhook-timestamp`, `webhook-signature` and `Idempotency-Key`, on
-//! any path. It answers `200 {"ok": true}` (the run completes) or, with probability `failRate`,
+//! `{runId, workflowId, inputs, causationId, trigger: {subscriptionId, eventType, receiptId},
+//! resultToken}` with `webhook-id` (the delivery id), `webhook-timestamp`, `webhook-signature` and
+//! `Idempotency-Key`, on any path. It answers `200 {"ok": true}` (the run completes) or, with probability `failRate`,
 //! `500 {"error": "test_worker_failure"}` (a failed attempt, error class `http_500`).
 //!
 //! With `--secret` (the workflow's `whsec_` value) the Standard Webhooks signature is checked and a bad

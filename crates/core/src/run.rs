@@ -83,6 +83,51 @@ pub fn parse_result_status(s: &str) -> Result<RunStatus, String> {
     }
 }
 
+/// Prefix of a run's result token ([`result_token`]); the credential list knows it
+/// (`crate::credentials`).
+pub const RESULT_TOKEN_PREFIX: &str = "tbres_";
+
+/// What a run's result token is an HMAC of, before the run id (a versioned purpose, so the token is
+/// never a valid signature of anything else made with the workflow's key).
+const RESULT_TOKEN_PURPOSE: &[u8] = b"trigger-bridge run result v1\n";
+
+/// The result token of run `run_id` of an `http` workflow whose signing key is `key` (the decoded
+/// `whsec_` secret the executor signs its start request with): `tbres_` + the lowercase hex of
+/// HMAC-SHA256(`key`, `"trigger-bridge run result v1\n"` + `run_id`), 70 characters. The http executor
+/// sends it in the start request (`resultToken`); the worker proves with it that it is the run's
+/// executor when it reports the result (`Authorization: Bearer tbres_...` on
+/// `POST /v1/runs/{id}/result`, docs/http-api.md). Only a holder of the workflow's key can make one,
+/// and one token ends one run. A new key (a changed `secret`) makes the tokens of running runs stale.
+pub fn result_token(key: &[u8], run_id: &str) -> String {
+    use hmac::Mac;
+    format!(
+        "{RESULT_TOKEN_PREFIX}{}",
+        hex::encode(result_mac(key, run_id).finalize().into_bytes())
+    )
+}
+
+/// Whether `presented` is run `run_id`'s [`result_token`] under `key`, compared in constant time.
+pub fn result_token_matches(key: &[u8], run_id: &str, presented: &str) -> bool {
+    use hmac::Mac;
+    let Some(mac) = presented
+        .strip_prefix(RESULT_TOKEN_PREFIX)
+        .filter(|h| h.len() == 64)
+        .and_then(|h| hex::decode(h).ok())
+    else {
+        return false;
+    };
+    result_mac(key, run_id).verify_slice(&mac).is_ok()
+}
+
+fn result_mac(key: &[u8], run_id: &str) -> hmac::Hmac<sha2::Sha256> {
+    use hmac::Mac;
+    let mut m = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key)
+        .expect("HMAC takes a key of any length");
+    m.update(RESULT_TOKEN_PURPOSE);
+    m.update(run_id.as_bytes());
+    m
+}
+
 /// Why a run cannot be ended as asked (`finish_run`; the store answers `StoreError::Conflict` with this
 /// sentence, the API 409).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -142,6 +187,25 @@ pub fn announced_run(state: crate::delivery::DeliveryState) -> AnnouncedRun {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_result_token_belongs_to_one_run_and_one_key() {
+        use super::{result_token, result_token_matches};
+        let key = b"0123456789abcdef01234567";
+        let t = result_token(key, "run_1");
+        assert!(t.starts_with("tbres_") && t.len() == 70, "{t}");
+        assert_eq!(t, result_token(key, "run_1"));
+        assert!(result_token_matches(key, "run_1", &t));
+        assert!(!result_token_matches(key, "run_2", &t));
+        assert!(!result_token_matches(b"another key", "run_1", &t));
+        assert!(!result_token_matches(key, "run_1", &t.to_uppercase()));
+        assert!(!result_token_matches(key, "run_1", &t[..69]));
+        assert!(!result_token_matches(key, "run_1", "tbres_"));
+        assert!(
+            crate::credentials::contains(&t),
+            "the credential list knows the shape"
+        );
+    }
+
     #[test]
     fn an_announced_run_reads_from_its_delivery() {
         use super::{announced_run, AnnouncedRun};

@@ -23,11 +23,12 @@ const MAX_RETRY_AFTER_S: u64 = 86_400;
 /// read (bounded memory).
 ///
 /// The `http` executor POSTs `{runId, workflowId, inputs, causationId, trigger: {subscriptionId,
-/// eventType, receiptId}}` with `webhook-id` = the delivery id (stable across attempts, also sent as
-/// `Idempotency-Key`), `webhook-timestamp` = now (per attempt) and `webhook-signature` (Standard Webhooks
-/// §3.5 sender rules). 200/201/204 complete the run; 202 leaves it running until
-/// `POST /v1/runs/{runId}/result`; anything else, a redirect included, is a failure. The `nats`
-/// executor is [`crate::nats_executor::start`].
+/// eventType, receiptId}, resultToken}` (the run's [`tb_core::run::result_token`]) with
+/// `webhook-id` = the delivery id (stable across attempts, also sent as `Idempotency-Key`),
+/// `webhook-timestamp` = now (per attempt) and `webhook-signature` (Standard Webhooks §3.5 sender
+/// rules). 200/201/204 complete the run; 202 leaves it running until
+/// `POST /v1/runs/{runId}/result` (with `Authorization: Bearer <resultToken>`); anything else, a
+/// redirect included, is a failure. The `nats` executor is [`crate::nats_executor::start`].
 pub async fn start_run(
     engine: &crate::Engine,
     workflow: &Workflow,
@@ -63,6 +64,8 @@ pub async fn start_run(
                 "inputs": req.inputs,
                 "causationId": req.causation_id,
                 "trigger": {"subscriptionId": req.subscription_id, "eventType": req.event_type, "receiptId": req.receipt_id},
+                // The worker's proof that it is this run's executor when it reports the result.
+                "resultToken": tb_core::run::result_token(secret, req.run_id),
             })
             .to_string();
             let ts = clock::now_s();
