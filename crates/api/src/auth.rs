@@ -42,21 +42,29 @@ pub const SCOPES: &[&str] = &[
     "operator:bodies",
 ];
 
-/// One API key: a name for logs, the SHA-256 of the key, and its scopes (`*` = all).
+/// One API key: a name for logs, the SHA-256 of the key, its scopes (`*` = all) and the OpenWOP
+/// tenants (workspaces) it is a member of (`*` = every tenant; `[[api_keys]] tenants`, default
+/// [`DEFAULT_TENANT`] only).
 #[derive(Debug, Clone)]
 pub struct ApiKey {
     pub name: String,
     pub sha256: [u8; 32],
     pub scopes: Vec<String>,
+    pub tenants: Vec<String>,
 }
 
+/// The tenant of a key that declares none (`[[api_keys]]` without `tenants`).
+pub const DEFAULT_TENANT: &str = "default";
+
 impl ApiKey {
-    /// A key from its cleartext (e.g. `TRIGGER_BRIDGE_API_KEY`) with every scope.
+    /// A key from its cleartext (e.g. `TRIGGER_BRIDGE_API_KEY`) with every scope, a member of every
+    /// tenant.
     pub fn full_scope(name: &str, key: &str) -> ApiKey {
         ApiKey {
             name: name.into(),
             sha256: digest(key),
             scopes: vec!["*".into()],
+            tenants: vec!["*".into()],
         }
     }
 
@@ -64,6 +72,19 @@ impl ApiKey {
     pub fn allows(&self, scope: &str) -> bool {
         self.scopes.iter().any(|s| s == "*" || s == scope)
     }
+
+    /// Whether the key is a member of tenant `tenant` (`*` is a member of every tenant).
+    pub fn member_of(&self, tenant: &str) -> bool {
+        self.tenants.iter().any(|t| t == "*" || t == tenant)
+    }
+}
+
+/// Whether caller `p` is a member of tenant (OpenWOP workspace) `tenant`, as outbound webhooks need
+/// (OpenWOP webhooks.md: "The caller MUST be a member of the tenant the subscription will live
+/// under"): on an open API (no keys configured) every caller is; otherwise the key `p` names must
+/// list it ([`ApiKey::member_of`]). A principal that names no configured key is a member of none.
+pub fn is_member(keys: &ApiKeys, p: &Principal, tenant: &str) -> bool {
+    keys.0.is_empty() || keys.0.iter().any(|k| k.name == p.0 && k.member_of(tenant))
 }
 
 /// SHA-256 of a key, as stored (`[[api_keys]] sha256 = "<hex>"`).

@@ -1,8 +1,9 @@
 //! `GET /.well-known/openwop`: the OpenWOP discovery document (OpenWOP trigger-bridge §5). It advertises
 //! only what this host serves: core fields, `triggerBridge` (webhook ingest with Standard Webhooks
 //! signing, dedup, retry policy, the RFC 0232 dead-letter read), the ancestry endpoint, and the
-//! `conformance-noop` fixture. Unauthenticated; `Cache-Control` and a strong `ETag` (`If-None-Match` ->
-//! 304).
+//! fixtures: `conformance-noop` and the workflows the configuration marks `fixture = true`
+//! ([`tb_engine::Catalog::fixtures`]). Unauthenticated; `Cache-Control` and a strong `ETag`
+//! (`If-None-Match` -> 304).
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -11,8 +12,6 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::AppState;
-
-use tb_engine::catalog::CONFORMANCE_NOOP;
 
 /// Host facts the discovery document and the OpenWOP endpoints need.
 #[derive(Debug, Clone)]
@@ -66,7 +65,7 @@ pub fn document(st: &AppState) -> Value {
         },
         "implementation": {"name": "trigger-bridge", "version": env!("CARGO_PKG_VERSION"), "vendor": "trigger-bridge"},
         "supportedTransports": ["rest"],
-        "fixtures": [CONFORMANCE_NOOP],
+        "fixtures": st.engine.catalog().fixtures(),
         "triggerBridge": {
             "supported": true,
             "subscriptionStates": ["active", "paused", "failed", "dead-lettered"],

@@ -5,7 +5,8 @@
 //! is 400 `validation_error`, never ignored) is claimed atomically per (principal, method, route
 //! template + path params, key), never the query string, in the store, so it survives restarts. The
 //! final answer (2xx and non-retryable 4xx; never 400/401/403/429/5xx) is replayed for 24 h with
-//! `openwop-Idempotent-Replay: true`; the same key with a different body is 409
+//! `openwop-Idempotent-Replay: true`, and the answer of the request that ran carries
+//! `openwop-Idempotent-Replay: false`; the same key with a different body is 409
 //! `idempotency_key_mismatch`; a concurrent duplicate is 409 `idempotency_in_flight` with
 //! `details.retryAfter` (seconds) and `Retry-After`.
 //!
@@ -320,7 +321,16 @@ pub async fn layer(
                 (rparts, rbytes)
             });
             match task.await {
-                Ok((rparts, rbytes)) => Response::from_parts(rparts, Body::from(rbytes)),
+                Ok((rparts, rbytes)) => {
+                    let mut resp = Response::from_parts(rparts, Body::from(rbytes));
+                    // The first answer to a key says it is not a replay (idempotency.md, a SHOULD);
+                    // the header is not part of what is stored, so a replay says `true`.
+                    resp.headers_mut().insert(
+                        "openwop-idempotent-replay",
+                        HeaderValue::from_static("false"),
+                    );
+                    resp
+                }
                 Err(e) => envelope(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "internal",

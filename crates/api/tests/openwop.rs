@@ -623,7 +623,8 @@ async fn idempotency_key_replays_the_registration_and_refuses_a_different_body()
     let body = json!({"source": "webhook", "workflowId": "conformance-noop"});
     let first = post("reg-1", body.clone()).await.unwrap();
     assert_eq!(first.status().as_u16(), 201);
-    assert!(first.headers().get("openwop-idempotent-replay").is_none());
+    // The first keyed answer says it is not a replay (OpenWOP idempotency.md, a SHOULD).
+    assert_eq!(first.headers()["openwop-idempotent-replay"], "false");
     let first: Value = first.json().await.unwrap();
     let again = post("reg-1", body.clone()).await.unwrap();
     assert_eq!(again.status().as_u16(), 201);
@@ -653,8 +654,9 @@ async fn idempotency_key_replays_the_registration_and_refuses_a_different_body()
     let bad = post("reg-2", json!({"source": "webhook"})).await.unwrap();
     assert_eq!(bad.status().as_u16(), 400);
     let fixed = post("reg-2", json!({"source": "webhook"})).await.unwrap();
-    assert!(
-        fixed.headers().get("openwop-idempotent-replay").is_none(),
+    assert_eq!(
+        fixed.headers()["openwop-idempotent-replay"],
+        "false",
         "400 is never replayed"
     );
     let r = post("bad key!", body).await.unwrap();
@@ -934,6 +936,10 @@ async fn post_runs_starts_a_run_through_the_delivery_engine_once_per_idempotency
     );
     let r = post(json!({"workflowId": "nope"}), None).await.unwrap();
     assert_eq!(r.status().as_u16(), 404);
+    assert!(
+        r.headers().get("openwop-idempotent-replay").is_none(),
+        "no key, no idempotency header"
+    );
     let r = post(
         json!({"workflowId": "conformance-noop", "surprise": true}),
         None,
@@ -1056,11 +1062,11 @@ async fn outbound_webhooks_are_ssrf_checked_signed_durable_and_deletable() {
             "webhook_url_rejected"
         );
     }
-    let r = reg(json!({"url": "https://93.184.216.34/x", "events": []}))
+    let r = reg(json!({"url": "https://93.184.216.34/x", "events": [], "tenantId": "t1"}))
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 400, "empty events");
-    let r = reg(json!({"url": "https://93.184.216.34/x", "events": ["run.completed"], "signatureAlgorithms": ["v2"]})).await.unwrap();
+    let r = reg(json!({"url": "https://93.184.216.34/x", "events": ["run.completed"], "tenantId": "t1", "signatureAlgorithms": ["v2"]})).await.unwrap();
     assert_eq!(r.status().as_u16(), 400);
 
     s.engine
@@ -1333,7 +1339,7 @@ async fn best_effort_webhooks_attempt_once_and_the_breaker_opens_after_four_fail
     let r = s
         .http
         .post(format!("{}/v1/webhooks", s.base))
-        .json(&json!({"url": url, "events": ["run.completed"]}))
+        .json(&json!({"url": url, "events": ["run.completed"], "tenantId": "default"}))
         .send()
         .await
         .unwrap();
@@ -1583,4 +1589,146 @@ async fn a_workers_410_gone_dead_letters_at_the_first_attempt() {
     );
     assert_eq!(v["attempts"].as_array().unwrap().len(), 3);
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// Outbound webhooks live under a tenant the caller is a member of (OpenWOP webhooks.md): `tenantId`
+/// is required on register and delete (400 without), a tenant the key is not a member of is 403
+/// `forbidden`, and a webhook the named tenant does not have is 404 `not_found`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_need_a_tenant_the_caller_is_a_member_of() {
+    use trigger_bridge_api::auth::ApiKey;
+    let member = |name: &str, key: &str, tenants: &[&str]| {
+        let mut k = ApiKey::full_scope(name, key);
+        k.scopes = vec!["webhooks:manage".into()];
+        k.tenants = tenants.iter().map(|t| t.to_string()).collect();
+        k
+    };
+    let s = start_with_keys(
+        None,
+        fast_retry(2),
+        0,
+        vec![
+            ApiKey::full_scope("ops", "ops-key"),
+            member("a", "a-key", &["a"]),
+            member("b", "b-key", &["b", "shared"]),
+        ],
+    )
+    .await;
+    let reg = |key: &'static str, body: Value| {
+        s.http
+            .post(format!("{}/v1/webhooks", s.base))
+            .bearer_auth(key)
+            .json(&body)
+            .send()
+    };
+    let del = |key: &'static str, q: String| {
+        s.http
+            .delete(format!("{}/v1/webhooks/{q}", s.base))
+            .bearer_auth(key)
+            .send()
+    };
+    let url = "https://93.184.216.34/x";
+    let code = |v: Value| v["error"].as_str().unwrap_or_default().to_string();
+    // Register: a member's tenant, a foreign one, none.
+    let r = reg(
+        "a-key",
+        json!({"url": url, "events": ["run.completed"], "tenantId": "a"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let id = r.json::<Value>().await.unwrap()["webhookId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = reg(
+        "a-key",
+        json!({"url": url, "events": ["run.completed"], "tenantId": "b"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 403, "a foreign tenant");
+    assert_eq!(code(r.json().await.unwrap()), "forbidden");
+    let r = reg("a-key", json!({"url": url, "events": ["run.completed"]}))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400, "tenantId is required");
+    assert_eq!(code(r.json().await.unwrap()), "validation_error");
+    let r = reg(
+        "a-key",
+        json!({"url": url, "events": ["run.completed"], "tenantId": ""}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 400, "an empty tenantId");
+    // A key that declares `*` is a member of every tenant.
+    let r = reg(
+        "ops-key",
+        json!({"url": url, "events": ["run.completed"], "tenantId": "zz"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    // Unregister: required tenant, membership, then the tenant's own webhook.
+    let r = del("a-key", id.clone()).await.unwrap();
+    assert_eq!(r.status().as_u16(), 400, "tenantId is required on delete");
+    assert_eq!(code(r.json().await.unwrap()), "validation_error");
+    let r = del("b-key", format!("{id}?tenantId=a")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 403, "not a member of a");
+    assert_eq!(code(r.json().await.unwrap()), "forbidden");
+    let r = del("b-key", format!("{id}?tenantId=b")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 404, "tenant b has no such webhook");
+    assert_eq!(code(r.json().await.unwrap()), "not_found");
+    let r = del("a-key", "wh_unknown?tenantId=a".to_string())
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(code(r.json().await.unwrap()), "not_found");
+    let r = del("a-key", format!("{id}?tenantId=a")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let r = del("a-key", format!("{id}?tenantId=a")).await.unwrap();
+    assert_eq!(r.status().as_u16(), 404, "deleted");
+}
+
+/// Discovery `fixtures` lists `conformance-noop` and every workflow the configuration marks as a
+/// fixture (`[[workflows]] fixture = true`, [`tb_engine::Catalog::with_fixtures`]), so a suite can
+/// witness the scenarios those workflows gate; an id with no workflow is never advertised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_advertises_the_configured_fixtures() {
+    let (sub, binding, wf) = github_catalog(None, fast_retry(2), 0, IMMEDIATE);
+    let idem = tb_core::workflow::Workflow {
+        id: "conformance-idempotent".into(),
+        executor: tb_core::workflow::Executor::Noop,
+    };
+    let catalog =
+        tb_engine::Catalog::new(vec![sub], vec![binding], vec![wf, idem]).with_fixtures([
+            "conformance-idempotent".to_string(),
+            "no-such-workflow".to_string(),
+        ]);
+    let (dir, st) = store();
+    let s = serve(dir, st, catalog, Vec::new()).await;
+    let d = s.get("/.well-known/openwop").await;
+    assert_eq!(
+        d["fixtures"],
+        json!(["conformance-noop", "conformance-idempotent"])
+    );
+    assert!(is_trigger_bridge(&d));
+    // The advertised fixture is runnable by id, once per Idempotency-Key.
+    let post = || {
+        s.http
+            .post(format!("{}/v1/runs", s.base))
+            .header("idempotency-key", "fixture-1")
+            .json(&json!({"workflowId": "conformance-idempotent"}))
+            .send()
+    };
+    let first = post().await.unwrap();
+    assert_eq!(first.status().as_u16(), 201);
+    assert_eq!(first.headers()["openwop-idempotent-replay"], "false");
+    let first: Value = first.json().await.unwrap();
+    let again = post().await.unwrap();
+    assert_eq!(again.headers()["openwop-idempotent-replay"], "true");
+    assert_eq!(
+        again.json::<Value>().await.unwrap()["runId"],
+        first["runId"]
+    );
 }

@@ -394,6 +394,7 @@ async fn replay_all_needs_the_webhooks_manage_scope() {
         name: name.into(),
         sha256: trigger_bridge_api::auth::digest(name),
         scopes: vec![scope.into()],
+        tenants: vec!["*".into()],
     };
     let s = start_with_keys(
         None,

@@ -227,6 +227,7 @@ async fn a_key_that_may_not_start_runs_may_not_rotate() {
         name: name.into(),
         sha256: trigger_bridge_api::auth::digest(name),
         scopes: scopes.iter().map(|s| s.to_string()).collect(),
+        tenants: vec!["*".into()],
     };
     let s = start_with_keys(
         None,

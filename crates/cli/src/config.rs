@@ -595,6 +595,9 @@ pub struct WorkflowSection {
     /// Http executor: worker answers (300 to 599) that are never retried; the delivery is
     /// dead-lettered at the first one (default `[410]`; `[]` retries every failure).
     pub non_retryable_statuses: Option<Vec<u16>>,
+    /// Advertise this workflow in OpenWOP discovery `fixtures` (a seeded workflow a conformance suite
+    /// starts by id, e.g. `conformance-idempotent`; default false; `conformance-noop` always is).
+    pub fixture: Option<bool>,
 }
 
 /// `[[bindings]]`.
@@ -770,10 +773,18 @@ pub struct ApiKeySection {
     pub sha256: String,
     #[serde(default = "all_scopes")]
     pub scopes: Vec<String>,
+    /// The OpenWOP tenants (workspaces) the key is a member of: outbound webhooks are registered and
+    /// deleted only under one of them (`*` = every tenant; default `["default"]`).
+    #[serde(default = "default_tenants")]
+    pub tenants: Vec<String>,
 }
 
 fn all_scopes() -> Vec<String> {
     vec!["*".into()]
+}
+
+fn default_tenants() -> Vec<String> {
+    vec![tb_api::auth::DEFAULT_TENANT.into()]
 }
 
 /// The whole file.
@@ -859,6 +870,8 @@ pub struct Loaded {
     /// Configured API keys plus `TRIGGER_BRIDGE_API_KEY` (full scope) when set.
     pub api_keys: Vec<tb_api::auth::ApiKey>,
     pub catalog_parts: (Vec<SubscriptionConfig>, Vec<Binding>, Vec<Workflow>),
+    /// Ids of the workflows marked `fixture = true`, advertised in discovery `fixtures`.
+    pub fixtures: Vec<String>,
     /// `[rate_limits]` as the engine takes it.
     pub quotas: tb_engine::edge::IngressQuotas,
     /// Facts worth saying that are not errors, one line each: rotations in force and ended ones.
@@ -870,7 +883,8 @@ impl Loaded {
     /// The engine catalog.
     pub fn into_catalog(self) -> (ServerSection, Catalog, Vec<tb_api::auth::ApiKey>) {
         let (s, b, w) = self.catalog_parts;
-        (self.server, Catalog::new(s, b, w), self.api_keys)
+        let catalog = Catalog::new(s, b, w).with_fixtures(self.fixtures);
+        (self.server, catalog, self.api_keys)
     }
 }
 
@@ -1603,6 +1617,19 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             executor,
         });
     }
+    let fixtures: Vec<String> = cfg
+        .workflows
+        .iter()
+        .filter(|w| w.fixture == Some(true))
+        .map(|w| w.id.clone())
+        .collect();
+    if fixtures.len() > tb_engine::catalog::MAX_FIXTURES {
+        errs.push(format!(
+            "workflows: {} are marked fixture = true; at most {} may be",
+            fixtures.len(),
+            tb_engine::catalog::MAX_FIXTURES
+        ));
+    }
 
     let mut bindings = Vec::new();
     let mut b_ids = HashSet::new();
@@ -1714,10 +1741,22 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
                 ));
             }
         }
+        for t in &k.tenants {
+            if t.is_empty()
+                || t.len() > tb_api::webhooks::MAX_TENANT_ID
+                || !t.bytes().all(|b| b.is_ascii_graphic())
+            {
+                errs.push(format!(
+                    "{at}: tenant {t:?} must be * or 1 to {} visible ASCII characters",
+                    tb_api::webhooks::MAX_TENANT_ID
+                ));
+            }
+        }
         api_keys.push(tb_api::auth::ApiKey {
             name: k.name.clone(),
             sha256: sha,
             scopes: k.scopes.clone(),
+            tenants: k.tenants.clone(),
         });
     }
     if let Ok(k) = std::env::var("TRIGGER_BRIDGE_API_KEY") {
@@ -1750,6 +1789,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             notes,
             server: cfg.server,
             catalog_parts: (subs, bindings, workflows),
+            fixtures,
         })
     } else {
         Err(errs)

@@ -940,3 +940,101 @@ fn a_secret_rotation_is_checked_with_the_fix_named() {
         );
     }
 }
+
+/// OpenWOP settings of the config file reach the engine: `fixture = true` workflows are advertised
+/// fixtures, an http workflow's `non_retryable_statuses` (default `[410]`) is its executor's, and
+/// `[[api_keys]] tenants` (default `["default"]`) is the key's; bad values are refused by name.
+#[test]
+fn fixtures_non_retryable_statuses_and_key_tenants_reach_the_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("gh.secret"), "s3cret").unwrap();
+    std::fs::write(
+        dir.path().join("worker.secret"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    )
+    .unwrap();
+    let sha = |c: char| c.to_string().repeat(64);
+    let toml = format!(
+        r#"{good}
+[[workflows]]
+id = "conformance-idempotent"
+executor = "noop"
+fixture = true
+
+[[workflows]]
+id = "worker"
+executor = "http"
+url = "http://127.0.0.1:9/run"
+allow_private = true
+secret = "file:worker.secret"
+non_retryable_statuses = [404, 410]
+
+[[workflows]]
+id = "default-worker"
+executor = "http"
+url = "http://127.0.0.1:9/run"
+allow_private = true
+secret = "file:worker.secret"
+
+[[api_keys]]
+name = "a"
+sha256 = "{a}"
+tenants = ["a", "b"]
+
+[[api_keys]]
+name = "d"
+sha256 = "{d}"
+"#,
+        good = GOOD.replace("env:TB_TEST_SECRET", "file:gh.secret"),
+        a = sha('a'),
+        d = sha('d'),
+    );
+    let p = dir.path().join("c.toml");
+    std::fs::write(&p, &toml).unwrap();
+    let loaded = trigger_bridge::config::load(&p).unwrap_or_else(|e| panic!("{e:?}"));
+    let (_, catalog, keys) = loaded.into_catalog();
+    assert_eq!(
+        catalog.fixtures(),
+        ["conformance-noop", "conformance-idempotent"]
+    );
+    let statuses = |id: &str| match &catalog.workflow(id).unwrap().executor {
+        tb_core::workflow::Executor::Http {
+            non_retryable_statuses,
+            ..
+        } => non_retryable_statuses.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(statuses("worker"), vec![404, 410]);
+    assert_eq!(statuses("default-worker"), vec![410]);
+    let tenants = |name: &str| {
+        keys.iter()
+            .find(|k| k.name == name)
+            .map(|k| k.tenants.clone())
+            .unwrap()
+    };
+    assert_eq!(tenants("a"), vec!["a", "b"]);
+    assert_eq!(tenants("d"), vec!["default"]);
+
+    let envs = [
+        ("TB_TEST_SECRET", "s3cret"),
+        ("TB_TEST_WHSEC", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"),
+    ];
+    for (bad, says) in [
+        (
+            format!("{GOOD}{HTTP_WORKFLOW}non_retryable_statuses = [410, 202]\n"),
+            "workflows[1] (worker): non_retryable_statuses: 202 is not a failure status (300 to 599)",
+        ),
+        (
+            GOOD.replace("executor = \"noop\"", "executor = \"noop\"\nnon_retryable_statuses = [410]"),
+            "workflows[0] (noop): non_retryable_statuses applies to the http executor only",
+        ),
+        (
+            format!("{GOOD}\n[[api_keys]]\nname = \"x\"\nsha256 = \"{}\"\ntenants = [\"\"]\n", sha('e')),
+            "api_keys[0] (x): tenant \"\" must be * or 1 to 128 visible ASCII characters",
+        ),
+    ] {
+        let (code, out) = check(&bad, &envs);
+        assert_ne!(code, 0, "{out}");
+        assert!(out.contains(says), "{says}: {out}");
+    }
+}

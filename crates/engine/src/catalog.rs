@@ -178,6 +178,9 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 25 * 1024 * 1024;
 /// Id of the always-present `noop` workflow advertised as an OpenWOP fixture.
 pub const CONFORMANCE_NOOP: &str = "conformance-noop";
 
+/// Most workflows one catalog advertises as OpenWOP fixtures (discovery `fixtures`).
+pub const MAX_FIXTURES: usize = 64;
+
 /// Subscriptions, bindings (grouped by subscription, in config order) and workflows.
 #[derive(Debug, Default, Clone)]
 pub struct Catalog {
@@ -187,6 +190,8 @@ pub struct Catalog {
     workflows: HashMap<String, Workflow>,
     /// Revoked binding ids: they match nothing and their open deliveries are refused.
     revoked: std::collections::HashSet<String>,
+    /// Workflow ids advertised as OpenWOP fixtures besides [`CONFORMANCE_NOOP`] ([`Catalog::with_fixtures`]).
+    fixtures: std::collections::BTreeSet<String>,
 }
 
 impl Catalog {
@@ -266,6 +271,29 @@ impl Catalog {
     /// True when the binding exists and is not revoked (checked again on every delivery).
     pub fn binding_live(&self, id: &str) -> bool {
         !self.revoked.contains(id) && self.bindings.values().flatten().any(|b| b.id == id)
+    }
+
+    /// A copy that also advertises the workflows `ids` as OpenWOP fixtures (seeded workflow ids a
+    /// conformance suite may start by name, e.g. `conformance-idempotent`; `[[workflows]] fixture =
+    /// true`). Ids this catalog has no workflow for are left out (a fixture must be runnable).
+    pub fn with_fixtures(&self, ids: impl IntoIterator<Item = String>) -> Catalog {
+        let mut c = self.clone();
+        c.fixtures
+            .extend(ids.into_iter().filter(|id| c.workflows.contains_key(id)));
+        c
+    }
+
+    /// The workflow ids discovery advertises in `fixtures` (OpenWOP trigger-bridge §5): always
+    /// [`CONFORMANCE_NOOP`] first, then the declared ones in id order.
+    pub fn fixtures(&self) -> Vec<&str> {
+        let mut v = vec![CONFORMANCE_NOOP];
+        v.extend(
+            self.fixtures
+                .iter()
+                .map(String::as_str)
+                .filter(|id| *id != CONFORMANCE_NOOP),
+        );
+        v
     }
 
     /// A copy with this set of revoked binding ids.
