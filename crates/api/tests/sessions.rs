@@ -1340,7 +1340,10 @@ async fn a_dropped_long_poll_runs_on_and_its_answer_is_replayed_to_the_retry() {
             .send()
             .await
             .unwrap();
-        let replay = r.headers().get("openwop-idempotent-replay").is_some();
+        let replay = r
+            .headers()
+            .get("openwop-idempotent-replay")
+            .is_some_and(|v| v == "true");
         (
             r.status().as_u16(),
             replay,
