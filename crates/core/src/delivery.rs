@@ -97,13 +97,19 @@ pub fn shown_state(state: DeliveryState, lease_until: Option<i64>, now: i64) -> 
     }
 }
 
-/// Outcome of one attempt, as announced by `trigger.delivery.attempted.outcome` (OpenWOP trigger-bridge §3).
+/// Outcome of one attempt, as announced by `trigger.delivery.attempted.outcome` (OpenWOP trigger-bridge §3),
+/// plus [`AttemptOutcome::Lost`], which only the attempt log holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AttemptOutcome {
     Delivered,
     Retrying,
     DeadLettered,
+    /// The attempt's lease lapsed with no outcome recorded (its worker stopped, or its commit could
+    /// not reach the store) and the delivery was leased again: whether its action took effect is not
+    /// known (`crate::lease::take_over`, docs/operations.md "Lost attempts"). Recorded when the lease
+    /// is taken over, never announced as a `trigger.delivery.attempted` event.
+    Lost,
 }
 
 impl AttemptOutcome {
@@ -113,6 +119,7 @@ impl AttemptOutcome {
             AttemptOutcome::Delivered => "delivered",
             AttemptOutcome::Retrying => "retrying",
             AttemptOutcome::DeadLettered => "dead-lettered",
+            AttemptOutcome::Lost => "lost",
         }
     }
 }

@@ -101,6 +101,38 @@ fn held(row: &LeaseRow, token: &str) -> Result<(), LeaseLost> {
     Ok(())
 }
 
+/// The error class of an attempt recorded `lost` ([`take_over`]).
+pub const LEASE_EXPIRED: &str = "lease_expired";
+
+/// An attempt abandoned under a lapsed lease ([`take_over`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned {
+    /// The attempt's number, 1-based: `attempts + 1` of the row its lease was granted on.
+    pub attempt: u32,
+    /// When its lease lapsed, Unix ms (store clock): the row's `lease_until`.
+    pub lapsed_at: i64,
+}
+
+/// Whether granting a new lease on `row` at `now` (store clock, Unix ms) takes over an abandoned
+/// attempt (docs/operations.md "Lost attempts"): the delivery is open and still carries the token of
+/// an earlier grant (a completion and a release both clear it), and that lease lapsed
+/// (`until <= now`). Its worker never recorded an outcome (it stopped, or its commit could not reach
+/// the store), yet it may have performed the action: the attempt it was granted for, number
+/// `attempts + 1`, is recorded `lost` (`crate::attempt::lost`) in the transaction that writes the new
+/// grant, so the new grant's attempt is `attempts + 2` and the attempt log counts every attempt a
+/// target may have seen. `None` for a delivery never leased, released or completed, or whose lease
+/// has not lapsed (it is not due then).
+pub fn take_over(row: &LeaseRow, now: i64) -> Option<Abandoned> {
+    if row.state.is_terminal() || row.token.is_none() {
+        return None;
+    }
+    let lapsed_at = row.until.unwrap_or(now);
+    (lapsed_at <= now).then_some(Abandoned {
+        attempt: row.attempts.saturating_add(1),
+        lapsed_at,
+    })
+}
+
 /// A renewal (heartbeat): the lease's new end and the row's new `due_at` (both Unix ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Renewal {
@@ -282,6 +314,29 @@ mod tests {
         assert_eq!(
             LeaseLost::Ended(D::DeadLettered).to_string(),
             "the delivery is already dead-lettered"
+        );
+    }
+
+    #[test]
+    fn a_lapsed_grant_taken_over_is_an_abandoned_attempt() {
+        // attempts = 2 recorded; the grant for attempt 3 lapsed at 40 000 with nothing recorded.
+        let lapsed = row(D::Retrying, Some("lse_a"), Some(40_000));
+        assert_eq!(
+            take_over(&lapsed, 40_000),
+            Some(Abandoned {
+                attempt: 3,
+                lapsed_at: 40_000
+            })
+        );
+        assert_eq!(take_over(&lapsed, 39_999), None, "still held");
+        assert_eq!(
+            take_over(&row(D::Pending, None, None), 50_000),
+            None,
+            "never leased, released, or completed (the commit clears the token)"
+        );
+        assert_eq!(
+            take_over(&row(D::Delivered, Some("lse_a"), Some(1)), 50_000),
+            None
         );
     }
 

@@ -161,6 +161,7 @@ mod tests {
             token: "lse_1".into(),
             lease_until: 3_000,
             lease_ms: 1_000,
+            lost: None,
         }
     }
 

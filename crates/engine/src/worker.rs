@@ -188,6 +188,19 @@ async fn attempt_traced(
     let started = clock::now_ms();
     let t0 = Instant::now();
     let number = d.attempts + 1;
+    if let Some(lost) = lease.lost {
+        // Recorded by the lease's own commit (`lease_due`): counted and logged once, here.
+        metrics::counter!("tb_deliveries_total", "outcome" => AttemptOutcome::Lost.as_str())
+            .increment(1);
+        tracing::warn!(
+            delivery = %d.id,
+            receipt = %d.receipt_id,
+            subscription = %d.subscription_id,
+            attempt = lost,
+            next_attempt = number,
+            "an earlier lease lapsed with no outcome recorded: that attempt is recorded lost and the delivery is attempted again"
+        );
+    }
     let event_id = new_id(IdKind::Event);
     let catalog = engine.catalog();
     // The delivery's kind says whose retry policy it follows (never the shape of its ids).
@@ -420,7 +433,8 @@ async fn attempt_traced(
             // message (never a body, header or secret).
             let msg = message_logged.as_deref().unwrap_or("");
             match (outcome, &error_class) {
-                (AttemptOutcome::Delivered, _) | (_, None) => {
+                // A commit never records `lost` (only a lease taken over does: `lease_due`).
+                (AttemptOutcome::Delivered | AttemptOutcome::Lost, _) | (_, None) => {
                     tracing::debug!(delivery = %d.id, attempt = number, outcome = outcome.as_str(), "attempt recorded")
                 }
                 (AttemptOutcome::DeadLettered, Some(class)) => {

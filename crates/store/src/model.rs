@@ -218,6 +218,10 @@ pub struct Lease {
     pub lease_until: i64,
     /// The lease length granted, in ms (what a heartbeat extends by).
     pub lease_ms: u64,
+    /// The attempt this grant took over: an earlier grant on the delivery lapsed with no outcome
+    /// recorded, and its attempt (this number) was recorded `lost` in the grant's transaction
+    /// (`tb_core::lease::take_over`). `delivery.attempts` already counts it. `None` otherwise.
+    pub lost: Option<u32>,
 }
 
 /// One recorded attempt.

@@ -364,9 +364,8 @@ async fn lapsed_lease_moves_on_and_the_old_holder_loses() {
             .await
             .unwrap();
         assert_eq!(
-            store.attempts(&new.delivery.id).await.unwrap().len(),
-            1,
-            "exactly one attempt recorded"
+            recorded,
+            vec![(1, AttemptOutcome::Lost), (2, AttemptOutcome::Delivered)]
         );
     }
 }
@@ -1403,7 +1402,8 @@ async fn a_stale_token_of_the_same_owner_is_refused_after_a_re_lease() {
             store.release_lease(&id, &old.token, 3_100).await,
             Err(StoreError::LeaseLost(_))
         ));
-        assert_eq!(store.get_delivery(&id).await.unwrap().attempts, 0);
+        // The lapsed grant's attempt was recorded `lost` by the re-lease.
+        assert_eq!(store.get_delivery(&id).await.unwrap().attempts, 1);
         let ok = commit_for(
             &new,
             AttemptOutcome::Delivered,
@@ -1430,12 +1430,15 @@ async fn a_stale_token_of_the_same_owner_is_refused_after_a_re_lease() {
                 d.lease_until,
                 d.updated_at
             ),
-            (DeliveryState::Delivered, 1, None, None, 3_200)
+            (DeliveryState::Delivered, 2, None, None, 3_200)
         );
         let attempts = store.attempts(&id).await.unwrap();
         assert_eq!(
-            attempts.iter().map(|a| a.attempt).collect::<Vec<_>>(),
-            vec![1]
+            attempts
+                .iter()
+                .map(|a| (a.attempt, a.outcome))
+                .collect::<Vec<_>>(),
+            vec![(1, AttemptOutcome::Lost), (2, AttemptOutcome::Delivered)]
         );
     }
 }
@@ -1879,7 +1882,18 @@ async fn a_handed_lease_never_completed_is_leased_again_after_it_ends() {
             .commit_attempt(delivered(&again, 3_100))
             .await
             .unwrap();
-        assert_eq!(store.attempts(&again.delivery.id).await.unwrap().len(), 1);
+        // The handed attempt that never completed is recorded `lost`, then the one that did.
+        let outcomes: Vec<AttemptOutcome> = store
+            .attempts(&again.delivery.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| a.outcome)
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![AttemptOutcome::Lost, AttemptOutcome::Delivered]
+        );
         let d = store.get_delivery(&again.delivery.id).await.unwrap();
         assert_eq!(d.state, DeliveryState::Delivered);
     }

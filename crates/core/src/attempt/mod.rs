@@ -12,6 +12,7 @@
 //! delivery is consumed only after its attempt committed, so no two transactions wait in a circle.
 
 mod ingest;
+mod lost;
 mod run_log;
 mod streak;
 #[cfg(test)]
@@ -27,6 +28,7 @@ use crate::run::RunStatus;
 use crate::subscription::{FailurePolicy, Source, SubscriptionState, Transition};
 
 pub use ingest::{dead_lettered_at_ingest, IngestDeadLetter, SUBSCRIPTION_DEAD_LETTERED};
+pub use lost::{lost, LostWrites, LOST_MESSAGE};
 pub use run_log::first_events;
 
 /// The delivery row, loaded `FOR UPDATE` (first lock of the attempt).

@@ -7,10 +7,15 @@
 //! their clocks close (NTP). A skew shortens or lengthens a lease by the skew, never lets two holders
 //! both commit: the token fences every write.
 
+use std::collections::HashMap;
+
 use crate::p;
 use crate::sql::{Db, Dialect};
+use tb_core::delivery::DeliveryState;
+use tb_core::ids::{new_id, IdKind};
 use tb_core::lease::{self, LeaseLost, LeaseRow};
 
+use super::log::insert_attempt;
 use super::read;
 use crate::model::*;
 use crate::{RecordKind, StoreError, StoreResult};
@@ -21,6 +26,13 @@ use crate::{RecordKind, StoreError, StoreResult};
 /// lease lapses and the due index alone finds work. On SQLite the index is named (without statistics
 /// the planner prefers deliveries_by_state and sorts every open row); on PostgreSQL the rows are taken
 /// with SKIP LOCKED so replicas leasing at once take disjoint batches.
+///
+/// Statements: the due rows are picked with their lease columns (locked on PostgreSQL); for each row
+/// whose earlier grant lapsed with no outcome recorded ([`lease::take_over`]) the abandoned attempt is
+/// written as the rule says ([`tb_core::attempt::lost`]: its `attempts` row, outcome `lost`, and the
+/// delivery's attempt count); then one `UPDATE` grants the lease on the picked ids (a JSON array
+/// parameter), all in this transaction. The leases come back in due order; [`Lease::lost`] names a
+/// taken-over attempt.
 pub(crate) fn lease_due(
     c: &dyn Db,
     owner: &str,
@@ -28,31 +40,76 @@ pub(crate) fn lease_due(
     lease_ms: u64,
     limit: u32,
 ) -> StoreResult<Vec<Lease>> {
-    let g = lease::grant(now, lease_ms);
     let pick = match c.dialect() {
         Dialect::Sqlite => {
-            "SELECT id FROM deliveries INDEXED BY deliveries_due \
-             WHERE state IN ('pending','retrying') AND due_at <= ?4 ORDER BY due_at LIMIT ?5"
+            "SELECT id, state, attempts, lease_token, lease_until, first_attempt_at \
+             FROM deliveries INDEXED BY deliveries_due \
+             WHERE state IN ('pending','retrying') AND due_at <= ?1 ORDER BY due_at LIMIT ?2"
         }
         Dialect::Postgres => {
-            "SELECT id FROM deliveries \
-             WHERE state IN ('pending','retrying') AND due_at <= ?4 ORDER BY due_at LIMIT ?5 \
+            "SELECT id, state, attempts, lease_token, lease_until, first_attempt_at FROM deliveries \
+             WHERE state IN ('pending','retrying') AND due_at <= ?1 ORDER BY due_at LIMIT ?2 \
              FOR UPDATE SKIP LOCKED"
         }
     };
+    let picked = c.rows(pick, p![now, limit], |r| {
+        let state: String = r.get(1)?;
+        let row = LeaseRow {
+            state: DeliveryState::parse(&state)
+                .ok_or_else(|| read::bad("delivery state", &state))?,
+            attempts: r.get(2)?,
+            token: r.get(3)?,
+            until: r.get(4)?,
+        };
+        Ok((r.get::<String>(0)?, row, r.get::<Option<i64>>(5)?))
+    })?;
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut lost = HashMap::new();
+    for (id, row, first_attempt_at) in &picked {
+        let Some(abandoned) = lease::take_over(row, now) else {
+            continue;
+        };
+        let w = tb_core::attempt::lost(
+            id,
+            *first_attempt_at,
+            &abandoned,
+            new_id(IdKind::Event),
+            now,
+        );
+        // The row is locked (PostgreSQL) or the writer is alone (SQLite): nothing moved since the pick.
+        c.exec(
+            "UPDATE deliveries SET attempts = ?2, first_attempt_at = ?3, last_error = ?4, updated_at = ?5 \
+             WHERE id = ?1",
+            p![id, w.attempts, w.first_attempt_at, w.last_error, w.updated_at],
+        )?;
+        insert_attempt(c, &w.attempt)?;
+        lost.insert(id.as_str(), abandoned.attempt);
+    }
+    let g = lease::grant(now, lease_ms);
+    let ids: Vec<&str> = picked.iter().map(|(id, ..)| id.as_str()).collect();
+    let ids_json = serde_json::to_string(&ids).expect("ids serialize");
+    let in_ids = match c.dialect() {
+        Dialect::Sqlite => "SELECT value FROM json_each(?5)",
+        Dialect::Postgres => "SELECT json_array_elements_text(CAST(?5 AS TEXT)::json)",
+    };
     let sql = format!(
-        "UPDATE deliveries SET lease_owner = ?1, lease_token = ?2, lease_until = ?3, due_at = ?6 \
-         WHERE id IN ({pick}) RETURNING {}",
+        "UPDATE deliveries SET lease_owner = ?1, lease_token = ?2, lease_until = ?3, due_at = ?4 \
+         WHERE id IN ({in_ids}) RETURNING {}",
         read::DELIVERY_COLS
     );
-    let rows = c.rows(
+    let mut rows = c.rows(
         &sql,
-        p![owner, g.token, g.until, now, limit, g.due_at],
+        p![owner, g.token, g.until, g.due_at, ids_json],
         read::delivery_row,
     )?;
+    let order: HashMap<&str, usize> = ids.iter().enumerate().map(|(i, id)| (*id, i)).collect();
+    rows.sort_by_key(|d| order.get(d.id.as_str()).copied().unwrap_or(usize::MAX));
     Ok(rows
         .into_iter()
         .map(|delivery| Lease {
+            lost: lost.get(delivery.id.as_str()).copied(),
             delivery,
             owner: owner.to_string(),
             token: g.token.clone(),

@@ -330,6 +330,7 @@ impl<'a> ReceiptPlan<'a> {
                     token: g.token.clone(),
                     lease_until: g.until,
                     lease_ms: l.lease_ms,
+                    lost: None,
                 });
             }
             if d.state == DeliveryState::DeadLettered {
