@@ -363,6 +363,15 @@ async fn lapsed_lease_moves_on_and_the_old_holder_loses() {
             ))
             .await
             .unwrap();
+        // The lapsed grant's attempt is recorded `lost` when taken over (docs/operations.md "Lost
+        // attempts"), then the new holder's: one row per attempt, none from the old holder's commit.
+        let recorded: Vec<(u32, AttemptOutcome)> = store
+            .attempts(&new.delivery.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|a| (a.attempt, a.outcome))
+            .collect();
         assert_eq!(
             recorded,
             vec![(1, AttemptOutcome::Lost), (2, AttemptOutcome::Delivered)]
