@@ -85,7 +85,9 @@ pub struct AttemptView {
     pub attempt: u32,
     /// The `trigger.delivery.attempted` event's id (a run it started has it as `causationId`).
     pub event_id: String,
-    /// `delivered`, `retrying`, `dead-lettered`.
+    /// `delivered`, `retrying`, `dead-lettered`, or `lost`: the attempt's lease lapsed with no outcome
+    /// recorded and the delivery was leased again (error class `lease_expired`; it may have reached
+    /// its target; `startedAt` is when the lease lapsed, `durationMs` 0).
     pub outcome: String,
     /// RFC 3339 UTC, ms.
     pub started_at: String,

@@ -50,7 +50,7 @@ pub struct Activity {
     pub minutes: u32,
     /// Receipts in the window by their state now (`consumed`, `unmatched`, `dead_lettered` ...).
     pub receipts_by_state: BTreeMap<String, u64>,
-    /// Attempts in the window by outcome (`delivered`, `retrying`, `dead-lettered`).
+    /// Attempts in the window by outcome (`delivered`, `retrying`, `dead-lettered`, `lost`).
     pub attempts_by_outcome: BTreeMap<String, u64>,
     /// Deliveries now waiting for their first attempt, waiting to be retried, dead-lettered.
     pub pending: u64,

@@ -180,7 +180,7 @@ pub fn state(s: &str) -> Markup {
             "paused" | "pending" | "registered" | "queued" | "buffered" | "routed" | "draining"
             | "armed" | "running" | "leased" => "neutral",
             "retrying" | "failed" | "unmatched" | "waiting-input" | "waiting-external"
-            | "expired" | "dropped" => "warn",
+            | "expired" | "dropped" | "lost" => "warn",
             "dead-lettered" | "dead_lettered" | "rejected" | "down" | "cancelled"
             | "quarantined" => "bad",
             _ => "neutral",
