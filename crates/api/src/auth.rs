@@ -7,9 +7,10 @@
 //! With no key configured the API is open (development on loopback only; `serve` refuses a non-loopback
 //! listen address without keys). Errors: 401 `unauthenticated`, 403 `forbidden`, in the flat envelope.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -17,6 +18,7 @@ use axum::Json;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tb_engine::failed_auth::Surface;
 
 use crate::AppState;
 
@@ -141,6 +143,23 @@ fn deny(status: StatusCode, code: &str, message: &str) -> Response {
     r
 }
 
+/// 429 `rate_limited` with `Retry-After`: too many wrong API keys from the caller's address
+/// ([`tb_core::failed_auth`]).
+pub fn throttled(retry_after_s: u64) -> Response {
+    let mut r = deny(
+        StatusCode::TOO_MANY_REQUESTS,
+        "rate_limited",
+        &format!(
+            "too many wrong API keys from this address: every key it sends is refused for {retry_after_s} s"
+        ),
+    );
+    r.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from(retry_after_s),
+    );
+    r
+}
+
 /// The bearer credential of a request (`Authorization: Bearer <x>`, the scheme in any case), trimmed.
 pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
     headers
@@ -160,7 +179,10 @@ pub(crate) fn known_key<'a>(keys: &'a ApiKeys, presented: &str) -> Option<&'a Ap
 /// The per-route middleware of a route whose [`Access`] is `Scope(scope)` or `AnyKey`: on an open
 /// API (no keys) the caller is [`Principal::anonymous`]; otherwise a known key (holding `scope`, for
 /// `Scope`) passes with its [`Principal`] in the request extensions. Errors: 401 `unauthenticated`
-/// (no or unknown key, with `WWW-Authenticate: Bearer`), 403 `forbidden` (the key lacks `scope`).
+/// (no or unknown key, with `WWW-Authenticate: Bearer`), 403 `forbidden` (the key lacks `scope`), 429
+/// `rate_limited` with `Retry-After` ([`throttled`]: the caller's address sent too many unknown keys,
+/// `[rate_limits].failed_keys_per_min`; then every key it sends is refused unchecked until its window
+/// ends, docs/limits.md "Wrong API keys").
 pub async fn require(
     State((st, access)): State<(AppState, Access)>,
     mut req: Request,
@@ -177,12 +199,25 @@ pub async fn require(
             "send Authorization: Bearer <api key>",
         );
     };
+    // Wrong keys are throttled per client address (tb_engine::failed_auth): past the limit every
+    // key from the address is refused unchecked, so a right guess is not told from a wrong one.
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let client = st.engine.client_key(peer, req.headers());
+    if let Err(retry_after_s) = st.engine.admit_key_check(client.as_deref(), Surface::Api) {
+        return throttled(retry_after_s);
+    }
     match known_key(&st.keys, presented) {
-        None => deny(
-            StatusCode::UNAUTHORIZED,
-            "unauthenticated",
-            "unknown API key",
-        ),
+        None => {
+            st.engine.key_check_failed(client.as_deref(), Surface::Api);
+            deny(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "unknown API key",
+            )
+        }
         Some(k) => {
             // `AnyKey` (and `Public`, never layered) need no scope: only a known key.
             let needed = match access {

@@ -1,12 +1,13 @@
 //! What the public surface costs and gives away (docs/limits.md "Public reads", "Wrong API keys";
 //! docs/operations.md "Metrics"): `/v1/openapi.json` is built once and revalidated by its `ETag`;
 //! `/metrics` and `/ready` never name a subscription registered through the API (its id is the
-//! unguessable part of its ingest URL).
+//! unguessable part of its ingest URL); wrong bearer keys are throttled per client address.
 //!
 //! One metrics recorder per process: the tests here read it as deltas or as series only they write.
 
 mod support;
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -43,7 +44,10 @@ async fn the_openapi_document_is_served_from_one_build_with_an_etag() {
     assert_eq!(first.headers()["content-type"], "application/json");
     assert_eq!(first.headers()["x-content-type-options"], "nosniff");
     let etag = first.headers()["etag"].to_str().unwrap().to_string();
-    assert!(etag.starts_with('"') && etag.ends_with('"') && etag.len() == 18, "{etag}");
+    assert!(
+        etag.starts_with('"') && etag.ends_with('"') && etag.len() == 18,
+        "{etag}"
+    );
     let body = first.bytes().await.unwrap();
     // The very document the annotations describe.
     let doc: Value = serde_json::from_slice(&body).unwrap();
@@ -135,7 +139,10 @@ async fn metrics_and_ready_never_name_a_registered_subscription() {
         .unwrap()
         .to_string();
     let ingest = reg["binding"]["ingestUrl"].as_str().unwrap().to_string();
-    let old = reg["binding"]["signingSecret"].as_str().unwrap().to_string();
+    let old = reg["binding"]["signingSecret"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(ingest.contains(&id));
     // A rotation with an overlap, and a request signed with the previous secret.
     let (st, rot) = s
@@ -146,7 +153,15 @@ async fn metrics_and_ready_never_name_a_registered_subscription() {
         .await;
     assert_eq!(st.as_u16(), 200, "{rot}");
     let body = br#"{"type":"invoice.paid","data":{"n":1}}"#;
-    let (st, a) = post_sw(&s, &ingest, &old, "msg_exposure_0000001", body, chrono_now()).await;
+    let (st, a) = post_sw(
+        &s,
+        &ingest,
+        &old,
+        "msg_exposure_0000001",
+        body,
+        chrono_now(),
+    )
+    .await;
     assert_eq!(st, 202, "{a}");
     // Quarantined by an operator.
     let (st, q) = s
@@ -182,7 +197,10 @@ async fn metrics_and_ready_never_name_a_registered_subscription() {
         .text()
         .await
         .unwrap();
-    assert!(!text.contains(&id), "the registered id is in /metrics:\n{text}");
+    assert!(
+        !text.contains(&id),
+        "the registered id is in /metrics:\n{text}"
+    );
     // The registered subscriptions are added up under `api`; a configured one keeps its id.
     assert_eq!(
         sample(&text, r#"tb_subscription_quarantined{subscription="api"}"#),
@@ -190,16 +208,25 @@ async fn metrics_and_ready_never_name_a_registered_subscription() {
         "{text}"
     );
     assert_eq!(
-        sample(&text, r#"tb_subscription_quarantined{subscription="github"}"#),
+        sample(
+            &text,
+            r#"tb_subscription_quarantined{subscription="github"}"#
+        ),
         Some(0.0),
         "{text}"
     );
     assert!(
-        sample(&text, r#"tb_quarantines_total{subscription="api",by="operator"}"#) >= Some(1.0),
+        sample(
+            &text,
+            r#"tb_quarantines_total{subscription="api",by="operator"}"#
+        ) >= Some(1.0),
         "{text}"
     );
     assert!(
-        sample(&text, r#"tb_previous_secret_accepted_total{subscription="api"}"#) >= Some(1.0),
+        sample(
+            &text,
+            r#"tb_previous_secret_accepted_total{subscription="api"}"#
+        ) >= Some(1.0),
         "{text}"
     );
     // /ready (public) says a registered subscription waits for an operator, not which.
@@ -213,4 +240,61 @@ async fn metrics_and_ready_never_name_a_registered_subscription() {
     // Behind a key (this server has none: open) the id is there, as before.
     let list = s.get("/v1/trigger-subscriptions").await;
     assert!(list.to_string().contains(&id));
+}
+
+/// Before: every wrong key was a 401, however many, from wherever, and nothing counted them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_bearer_keys_from_one_address_are_refused_past_the_limit() {
+    recorder();
+    let right = "right-key-0123456789abcdef";
+    let key = trigger_bridge_api::auth::ApiKey::full_scope("ops", right);
+    let s = start_with_keys(None, fast_retry(1), 0, vec![key]).await;
+    s.engine.set_failed_keys_limit(5);
+    let failures = r#"tb_auth_failures_total{surface="api"}"#;
+    let throttled = r#"tb_auth_throttled_total{surface="api"}"#;
+    let (f0, t0) = {
+        let t = local_text();
+        (
+            sample(&t, failures).unwrap_or(0.0),
+            sample(&t, throttled).unwrap_or(0.0),
+        )
+    };
+    let from = |ip: [u8; 4]| {
+        reqwest::Client::builder()
+            .local_address(IpAddr::V4(Ipv4Addr::from(ip)))
+            .build()
+            .unwrap()
+    };
+    let (a, b) = (from([127, 0, 0, 1]), from([127, 0, 0, 2]));
+    let url = format!("{}/v1/auth/key", s.base);
+    let ask = |c: &reqwest::Client, key: &str| c.get(&url).bearer_auth(key).send();
+    for i in 0..5 {
+        let r = ask(&a, &format!("guess-{i}")).await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "wrong key {i}");
+    }
+    // The sixth from the same address is refused unchecked, and so is the right key: answering it
+    // 200 would tell a right guess from a wrong one.
+    for k in ["guess-5", right] {
+        let r = ask(&a, k).await.unwrap();
+        assert_eq!(r.status().as_u16(), 429, "{k}");
+        let wait: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&wait), "{wait}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"], "rate_limited");
+    }
+    // Another address is not held by this one's guesses.
+    let r = ask(&b, right).await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["name"], "ops");
+    assert_eq!(ask(&b, "guess-b").await.unwrap().status().as_u16(), 401);
+    // No key at all is no guess: 401 as ever, not counted.
+    let r = a.get(&url).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let t = local_text();
+    assert!(sample(&t, failures).unwrap() - f0 >= 6.0, "{t}");
+    assert!(sample(&t, throttled).unwrap() - t0 >= 2.0, "{t}");
 }

@@ -356,6 +356,10 @@ pub struct RateLimitsSection {
     pub global_per_min: Option<u32>,
     /// Requests a minute from one client address (IPv6: one /64).
     pub source_per_min: Option<u32>,
+    /// Wrong API keys (bearer or console login) one client address may send per minute before every
+    /// key it sends is refused (429) until its minute ends; 0 = no limit. Default
+    /// `tb_core::failed_auth::DEFAULT_LIMIT` (docs/limits.md "Wrong API keys").
+    pub failed_keys_per_min: Option<u32>,
     /// Proxies (addresses or CIDR ranges, e.g. `10.0.0.0/8`) whose `X-Forwarded-For` names the client.
     /// Without it the peer address is the client.
     #[serde(default)]
@@ -874,6 +878,8 @@ pub struct Loaded {
     pub fixtures: Vec<String>,
     /// `[rate_limits]` as the engine takes it.
     pub quotas: tb_engine::edge::IngressQuotas,
+    /// `[rate_limits].failed_keys_per_min`, defaulted ([`RateLimitsSection::failed_keys_per_min`]).
+    pub failed_keys_per_min: u32,
     /// Facts worth saying that are not errors, one line each: rotations in force and ended ones.
     /// `check-config` prints them; `serve` logs them.
     pub notes: Vec<String>,
@@ -1786,6 +1792,10 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
         Ok(Loaded {
             api_keys,
             quotas,
+            failed_keys_per_min: cfg
+                .rate_limits
+                .failed_keys_per_min
+                .unwrap_or(tb_core::failed_auth::DEFAULT_LIMIT),
             notes,
             server: cfg.server,
             catalog_parts: (subs, bindings, workflows),

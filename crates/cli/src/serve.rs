@@ -104,6 +104,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         )
     })?;
     let quotas = loaded.quotas.clone();
+    let failed_keys_per_min = loaded.failed_keys_per_min;
     for n in &loaded.notes {
         tracing::warn!("{n}");
     }
@@ -183,6 +184,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     engine.set_ingress_quotas(quotas);
+    engine.set_failed_keys_limit(failed_keys_per_min);
     // The audit chain's key, derived from the sealing key: the database does not hold it
     // (docs/operations.md, "The audit log"). Set before the first append below.
     engine.set_audit_key(secrets.sealing_key().ok().map(|k| k.audit_key()));

@@ -13,6 +13,7 @@ pub mod dedup;
 pub mod delivery;
 pub mod error;
 pub mod events;
+pub mod failed_auth;
 pub mod idempotency;
 pub mod ids;
 pub mod lease;

@@ -13,6 +13,7 @@ pub mod duplicates;
 pub mod edge;
 pub mod effects;
 pub mod executor;
+pub mod failed_auth;
 pub mod flows;
 pub mod handoff;
 pub mod ingest;
@@ -117,6 +118,8 @@ pub struct Engine {
     pub(crate) audit: audit::AuditState,
     /// The last store probe of `GET /ready` ([`readiness`]), reused for its interval.
     pub(crate) ready_probe: readiness::ReadyProbe,
+    /// Wrong API keys per client address ([`failed_auth`]).
+    pub(crate) failed_keys: failed_auth::FailedKeys,
 }
 
 /// The pseudo-subscription id of runs started through `POST /v1/runs`: their receipt and delivery carry
@@ -207,6 +210,7 @@ impl Engine {
             changes: Arc::new(tokio::sync::watch::channel(0).0),
             audit: Default::default(),
             ready_probe: Default::default(),
+            failed_keys: Default::default(),
             api_run_retry: RwLock::new(tb_core::retry::RetryPolicy::default()),
             webhooks_durable: std::sync::atomic::AtomicBool::new(true),
             webhook_allow_private: std::sync::atomic::AtomicBool::new(
