@@ -251,5 +251,17 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(error::method_not_allowed)
         .layer(axum::middleware::from_fn(error::envelope_errors))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_API_BODY))
+        .layer(axum::middleware::map_response(nosniff))
         .with_state(state)
+}
+
+/// Adds `X-Content-Type-Options: nosniff` to a response: no browser may read an answer as another
+/// type than its `Content-Type` (a JSON error echoing a path as HTML, an SSE stream as script). Layered
+/// on the API router, the console's and, in `serve`, around everything the server answers.
+pub async fn nosniff(mut res: axum::response::Response) -> axum::response::Response {
+    res.headers_mut().insert(
+        axum::http::header::X_CONTENT_TYPE_OPTIONS,
+        axum::http::HeaderValue::from_static("nosniff"),
+    );
+    res
 }

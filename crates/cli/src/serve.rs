@@ -364,6 +364,8 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
                 .with_per_target(edge.max_inflight_bodies_per_target),
         ),
     );
+    // Every answer, the body layer's own refusals included, carries `X-Content-Type-Options: nosniff`.
+    let app = app.layer(axum::middleware::map_response(tb_api::nosniff));
     let open = Arc::new(crate::http_server::OpenConnections::default());
     let grace = Duration::from_millis(edge.body_timeout_ms);
     let http = crate::http_server::serve(

@@ -26,14 +26,26 @@ pub fn status_of(e: &tb_api::error::ApiError) -> StatusCode {
 }
 
 impl IntoResponse for Page {
+    /// The page's HTML with every bidirectional control shown ([`visible_controls`]) and the console's
+    /// security headers: the content security policy (no `<base>` may move relative links:
+    /// `base-uri 'none'`), `X-Content-Type-Options: nosniff`, no framing, no caching.
     fn into_response(self) -> Response {
-        let mut r = (self.1, Html(self.0.into_string())).into_response();
+        let html = self.0.into_string();
+        let html = match visible_controls(&html) {
+            std::borrow::Cow::Borrowed(_) => html,
+            std::borrow::Cow::Owned(shown) => shown,
+        };
+        let mut r = (self.1, Html(html)).into_response();
         let h = r.headers_mut();
         h.insert(
             "content-security-policy",
-            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'"
+            "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
                 .parse()
                 .expect("static header"),
+        );
+        h.insert(
+            "x-content-type-options",
+            "nosniff".parse().expect("static header"),
         );
         h.insert("x-frame-options", "DENY".parse().expect("static header"));
         h.insert(
@@ -43,6 +55,32 @@ impl IntoResponse for Page {
         h.insert("cache-control", "no-store".parse().expect("static header"));
         r
     }
+}
+
+/// Whether `c` is a Unicode bidirectional control: the embeddings, overrides and isolates
+/// (U+202A-U+202E, U+2066-U+2069) and the marks (U+200E, U+200F, U+061C). In free text (an id, a
+/// reason, a payload) they reorder what the operator reads ("Trojan Source", CVE-2021-42574).
+pub fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}' | '\u{061C}')
+}
+
+/// `s` with every bidirectional control ([`is_bidi_control`]) replaced by its visible name,
+/// `⟨U+202E⟩`, so it reorders nothing and the operator sees it is there. Applied to every console
+/// page as a whole after rendering ([`Page`]): every inbound text a page shows, in text or in an
+/// attribute, passes through it, and the console's own markup holds none. Borrowed when there is none.
+pub fn visible_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(is_bidi_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 16);
+    for c in s.chars() {
+        if is_bidi_control(c) {
+            out.push_str(&format!("⟨U+{:04X}⟩", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// The pages of the navigation: (path, label).
@@ -349,4 +387,44 @@ pub fn pre(text: &str) -> Markup {
 /// Marks text as already-safe HTML (only for our own static strings).
 pub fn raw(s: &'static str) -> PreEscaped<&'static str> {
     PreEscaped(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bidi_controls_are_shown_by_name_and_nothing_else_changes() {
+        let shown = visible_controls("a\u{202E}gnp.exe\u{2066}x\u{200F}\u{061C}ü");
+        assert_eq!(shown, "a⟨U+202E⟩gnp.exe⟨U+2066⟩x⟨U+200F⟩⟨U+061C⟩ü");
+        assert!(matches!(
+            visible_controls("plain <b>ü</b>"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        for c in [
+            '\u{202A}', '\u{202B}', '\u{202C}', '\u{202D}', '\u{2067}', '\u{2068}', '\u{2069}',
+            '\u{200E}',
+        ] {
+            assert!(is_bidi_control(c), "{c:?}");
+        }
+        assert!(!is_bidi_control('\u{200D}'));
+    }
+
+    #[test]
+    fn a_page_shows_the_controls_of_its_text_and_forbids_a_base_element() {
+        let r = Page(html! { p { "id: a\u{202E}b" } }, StatusCode::OK).into_response();
+        let csp = r.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(csp.contains("base-uri 'none'"), "{csp}");
+        assert_eq!(r.headers()["x-content-type-options"], "nosniff");
+        let body =
+            futures_util::FutureExt::now_or_never(axum::body::to_bytes(r.into_body(), 1 << 20))
+                .unwrap()
+                .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(text.contains("id: a⟨U+202E⟩b"), "{text}");
+        assert!(!text.contains('\u{202E}'));
+    }
 }

@@ -178,6 +178,7 @@ pub fn router(api: AppState) -> Router {
         "/ui/",
         get(|| async { axum::response::Redirect::permanent("/ui") }),
     )
+    .layer(axum::middleware::map_response(tb_api::nosniff))
     .with_state(c)
 }
 

@@ -29,43 +29,55 @@ pub const MAX_STREAMS: usize = 256;
 /// Open event streams per login (one per open tab); more are answered 429, so one login cannot take
 /// every stream of the replica.
 pub const MAX_STREAMS_PER_LOGIN: usize = 8;
+/// Open event streams per API key, over all its logins: a quarter of [`MAX_STREAMS`]. A key can log
+/// in as often as it likes, so the per-login cap alone let one read-only key hold every stream of the
+/// replica; with this share at least four keys are needed. More are answered 429.
+pub const MAX_STREAMS_PER_KEY: usize = MAX_STREAMS / 4;
+
+/// Open streams per holder (a login, or an API key by its name).
+type Counts = Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>;
 
 /// The feed: a counter bumped once per coalesced change.
 #[derive(Clone)]
 pub struct Hub {
     rx: watch::Receiver<u64>,
     slots: Arc<Semaphore>,
-    per_login: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+    per_login: Counts,
+    per_key: Counts,
 }
 
-/// A login's share of the open streams, given back when its stream ends.
-struct LoginSlot {
-    per_login: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
-    login: String,
+/// A holder's share of the open streams, given back when its stream ends.
+struct Share {
+    counts: Counts,
+    holder: String,
 }
 
-impl LoginSlot {
-    fn take(hub: &Hub, login: &str) -> Option<LoginSlot> {
-        let mut m = hub.per_login.lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(login.to_string()).or_default();
-        if *n >= MAX_STREAMS_PER_LOGIN {
+impl Share {
+    /// One more stream of `holder` when it holds fewer than `max`.
+    fn take(counts: &Counts, holder: &str, max: usize) -> Option<Share> {
+        let mut m = counts.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(holder.to_string()).or_default();
+        if *n >= max {
+            if *n == 0 {
+                m.remove(holder);
+            }
             return None;
         }
         *n += 1;
-        Some(LoginSlot {
-            per_login: hub.per_login.clone(),
-            login: login.to_string(),
+        Some(Share {
+            counts: counts.clone(),
+            holder: holder.to_string(),
         })
     }
 }
 
-impl Drop for LoginSlot {
+impl Drop for Share {
     fn drop(&mut self) {
-        let mut m = self.per_login.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = m.get_mut(&self.login) {
+        let mut m = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.holder) {
             *n -= 1;
             if *n == 0 {
-                m.remove(&self.login);
+                m.remove(&self.holder);
             }
         }
     }
@@ -85,6 +97,7 @@ impl Hub {
             rx,
             slots: Arc::new(Semaphore::new(MAX_STREAMS)),
             per_login: Default::default(),
+            per_key: Default::default(),
         }
     }
 }
@@ -133,22 +146,30 @@ async fn feed(engine: Arc<tb_engine::Engine>, tx: watch::Sender<u64>) {
 }
 
 /// `GET /ui/events`: `event: change` whenever something changed (coalesced), keep-alive comments every
-/// 15 s. 429 beyond [`MAX_STREAMS_PER_LOGIN`] streams of one login, 503 beyond [`MAX_STREAMS`] in all.
+/// 15 s. 429 beyond [`MAX_STREAMS_PER_LOGIN`] streams of one login or [`MAX_STREAMS_PER_KEY`] of one
+/// API key (all its logins together), 503 beyond [`MAX_STREAMS`] in all.
 pub async fn events(
     State(c): State<Console>,
     axum::Extension(op): axum::Extension<crate::operator::Operator>,
 ) -> Response {
-    let Some(mine) = LoginSlot::take(&c.hub, &op.token_sha256) else {
+    let Some(mine) = Share::take(&c.hub.per_login, &op.token_sha256, MAX_STREAMS_PER_LOGIN) else {
         return (
             StatusCode::TOO_MANY_REQUESTS,
             "too many open live pages for this login",
         )
             .into_response();
     };
+    let Some(key) = Share::take(&c.hub.per_key, &op.name, MAX_STREAMS_PER_KEY) else {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many open live pages for this API key",
+        )
+            .into_response();
+    };
     let Ok(all) = c.hub.slots.clone().try_acquire_owned() else {
         return (StatusCode::SERVICE_UNAVAILABLE, "too many open live pages").into_response();
     };
-    let slot = (mine, all);
+    let slot = (mine, key, all);
     let mut rx = c.hub.rx.clone();
     rx.mark_unchanged();
     let engine = c.api.engine.clone();

@@ -24,6 +24,7 @@ use axum::Form;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
+use tb_engine::failed_auth::Surface;
 use tb_store::ConsoleLogin;
 
 use crate::html;
@@ -264,6 +265,9 @@ pub async fn guard(State((c, need)): State<(Console, Need)>, req: Request, next:
             &format!("the API key {} lacks the scope {scope}", op.name),
         );
     }
+    if post && !same_origin(req.headers()) {
+        return cross_site();
+    }
     let req = if post {
         match check_csrf(req, &op.csrf).await {
             Ok(r) => r,
@@ -331,25 +335,110 @@ pub struct LoginForm {
     next: String,
 }
 
-/// Where to go after logging in: a console path only (never another site, never a dot segment
-/// climbing out of `/ui`, never a control character).
+/// Where to go after logging in: a console path only (docs/console.md, "Login"). The path is
+/// percent-decoded once and its dot segments resolved (`.`, `..`, and their encoded forms such as
+/// `.%2e`, which browsers resolve too) before it is judged; it must then be `/ui` or lie under `/ui/`,
+/// and hold no `%` (a second encoding), `\`, `//`, `?`, `#` or anything but printable ASCII.
+/// Anything else, and anything unparsable, goes to `/ui`. The answer is the resolved path and the
+/// query as sent (printable ASCII); the fragment is dropped.
 fn safe_next(next: &str) -> String {
-    let path = next.split(['?', '#']).next().unwrap_or("");
-    let ok = (path == "/ui" || path.starts_with("/ui/"))
-        && !next.contains("//")
-        && !next.contains('\\')
-        && !path.split('/').any(|s| {
-            s == "."
-                || s == ".."
-                || s.eq_ignore_ascii_case("%2e")
-                || s.to_ascii_lowercase().contains("%2e%2e")
-        })
-        && next.bytes().all(|b| (0x21..0x7f).contains(&b));
-    if ok {
-        next.to_string()
-    } else {
-        "/ui".to_string()
+    resolve_next(next).unwrap_or_else(|| "/ui".to_string())
+}
+
+fn resolve_next(next: &str) -> Option<String> {
+    let next = next.split('#').next().unwrap_or("");
+    if !next.bytes().all(|b| (0x21..0x7f).contains(&b)) {
+        return None;
     }
+    let (path, query) = match next.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (next, None),
+    };
+    let decoded = percent_decode(path)?;
+    let bad = |b: &u8| !(0x21..0x7f).contains(b) || b"%\\?#".contains(b);
+    if !decoded.starts_with('/') || decoded.contains("//") || decoded.as_bytes().iter().any(bad) {
+        return None;
+    }
+    // RFC 3986 §5.2.4 remove_dot_segments, over the decoded path.
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = decoded[1..].split('/').collect();
+    let last = segments.len() - 1;
+    for (i, seg) in segments.iter().enumerate() {
+        match *seg {
+            "." | ".." => {
+                if *seg == ".." {
+                    out.pop();
+                }
+                // A path ending in a dot segment names a directory: keep its trailing slash.
+                if i == last {
+                    out.push("");
+                }
+            }
+            s => out.push(s),
+        }
+    }
+    let path = format!("/{}", out.join("/"));
+    if path != "/ui" && !path.starts_with("/ui/") {
+        return None;
+    }
+    Some(match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    })
+}
+
+/// Decodes `%XX` escapes once; `None` on a broken escape or a result that is not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Whether a `POST` comes from a page of this server (docs/console.md, "Login"): when the browser
+/// sends `Sec-Fetch-Site` it must be `same-origin` (or `none`: the user's own navigation); else when
+/// it sends `Origin`, its host must be this request's `Host` (or `X-Forwarded-Host`, set by the proxy
+/// in front; a cross-site form cannot set either header). A request with neither header is no
+/// browser's cross-site form (browsers send `Origin` on every `POST`) and passes; the CSRF token of
+/// a logged-in form still guards it.
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = headers.get("sec-fetch-site") {
+        return site == "same-origin" || site == "none";
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let Some(host) = origin.to_str().ok().and_then(|o| {
+        o.strip_prefix("https://")
+            .or_else(|| o.strip_prefix("http://"))
+    }) else {
+        // `null` (a sandboxed or privacy-sensitive context) or no web origin: refused.
+        return false;
+    };
+    [text("host"), text("x-forwarded-host")]
+        .into_iter()
+        .flatten()
+        .any(|h| h.trim().eq_ignore_ascii_case(host))
+}
+
+fn cross_site() -> Response {
+    tracing::warn!("console form refused: sent from another site (Origin / Sec-Fetch-Site)");
+    refuse(
+        StatusCode::FORBIDDEN,
+        "cross_site_refused",
+        "this form was sent from another site: open the console at its own address and send it from there",
+    )
 }
 
 /// `GET /ui/login?next=...`: the login form (public).
@@ -364,14 +453,38 @@ pub async fn login_page(
     html::login_page(&next, None).into_response()
 }
 
-/// `POST /ui/login` (public): checks the key, stores a login, sets the cookie, goes to `next`.
-/// Errors: 401 (unknown key: the form again, nothing stored), 403 (the key lacks `operator:read`).
+/// `POST /ui/login` (public): checks the key, stores a login, sets the cookie, goes to `next`
+/// ([`safe_next`]). Errors: 403 `cross_site_refused` (sent from another site: [`same_origin`]); 429
+/// with `Retry-After` (the client address sent too many wrong keys, to the console or the API:
+/// [`tb_engine::failed_auth`], then every key it sends is refused unchecked); 401 (unknown key: the
+/// form again, nothing stored, counted against the address); 403 (the key lacks `operator:read`).
 pub async fn login(
     State(c): State<Console>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
     headers: HeaderMap,
     Form(f): Form<LoginForm>,
 ) -> Response {
+    if !same_origin(&headers) {
+        return cross_site();
+    }
     let next = safe_next(&f.next);
+    let engine = &c.api.engine;
+    let client = engine.client_key(peer.map(|p| p.0 .0.ip()), &headers);
+    if let Err(wait) = engine.admit_key_check(client.as_deref(), Surface::Console) {
+        let mut res = (
+            StatusCode::TOO_MANY_REQUESTS,
+            html::login_page(
+                &next,
+                Some(&format!(
+                    "Too many wrong keys from this address: try again in {wait} s."
+                )),
+            ),
+        )
+            .into_response();
+        res.headers_mut()
+            .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(wait));
+        return res;
+    }
     let digest = tb_api::auth::digest(f.key.trim());
     let key = c
         .api
@@ -381,7 +494,9 @@ pub async fn login(
         .find(|k| bool::from(k.sha256.ct_eq(&digest)))
         .cloned();
     let Some(key) = key else {
-        tracing::info!("console login refused: unknown API key");
+        if !c.api.keys.0.is_empty() {
+            engine.key_check_failed(client.as_deref(), Surface::Console);
+        }
         return (
             StatusCode::UNAUTHORIZED,
             html::login_page(&next, Some("That is not an API key of this server.")),
@@ -475,6 +590,63 @@ mod tests {
         assert_eq!(safe_next("/ui/%2e%2e/evil"), "/ui");
         assert_eq!(safe_next("/ui\r\nX: 1"), "/ui");
         assert_eq!(safe_next("/uievil"), "/ui");
+    }
+
+    #[test]
+    fn next_is_judged_after_decoding_and_resolving_dot_segments() {
+        // Browsers resolve `.%2e` and `%2e.` as `..`: these climbed out of /ui before.
+        assert_eq!(safe_next("/ui/.%2e/.%2e/v1/runs"), "/ui");
+        assert_eq!(safe_next("/ui/%2e./v1/runs"), "/ui");
+        assert_eq!(safe_next("/ui/%2E%2E"), "/ui");
+        assert_eq!(safe_next("/ui/.."), "/ui");
+        // A second encoding, an encoded backslash, slash or query: refused.
+        assert_eq!(safe_next("/ui/%252e%252e/v1"), "/ui");
+        assert_eq!(safe_next("/ui/%5c..%5cv1"), "/ui");
+        assert_eq!(safe_next("/ui/%2f%2fevil.example"), "/ui");
+        assert_eq!(safe_next("/ui/receipts%3Fx"), "/ui");
+        assert_eq!(safe_next("/ui/%zz"), "/ui");
+        // Dot segments that stay inside /ui resolve there; the query is kept, the fragment dropped.
+        assert_eq!(safe_next("/ui/receipts/../runs?x=1#top"), "/ui/runs?x=1");
+        assert_eq!(safe_next("/ui/./receipts/."), "/ui/receipts/");
+        assert_eq!(safe_next("/ui/%72uns"), "/ui/runs");
+        assert_eq!(safe_next("/ui"), "/ui");
+    }
+
+    #[test]
+    fn a_post_from_another_site_is_told_from_the_console_s_own() {
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, v.parse().unwrap());
+            }
+            m
+        };
+        assert!(same_origin(&h(&[("sec-fetch-site", "same-origin")])));
+        assert!(!same_origin(&h(&[
+            ("sec-fetch-site", "cross-site"),
+            ("origin", "http://b:1"),
+            ("host", "b:1")
+        ])));
+        assert!(!same_origin(&h(&[("sec-fetch-site", "same-site")])));
+        assert!(same_origin(&h(&[
+            ("origin", "http://bridge:8080"),
+            ("host", "bridge:8080")
+        ])));
+        assert!(same_origin(&h(&[
+            ("origin", "https://ops.example"),
+            ("host", "10.0.0.5:8080"),
+            ("x-forwarded-host", "ops.example")
+        ])));
+        assert!(!same_origin(&h(&[
+            ("origin", "https://evil.example"),
+            ("host", "bridge:8080")
+        ])));
+        assert!(!same_origin(&h(&[
+            ("origin", "null"),
+            ("host", "bridge:8080")
+        ])));
+        // No browser headers at all (curl, scripts): passes; nothing cross-site about it.
+        assert!(same_origin(&h(&[("host", "bridge:8080")])));
     }
 
     #[test]
