@@ -35,6 +35,19 @@ async fn ready(s: &Server) -> (u16, Option<String>, Value) {
     (status, retry, r.json().await.unwrap())
 }
 
+/// `GET /ready` until `f` holds on its answer (a probe's result answers for
+/// `tb_engine::readiness::PROBE_INTERVAL`, so a change shows within about a second); at most [`BOUND`].
+async fn ready_until(s: &Server, f: impl Fn(u16, &Value) -> bool) -> (u16, Option<String>, Value) {
+    let deadline = tokio::time::Instant::now() + BOUND;
+    loop {
+        let r = ready(s).await;
+        if f(r.0, &r.2) || tokio::time::Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// A server over a SQLite store the test keeps a handle on (to block or crash its writer).
 async fn server_with(capacity: usize) -> (Server, Arc<SqliteStore>) {
     let dir = tempfile::tempdir().unwrap();
@@ -87,7 +100,10 @@ async fn ready_is_public_200_and_lists_dead_lettered_subscriptions_as_warnings()
         .await
         .unwrap()
         .expect("active -> dead-lettered");
-    let (status, _, body) = ready(&s).await;
+    let (status, _, body) = ready_until(&s, |_, b| {
+        b["warnings"]["subscriptions"]["dead-lettered"] != json!([])
+    })
+    .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "ready");
     assert_eq!(
@@ -116,7 +132,7 @@ async fn a_dead_writer_makes_ready_503_while_health_stays_ok() {
     })
     .await
     .expect("the writer thread ends");
-    let (status, retry, body) = ready(&s).await;
+    let (status, retry, body) = ready_until(&s, |st, _| st == 503).await;
     assert_eq!((status, retry.as_deref()), (503, Some("1")), "{body}");
     assert_eq!(body["status"], "unavailable");
     assert_eq!(
@@ -214,10 +230,48 @@ async fn a_full_writer_queue_answers_503_unavailable_with_retry_after() {
     if filled_by_us {
         tokio::time::timeout(BOUND, filler).await.unwrap().unwrap();
     }
-    assert_eq!(ready(&s).await.0, 200);
+    assert_eq!(ready_until(&s, |st, _| st == 200).await.0, 200);
     let sub = s.get("/v1/trigger-subscriptions/github").await;
     assert_eq!(
         sub["subscription"]["state"], "active",
         "the refused pause left nothing"
     );
+}
+
+/// Before: every `GET /ready` committed its own no-op job, so a flood of probes was a flood of store
+/// writes. Now 64 callers at once share one probe, and the next probe waits for the interval.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_ready_calls_share_one_store_probe_per_interval() {
+    let (s, sqlite) = server_with(1024).await;
+    // A long interval first, so a slow machine cannot make the burst span two intervals.
+    s.engine.set_ready_probe_interval(Duration::from_secs(60));
+    let before = sqlite.writer_pings();
+    let n = 64;
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let mut calls = Vec::new();
+    for _ in 0..n {
+        let (http, url, b) = (s.http.clone(), format!("{}/ready", s.base), barrier.clone());
+        calls.push(tokio::spawn(async move {
+            b.wait().await;
+            http.get(url).send().await.unwrap().status().as_u16()
+        }));
+    }
+    for c in calls {
+        assert_eq!(c.await.unwrap(), 200);
+    }
+    assert_eq!(
+        sqlite.writer_pings() - before,
+        1,
+        "one probe write for {n} callers"
+    );
+    // Within the interval: answered from that probe.
+    assert_eq!(ready(&s).await.0, 200);
+    assert_eq!(sqlite.writer_pings() - before, 1);
+    // Once the interval has passed: one new probe.
+    s.engine
+        .set_ready_probe_interval(Duration::from_millis(200));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert_eq!(ready(&s).await.0, 200);
+    assert_eq!(sqlite.writer_pings() - before, 2);
+    assert_eq!(tb_engine::readiness::PROBE_INTERVAL, Duration::from_secs(1));
 }
