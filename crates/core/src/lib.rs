@@ -14,6 +14,7 @@ pub mod delivery;
 pub mod error;
 pub mod events;
 pub mod failed_auth;
+pub mod front_door;
 pub mod idempotency;
 pub mod ids;
 pub mod lease;
