@@ -58,7 +58,10 @@ pub async fn ingest(
     let read = if crate::body::refuse_before_continue(&headers, declared, limit) {
         Err(crate::body::ReadError::TooLarge)
     } else {
-        crate::body::read_ingest(body, limit, declared, &gate, &target).await
+        // One client's share of this subscription's body slots (docs/limits.md "Per-client
+        // limits"): trickled bodies from one address cannot starve other senders of this URL.
+        let client = peer.map(|p| st.engine.client_addr(p.0 .0.ip(), &headers));
+        crate::body::read_ingest(body, limit, declared, &gate, &target, client).await
     };
     let bytes = match read {
         Ok(b) => b,

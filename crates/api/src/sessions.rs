@@ -474,7 +474,9 @@ pub async fn hook(
     let read = if crate::body::refuse_before_continue(&headers, declared, limit) {
         Err(crate::body::ReadError::TooLarge)
     } else {
-        crate::body::read_ingest(body, limit, declared, &gate, &target).await
+        // One client's share of the capability pool (docs/limits.md "Per-client limits").
+        let client = peer.map(|p| st.engine.client_addr(p.0 .0.ip(), &headers));
+        crate::body::read_ingest(body, limit, declared, &gate, &target, client).await
     };
     let bytes = match read {
         Ok(b) => b,

@@ -108,6 +108,24 @@ pub struct ServerSection {
     /// Bytes of ingest bodies buffered at once, all subscriptions together (default 268 435 456 =
     /// 256 MiB); over it 503 `unavailable`. Must be at least every subscription's `max_body_bytes`.
     pub body_budget_bytes: Option<usize>,
+    // Per-client fairness (docs/limits.md "Per-client limits"): a client is an IPv4 address or an
+    // IPv6 /64, behind a trusted proxy the address the proxy names.
+    /// Connections one client address holds at once (default 64, or a quarter of `max_connections`
+    /// when smaller; 1 ..= `max_connections`). Over it that client's new connection is answered 503
+    /// `unavailable` with `Retry-After: 1` (or closed at once when it already has a few being
+    /// refused); other clients are not affected. Connections from a trusted proxy are exempt.
+    pub max_connections_per_client: Option<usize>,
+    /// Of one target's body slots (`max_inflight_bodies_per_target`), the most one client address
+    /// may hold (default a quarter of them, at least 1; 1 ..= `max_inflight_bodies_per_target`).
+    /// Over it that client's body is 503 `unavailable` with `Retry-After: 1`.
+    pub max_inflight_bodies_per_client: Option<usize>,
+    /// Proxies (addresses or CIDR ranges, e.g. `10.0.0.0/8`, `2001:db8::/48`) whose
+    /// `client_address_header` names the client; from any other peer the TCP peer is the client.
+    /// Default none. The older spelling `[rate_limits].trusted_proxies` is read when this is unset.
+    pub trusted_proxies: Option<Vec<String>>,
+    /// The header the trusted proxies name the client in: `x-forwarded-for` (default) or `forwarded`
+    /// (RFC 7239). Only that header is read: the other one is whatever the client wrote.
+    pub client_address_header: Option<String>,
 }
 
 /// The HTTP edge keys of `[server]` with their defaults applied ([`ServerSection::edge`]).
@@ -122,6 +140,8 @@ pub struct Edge {
     pub max_inflight_bodies: usize,
     pub max_inflight_bodies_per_target: usize,
     pub body_budget_bytes: usize,
+    pub max_connections_per_client: usize,
+    pub max_inflight_bodies_per_client: usize,
 }
 
 /// Default of `[server].header_timeout_ms`.
@@ -137,6 +157,10 @@ impl ServerSection {
         let max_inflight_bodies = self
             .max_inflight_bodies
             .unwrap_or(tb_api::body::DEFAULT_MAX_INFLIGHT_BODIES);
+        let max_connections = self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+        let per_target = self.max_inflight_bodies_per_target.unwrap_or(
+            tb_api::body::DEFAULT_MAX_INFLIGHT_BODIES_PER_TARGET.min(max_inflight_bodies),
+        );
         Edge {
             header_timeout_ms: self.header_timeout_ms.unwrap_or(DEFAULT_HEADER_TIMEOUT_MS),
             body_timeout_ms: self
@@ -149,14 +173,18 @@ impl ServerSection {
                 .body_min_rate_grace_ms
                 .unwrap_or(tb_api::body::DEFAULT_BODY_MIN_RATE_GRACE_MS),
             idle_timeout_ms: self.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS),
-            max_connections: self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            max_connections,
             max_inflight_bodies,
-            max_inflight_bodies_per_target: self.max_inflight_bodies_per_target.unwrap_or(
-                tb_api::body::DEFAULT_MAX_INFLIGHT_BODIES_PER_TARGET.min(max_inflight_bodies),
-            ),
+            max_inflight_bodies_per_target: per_target,
             body_budget_bytes: self
                 .body_budget_bytes
                 .unwrap_or(tb_api::body::DEFAULT_BODY_BUDGET_BYTES),
+            max_connections_per_client: self.max_connections_per_client.unwrap_or(
+                tb_core::front_door::default_connections_per_client(max_connections),
+            ),
+            max_inflight_bodies_per_client: self
+                .max_inflight_bodies_per_client
+                .unwrap_or(tb_core::front_door::default_bodies_per_client(per_target)),
         }
     }
 
@@ -201,6 +229,21 @@ impl ServerSection {
             errs.push(format!(
                 "[server].max_inflight_bodies_per_target ({}) must be between 1 and max_inflight_bodies ({})",
                 e.max_inflight_bodies_per_target, e.max_inflight_bodies
+            ));
+        }
+        if e.max_connections > 0 && !(1..=e.max_connections).contains(&e.max_connections_per_client)
+        {
+            errs.push(format!(
+                "[server].max_connections_per_client ({}) must be between 1 and max_connections ({})",
+                e.max_connections_per_client, e.max_connections
+            ));
+        }
+        if e.max_inflight_bodies_per_target > 0
+            && !(1..=e.max_inflight_bodies_per_target).contains(&e.max_inflight_bodies_per_client)
+        {
+            errs.push(format!(
+                "[server].max_inflight_bodies_per_client ({}) must be between 1 and max_inflight_bodies_per_target ({})",
+                e.max_inflight_bodies_per_client, e.max_inflight_bodies_per_target
             ));
         }
         if e.body_budget_bytes < largest_body || e.body_budget_bytes > u32::MAX as usize {
@@ -360,28 +403,50 @@ pub struct RateLimitsSection {
     /// key it sends is refused (429) until its minute ends; 0 = no limit. Default
     /// `tb_core::failed_auth::DEFAULT_LIMIT` (docs/limits.md "Wrong API keys").
     pub failed_keys_per_min: Option<u32>,
-    /// Proxies (addresses or CIDR ranges, e.g. `10.0.0.0/8`) whose `X-Forwarded-For` names the client.
-    /// Without it the peer address is the client.
+    /// The older spelling of `[server].trusted_proxies` (read when that is unset; both set is an
+    /// error): proxies (addresses or CIDR ranges, e.g. `10.0.0.0/8`) whose forwarded header names the
+    /// client. Without it the peer address is the client.
     #[serde(default)]
     pub trusted_proxies: Vec<String>,
 }
 
 impl RateLimitsSection {
-    /// The engine's quotas. Errors: every entry of `trusted_proxies` that is not an address or range.
-    pub fn quotas(&self) -> Result<tb_engine::edge::IngressQuotas, Vec<String>> {
+    /// The engine's quotas and who the client of a request is: these limits, with
+    /// `[server].trusted_proxies` (or this section's older `trusted_proxies`) and
+    /// `[server].client_address_header`. Errors: every entry of the proxies that is not an address
+    /// or range, an unknown header, both spellings of the proxies set.
+    pub fn quotas(
+        &self,
+        server: &ServerSection,
+    ) -> Result<tb_engine::edge::IngressQuotas, Vec<String>> {
         let mut errs = Vec::new();
+        let (key, list) = match &server.trusted_proxies {
+            Some(list) => {
+                if !self.trusted_proxies.is_empty() {
+                    errs.push("[rate_limits].trusted_proxies and [server].trusted_proxies are both set: keep the list in [server].trusted_proxies only (it also applies to the rate limits)".to_string());
+                }
+                ("[server].trusted_proxies", list)
+            }
+            None => ("[rate_limits].trusted_proxies", &self.trusted_proxies),
+        };
         let mut trusted = Vec::new();
-        for p in &self.trusted_proxies {
-            let net = p
-                .parse::<ipnet::IpNet>()
-                .or_else(|_| p.parse::<std::net::IpAddr>().map(ipnet::IpNet::from));
-            match net {
-                Ok(n) => trusted.push(n),
-                Err(_) => errs.push(format!(
-                    "[rate_limits].trusted_proxies: {p:?} is not an address or a CIDR range (e.g. 10.0.0.0/8)"
+        for p in list {
+            match parse_cidr(p) {
+                Some(n) => trusted.push(n),
+                None => errs.push(format!(
+                    "{key}: {p:?} is not an address or a CIDR range (e.g. 10.0.0.0/8)"
                 )),
             }
         }
+        let header = match &server.client_address_header {
+            None => tb_core::front_door::ForwardedHeader::default(),
+            Some(h) => tb_core::front_door::ForwardedHeader::parse(h).unwrap_or_else(|| {
+                errs.push(format!(
+                    "[server].client_address_header = {h:?}: use \"x-forwarded-for\" or \"forwarded\""
+                ));
+                Default::default()
+            }),
+        };
         if !errs.is_empty() {
             return Err(errs);
         }
@@ -389,8 +454,19 @@ impl RateLimitsSection {
             global_per_min: self.global_per_min.unwrap_or(0),
             source_per_min: self.source_per_min.unwrap_or(0),
             trusted_proxies: trusted,
+            forwarded_header: header,
         })
     }
+}
+
+/// An address or a CIDR range (`10.0.0.0/8`, `192.0.2.1`, `2001:db8::/32`), host bits allowed
+/// (`10.1.2.3/8` is `10.0.0.0/8`); `None` when it is neither.
+fn parse_cidr(s: &str) -> Option<ipnet::IpNet> {
+    let s = s.trim();
+    s.parse::<ipnet::IpNet>()
+        .map(|n| n.trunc())
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .ok()
 }
 
 /// `[subscriptions.quarantine]` (docs/limits.md "Quarantine"): the automatic abuse quarantine.
@@ -1784,7 +1860,7 @@ pub fn validate(cfg: Config, base: &Path) -> Result<Loaded, Vec<String>> {
             }
         }
     }
-    let quotas = cfg.rate_limits.quotas().unwrap_or_else(|e| {
+    let quotas = cfg.rate_limits.quotas(&cfg.server).unwrap_or_else(|e| {
         errs.extend(e);
         Default::default()
     });

@@ -105,6 +105,9 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     })?;
     let quotas = loaded.quotas.clone();
     let failed_keys_per_min = loaded.failed_keys_per_min;
+    // The accept loop exempts these peers from the per-client connection share; the API reads the
+    // client from their forwarded header (both through the same list).
+    let trusted_proxies = quotas.trusted_proxies.clone();
     for n in &loaded.notes {
         tracing::warn!("{n}");
     }
@@ -361,7 +364,8 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         },
         Arc::new(
             tb_api::body::IngestGate::new(edge.max_inflight_bodies, edge.body_budget_bytes)
-                .with_per_target(edge.max_inflight_bodies_per_target),
+                .with_per_target(edge.max_inflight_bodies_per_target)
+                .with_per_client(edge.max_inflight_bodies_per_client),
         ),
     );
     // Every answer, the body layer's own refusals included, carries `X-Content-Type-Options: nosniff`.
@@ -375,8 +379,10 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
             header_timeout: Duration::from_millis(edge.header_timeout_ms),
             idle_timeout: Duration::from_millis(edge.idle_timeout_ms),
             max_connections: edge.max_connections,
+            max_connections_per_client: edge.max_connections_per_client,
             shutdown_grace: grace,
         },
+        trusted_proxies,
         open.clone(),
         stop_rx.clone(),
     );

@@ -646,6 +646,90 @@ fn per_target_body_slots_and_the_rate_grace_are_checked() {
     assert_eq!(code, 0, "{out}");
 }
 
+/// The per-client keys of `[server]` (docs/limits.md "Per-client limits"): shares within their pools,
+/// proxies that are addresses or CIDR ranges, a known client-address header, one spelling of the
+/// proxies. `serve` refuses what `check-config` refuses, with the same message.
+#[test]
+fn per_client_limits_and_trusted_proxies_are_checked() {
+    let with = |server: &str| {
+        GOOD.replace(
+            "[[subscriptions]]",
+            &format!("[server]\n{server}\n\n[[subscriptions]]"),
+        )
+    };
+    let env = [("TB_TEST_SECRET", "s")];
+    let good = "max_connections = 100\nmax_connections_per_client = 100\nmax_inflight_bodies_per_target = 8\nmax_inflight_bodies_per_client = 8\ntrusted_proxies = [\"10.0.0.0/8\", \"192.0.2.7\", \"2001:db8::/48\", \"10.1.2.3/16\"]\nclient_address_header = \"Forwarded\"";
+    let (code, out) = check(&with(good), &env);
+    assert_eq!(code, 0, "{out}");
+    for (server, says) in [
+        (
+            "max_connections = 100\nmax_connections_per_client = 101",
+            "[server].max_connections_per_client (101) must be between 1 and max_connections (100)",
+        ),
+        (
+            "max_connections_per_client = 0",
+            "[server].max_connections_per_client (0) must be between 1 and max_connections (512)",
+        ),
+        (
+            "max_inflight_bodies_per_client = 17",
+            "[server].max_inflight_bodies_per_client (17) must be between 1 and max_inflight_bodies_per_target (16)",
+        ),
+        (
+            "max_inflight_bodies_per_target = 8\nmax_inflight_bodies_per_client = 0",
+            "[server].max_inflight_bodies_per_client (0) must be between 1 and max_inflight_bodies_per_target (8)",
+        ),
+        (
+            "trusted_proxies = [\"10.0.0.0/33\"]",
+            "[server].trusted_proxies: \"10.0.0.0/33\" is not an address or a CIDR range (e.g. 10.0.0.0/8)",
+        ),
+        (
+            "trusted_proxies = [\"proxy.internal\"]",
+            "[server].trusted_proxies: \"proxy.internal\" is not an address or a CIDR range",
+        ),
+        (
+            "client_address_header = \"x-real-ip\"",
+            "[server].client_address_header = \"x-real-ip\": use \"x-forwarded-for\" or \"forwarded\"",
+        ),
+    ] {
+        let (code, out) = check(&with(server), &env);
+        assert_eq!(code, 1, "{server}: {out}");
+        assert!(out.contains(says), "{server}: {out}");
+    }
+    // Both spellings of the proxies: refused, naming the one to keep.
+    let both = format!(
+        "[rate_limits]\ntrusted_proxies = [\"10.0.0.0/8\"]\n{}",
+        with("trusted_proxies = [\"10.0.0.0/8\"]")
+    );
+    let (code, out) = check(&both, &env);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("[rate_limits].trusted_proxies and [server].trusted_proxies are both set"),
+        "{out}"
+    );
+    // A default per-client share follows a small cap down (a quarter of it).
+    let (code, out) = check(&with("max_connections = 8\nmax_inflight_bodies = 8"), &env);
+    assert_eq!(code, 0, "{out}");
+    // serve refuses the same file with the same words.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.toml");
+    std::fs::write(&p, with("trusted_proxies = [\"10.0.0.0/33\"]")).unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config"])
+        .arg(&p)
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .env("TB_TEST_SECRET", "s")
+        .env_remove("TRIGGER_BRIDGE_API_KEY")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("[server].trusted_proxies: \"10.0.0.0/33\" is not an address or a CIDR range"),
+        "{err}"
+    );
+}
+
 fn schedule_config(section: &str) -> String {
     format!(
         r#"

@@ -472,13 +472,17 @@ async fn requests_hyper_refuses_while_parsing_get_the_status_with_an_empty_body(
     assert_eq!(health(&http, srv.port).await.map(|h| h.0), Some(200));
 }
 
-/// `[server]` defaults (256 MiB budget, 64 body slots) and one Standard Webhooks subscription with the
-/// default 25 MiB body limit.
+/// `[server]` defaults (256 MiB budget, 64 body slots, 16 per subscription) and one Standard Webhooks
+/// subscription with the default 25 MiB body limit. The bodies all come from one address, so that
+/// address may hold the subscription's 16 slots (by default a quarter of them).
 fn large_body_config(dir: &Path) -> std::path::PathBuf {
     let p = dir.join("large.toml");
     std::fs::write(
         &p,
         r#"
+[server]
+max_inflight_bodies_per_client = 16
+
 [[subscriptions]]
 id = "sw"
 connector = "standard-webhooks"

@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use http::HeaderMap;
+use tb_core::front_door::{self, ForwardedHeader};
 use tb_core::rate::{self, Scope};
 use tb_core::{ErrorCode, TbError};
 
@@ -19,8 +20,11 @@ pub struct IngressQuotas {
     pub global_per_min: u32,
     /// Requests a minute from one client address ([`rate::source_key`]).
     pub source_per_min: u32,
-    /// Proxies whose `X-Forwarded-For` is believed ([`rate::client_addr`]); empty = none.
+    /// Proxies whose forwarded client address is believed ([`front_door::client_of`]); empty = none
+    /// (`[server].trusted_proxies`).
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The header those proxies name the client in (`[server].client_address_header`).
+    pub forwarded_header: ForwardedHeader,
 }
 
 impl Engine {
@@ -32,6 +36,15 @@ impl Engine {
     /// Sets the server-wide quotas (at start, from `[rate_limits]`).
     pub fn set_ingress_quotas(&self, q: IngressQuotas) {
         *self.quotas.write().expect("quota lock") = q;
+    }
+
+    /// The client address of a request from TCP peer `peer` with `headers` (docs/limits.md
+    /// "Per-client limits"): the peer itself, or, when the peer is one of the trusted proxies, the
+    /// rightmost untrusted address of the configured forwarded header ([`front_door::client_of`]).
+    /// Rate limits, body-slot shares and failed-credential throttles count this address.
+    pub fn client_addr(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        let quotas = self.quotas.read().expect("quota lock");
+        client_of(peer, headers, &quotas)
     }
 
     /// Counts one refused request of `subscription` (or of no known subscription: `None`) in the
@@ -71,14 +84,7 @@ impl Engine {
         if quotas.global_per_min == 0 && quotas.source_per_min == 0 {
             return Ok(());
         }
-        let source = peer.map(|p| {
-            let forwarded: Vec<&str> = headers
-                .get_all("x-forwarded-for")
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .collect();
-            rate::source_key(rate::client_addr(p, &forwarded, &quotas.trusted_proxies))
-        });
+        let source = peer.map(|p| rate::source_key(client_of(p, headers, &quotas)));
         let mut levels = vec![Level {
             scope: Scope::Global,
             key: "",
@@ -104,4 +110,22 @@ impl Engine {
             r.error()
         })
     }
+}
+
+/// [`front_door::client_of`] over the configured header's values in `headers`.
+fn client_of(peer: IpAddr, headers: &HeaderMap, quotas: &IngressQuotas) -> IpAddr {
+    if quotas.trusted_proxies.is_empty() {
+        return peer.to_canonical();
+    }
+    let values: Vec<&str> = headers
+        .get_all(quotas.forwarded_header.name())
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    front_door::client_of(
+        peer,
+        quotas.forwarded_header,
+        &values,
+        &quotas.trusted_proxies,
+    )
 }

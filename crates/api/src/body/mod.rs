@@ -6,14 +6,16 @@
 //!   passed since the headers, ends the body with [`BodyTimedOut`] (answered 408 `request_timeout`).
 //! - [`IngestGate`]: ingest bodies are buffered whole before their signature is verified; at most
 //!   `max_inflight` are read at once, at most `per_target` of them for one [`Target`] (a subscription,
-//!   or the pool of every capability URL), and together they hold at most `budget_bytes`. Over any:
+//!   or the pool of every capability URL), of those at most `per_client` from one client address
+//!   (docs/limits.md "Per-client limits"), and together they hold at most `budget_bytes`. Over any:
 //!   503 `unavailable` with `Retry-After: 1`, nothing stored. A body's slots are held while it is
 //!   read; its bytes keep their share of the budget until the last reference to them is dropped (the
 //!   commit included).
 //!
 //! The rule of the project: anything reachable without a key must cost the attacker more than it
-//! costs us. A trickled body holds a slot only for the grace unless it pays the minimum rate, and
-//! trickling to one URL cannot take the slots of the others.
+//! costs us. A trickled body holds a slot only for the grace unless it pays the minimum rate,
+//! trickling to one URL cannot take the slots of the others, and one address trickling to a URL
+//! cannot take the slots other senders to that URL need.
 //!
 //! [`layer`] installs both on a router; `serve` does it with the `[server]` config values.
 //!

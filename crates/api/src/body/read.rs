@@ -122,8 +122,9 @@ pub fn refuse_before_continue(
 }
 
 /// Buffers an ingest body of at most `limit` bytes (`declared` = its Content-Length) for `target`
-/// under `gate`: takes one of the target's slots and a body slot for as long as the body is being
-/// read, reserves the declared length (or each chunk as it comes) from the byte budget for as long as
+/// from `client` (the request's client address, `Engine::client_addr`; `None` when not known) under
+/// `gate`: takes one of the target's slots (within the client's share of them) and a body slot for as
+/// long as the body is being read, reserves the declared length (or each chunk as it comes) from the byte budget for as long as
 /// the returned `Bytes` live, and refuses with [`ReadError::Busy`] when any is exhausted. A
 /// single-frame body is returned without a copy; a longer one is copied chunk by chunk into one
 /// buffer, preallocated from Content-Length (capped by `limit`) or grown by doubling (capped by
@@ -136,11 +137,12 @@ pub async fn read_ingest(
     declared: Option<usize>,
     gate: &IngestGate,
     target: &Target,
+    client: Option<std::net::IpAddr>,
 ) -> Result<Bytes, ReadError> {
     let r = if declared.is_some_and(|n| n > limit) {
         Err(ReadError::TooLarge)
     } else {
-        buffer(&mut body, limit, declared, gate, target).await
+        buffer(&mut body, limit, declared, gate, target, client).await
     };
     if let Err(ReadError::TooLarge | ReadError::Busy) = r {
         drain(body).await;
@@ -154,14 +156,13 @@ async fn buffer(
     declared: Option<usize>,
     gate: &IngestGate,
     target: &Target,
+    client: Option<std::net::IpAddr>,
 ) -> Result<Bytes, ReadError> {
     let busy = |reason: &'static str| {
         metrics::counter!("tb_http_refused_total", "reason" => reason).increment(1);
         ReadError::Busy
     };
-    let target_slot = gate
-        .take_target(target)
-        .ok_or_else(|| busy("target_bodies"))?;
+    let target_slot = gate.take_target(target, client).map_err(busy)?;
     let slot = gate
         .inflight
         .clone()
@@ -274,11 +275,26 @@ mod tests {
     #[tokio::test]
     async fn budget_refuses_a_body_that_does_not_fit_and_releases_on_drop() {
         let gate = IngestGate::new(4, 100);
-        let a = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate, &sub("a"))
-            .await
-            .unwrap();
+        let a = read_ingest(
+            Body::from(vec![1u8; 60]),
+            1000,
+            Some(60),
+            &gate,
+            &sub("a"),
+            None,
+        )
+        .await
+        .unwrap();
         assert_eq!(gate.budget_available(), 40);
-        let b = read_ingest(Body::from(vec![1u8; 60]), 1000, Some(60), &gate, &sub("a")).await;
+        let b = read_ingest(
+            Body::from(vec![1u8; 60]),
+            1000,
+            Some(60),
+            &gate,
+            &sub("a"),
+            None,
+        )
+        .await;
         assert!(matches!(b, Err(ReadError::Busy)));
         drop(a);
         assert_eq!(gate.budget_available(), 100);
@@ -299,7 +315,7 @@ mod tests {
         }
         drop(tx);
         let body = Body::new(http_body_util::StreamBody::new(ReceiverStream(rx)));
-        let b = read_ingest(body, 1000, None, &gate, &sub("a"))
+        let b = read_ingest(body, 1000, None, &gate, &sub("a"), None)
             .await
             .unwrap();
         assert_eq!(&b[..], b"{\"a\":1}");
@@ -342,7 +358,7 @@ mod tests {
         let gate = Arc::new(IngestGate::new(4, 1000).with_per_target(2));
         let read = |body: Body, t: Target| {
             let g = gate.clone();
-            tokio::spawn(async move { read_ingest(body, 10, None, &g, &t).await })
+            tokio::spawn(async move { read_ingest(body, 10, None, &g, &t, None).await })
         };
         let (a1, tx1) = stalled(b"1").await;
         let (a2, tx2) = stalled(b"2").await;
@@ -356,20 +372,87 @@ mod tests {
             );
             tokio::task::yield_now().await;
         }
-        let a3 = read_ingest(Body::from("3"), 10, None, &gate, &sub("a")).await;
+        let a3 = read_ingest(Body::from("3"), 10, None, &gate, &sub("a"), None).await;
         assert!(matches!(a3, Err(ReadError::Busy)), "a's share is taken");
-        let b = read_ingest(Body::from("4"), 10, None, &gate, &sub("b")).await;
+        let b = read_ingest(Body::from("4"), 10, None, &gate, &sub("b"), None).await;
         assert_eq!(&b.unwrap()[..], b"4", "another target still reads");
-        let c = read_ingest(Body::from("5"), 10, None, &gate, &Target::Capabilities).await;
+        let c = read_ingest(
+            Body::from("5"),
+            10,
+            None,
+            &gate,
+            &Target::Capabilities,
+            None,
+        )
+        .await;
         assert_eq!(&c.unwrap()[..], b"5");
         drop((tx1, tx2));
         assert_eq!(&r1.await.unwrap().unwrap()[..], b"1");
         assert_eq!(&r2.await.unwrap().unwrap()[..], b"2");
         assert!(
-            gate.held.lock().unwrap().is_empty(),
+            gate.held.lock().unwrap().by_target.is_empty(),
             "no entry outlives its slots"
         );
         assert_eq!(gate.inflight.available_permits(), 4);
+    }
+
+    /// One client address (IPv6: its /64) holds at most its share of a target's slots; another
+    /// client still reads from the same target, and an unknown client is held only to the target's.
+    #[tokio::test]
+    async fn one_client_holds_at_most_its_share_of_a_targets_slots() {
+        let gate = Arc::new(
+            IngestGate::new(8, 1000)
+                .with_per_target(4)
+                .with_per_client(2),
+        );
+        let ip = |s: &str| Some(s.parse::<std::net::IpAddr>().unwrap());
+        let read = |body: Body, client: Option<std::net::IpAddr>| {
+            let g = gate.clone();
+            tokio::spawn(async move { read_ingest(body, 10, None, &g, &sub("a"), client).await })
+        };
+        let attacker = ip("2001:db8:1:2::1");
+        let (a1, tx1) = stalled(b"1").await;
+        let (a2, tx2) = stalled(b"2").await;
+        let r1 = read(a1, attacker);
+        let r2 = read(a2, ip("2001:db8:1:2:ffff::9"));
+        let t0 = std::time::Instant::now();
+        while gate.held_by_client(&sub("a"), attacker.unwrap()) < 2 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(2),
+                "the two bodies never started"
+            );
+            tokio::task::yield_now().await;
+        }
+        let a3 = read_ingest(
+            Body::from("3"),
+            10,
+            None,
+            &gate,
+            &sub("a"),
+            ip("2001:db8:1:2::77"),
+        )
+        .await;
+        assert!(
+            matches!(a3, Err(ReadError::Busy)),
+            "the /64's share of \"a\" is taken"
+        );
+        let other = read_ingest(Body::from("4"), 10, None, &gate, &sub("a"), ip("192.0.2.1")).await;
+        assert_eq!(
+            &other.unwrap()[..],
+            b"4",
+            "another client still reads from \"a\""
+        );
+        let b = read_ingest(Body::from("5"), 10, None, &gate, &sub("b"), attacker).await;
+        assert_eq!(&b.unwrap()[..], b"5", "the share is per target");
+        assert_eq!(gate.held_by(&sub("a")), 2);
+        drop((tx1, tx2));
+        assert_eq!(&r1.await.unwrap().unwrap()[..], b"1");
+        assert_eq!(&r2.await.unwrap().unwrap()[..], b"2");
+        let h = gate.held.lock().unwrap();
+        assert!(
+            h.by_target.is_empty() && h.by_client.is_empty(),
+            "no entry outlives its slots"
+        );
     }
 
     #[test]
@@ -401,7 +484,7 @@ mod tests {
         };
         let body = Body::new(TimedBody::new(Body::new(stream), rules));
         let gate = IngestGate::new(1, 1000);
-        let r = read_ingest(body, 1000, None, &gate, &sub("a")).await;
+        let r = read_ingest(body, 1000, None, &gate, &sub("a"), None).await;
         assert!(matches!(r, Err(ReadError::TimedOut)));
         assert_eq!(gate.budget_available(), 1000);
         drop(tx);

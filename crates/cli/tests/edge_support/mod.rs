@@ -10,7 +10,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_trigger-bridge");
 pub const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 
 /// Header timeout 600 ms, body timeout 800 ms (min rate 1 KiB/s), idle 1.5 s, 48 connections, 8
-/// bodies, 6 MiB budget, 2 MiB per body.
+/// bodies, 6 MiB budget, 2 MiB per body. One client may hold every connection: these tests attack
+/// from one address and test the server-wide caps (the per-client shares: `fairness.rs`).
 pub fn config(dir: &Path, max_connections: usize, body_timeout_ms: u64) -> std::path::PathBuf {
     config_with(dir, max_connections, body_timeout_ms, 600, 1500)
 }
@@ -33,6 +34,7 @@ body_timeout_ms = {body_timeout_ms}
 body_min_rate_bytes_per_s = 1024
 idle_timeout_ms = {idle_timeout_ms}
 max_connections = {max_connections}
+max_connections_per_client = {max_connections}
 max_inflight_bodies = 8
 body_budget_bytes = 6291456
 
