@@ -70,23 +70,12 @@ impl FailedKeys {
 }
 
 impl Engine {
-    /// The key a request's client is counted under: its address as the rate limits read it
-    /// ([`rate::client_addr`]: `X-Forwarded-For` only from `trusted_proxies`), grouped by
-    /// [`rate::source_key`] (an IPv6 /64 is one client). `None` without a peer address (an in-process
-    /// call).
+    /// The key a request's client is counted under: its address as [`Engine::client_addr`] reads it
+    /// (the forwarded address only from a trusted proxy, in the configured header), grouped by
+    /// [`rate::source_key`] (an IPv6 /64 is one client), as the rate limits count it. `None` without a
+    /// peer address (an in-process call).
     pub fn client_key(&self, peer: Option<IpAddr>, headers: &HeaderMap) -> Option<String> {
-        let peer = peer?;
-        let forwarded: Vec<&str> = headers
-            .get_all("x-forwarded-for")
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        let quotas = self.quotas.read().expect("quota lock");
-        Some(rate::source_key(rate::client_addr(
-            peer,
-            &forwarded,
-            &quotas.trusted_proxies,
-        )))
+        Some(rate::source_key(self.client_addr(peer?, headers)))
     }
 
     /// Sets how many wrong API keys one client address may present per window
