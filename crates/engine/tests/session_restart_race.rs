@@ -25,7 +25,7 @@ use http::HeaderMap;
 use serde_json::{json, Value};
 use tb_core::binding::{Binding, BindingAction, OnExisting};
 use tb_core::connector::ConnectorSpec;
-use tb_core::delivery::DeliveryState;
+use tb_core::delivery::{AttemptOutcome, DeliveryState};
 use tb_core::retry::{Backoff, RetryPolicy};
 use tb_core::run::RunStatus;
 use tb_core::workflow::{Executor, Workflow};
@@ -56,7 +56,7 @@ fn catalog() -> Catalog {
     };
     let sub = SubscriptionConfig {
         retry: RetryPolicy {
-            max_attempts: 10,
+            max_attempts: 50,
             backoff: Backoff::Fixed,
             initial_ms: 20,
             max_ms: 20,
@@ -192,39 +192,64 @@ struct Figures {
     on_new_session: usize,
 }
 
-/// Checks pair `n` (`opened`, `synchronize` delivery ids) once both are settled: the `opened` started
-/// a new session (not `old_run`) and the `synchronize` is a signal on it. Counts into `f`.
+/// What one pair showed.
+struct Checked {
+    /// Its deliveries dead-lettered `target_terminal`.
+    target_terminal: usize,
+    /// The `synchronize` is a signal on the new session.
+    on_new_session: bool,
+    /// The `synchronize`'s attempts, and whether its first was delivered.
+    sync_attempts: u32,
+    sync_first_delivered: bool,
+}
+
+/// Waits (until `deadline`) for pair `n` (`opened`, `synchronize` delivery ids) to settle, then checks
+/// it: the `opened` started a new session (not `old_run`), and says whether the `synchronize` is a
+/// signal on it.
 async fn check(
-    store: &dyn Store,
+    store: Arc<dyn Store>,
     n: usize,
-    (o, s): &(String, String),
-    old_run: &str,
-    f: &mut Figures,
-) {
-    let start = store.get_delivery(o).await.unwrap();
-    let signal = store.get_delivery(s).await.unwrap();
-    for d in [&start, &signal] {
-        if d.dead_letter_reason.as_deref() == Some("target_terminal") {
-            f.target_terminal += 1;
+    (o, s): (String, String),
+    old_run: String,
+    deadline: Instant,
+) -> Checked {
+    for d in [&o, &s] {
+        while !store.get_delivery(d).await.unwrap().state.is_terminal() {
+            assert!(Instant::now() < deadline, "PR {n}: {d} still open");
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+    let start = store.get_delivery(&o).await.unwrap();
+    let signal = store.get_delivery(&s).await.unwrap();
+    let target_terminal = [&start, &signal]
+        .iter()
+        .filter(|d| d.dead_letter_reason.as_deref() == Some("target_terminal"))
+        .count();
     assert_eq!(start.state, DeliveryState::Delivered, "PR {n}: {start:?}");
     let new_run = start.run_id.clone().unwrap();
     assert_ne!(
         new_run, old_run,
         "PR {n}: the new opened starts a new session"
     );
-    if signal.state != DeliveryState::Delivered {
-        return; // counted above when dead-lettered target_terminal; the totals are asserted
+    let attempts = store.attempts(&s).await.unwrap();
+    let mut on_new_session = false;
+    if signal.state == DeliveryState::Delivered {
+        assert_eq!(signal.run_id.as_deref(), Some(new_run.as_str()), "PR {n}");
+        let page = store.list_signals(&new_run, None, 50).await.unwrap();
+        on_new_session = page.signals.iter().any(|r| {
+            r.signal["signalId"] == json!(s) && r.signal["name"] == json!("pr.synchronize")
+        });
+        assert!(
+            on_new_session,
+            "PR {n}: pr.synchronize on the new session: {page:?}"
+        );
     }
-    assert_eq!(signal.run_id.as_deref(), Some(new_run.as_str()), "PR {n}");
-    let page = store.list_signals(&new_run, None, 50).await.unwrap();
-    let found = page
-        .signals
-        .iter()
-        .any(|r| r.signal["signalId"] == json!(s) && r.signal["name"] == json!("pr.synchronize"));
-    assert!(found, "PR {n}: pr.synchronize on the new session: {page:?}");
-    f.on_new_session += 1;
+    Checked {
+        target_terminal,
+        on_new_session,
+        sync_attempts: signal.attempts,
+        sync_first_delivered: attempts[0].outcome == AttemptOutcome::Delivered,
+    }
 }
 
 async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
@@ -307,27 +332,10 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
             raced.push((n, (o.await.unwrap(), s.await.unwrap())));
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for (_, (o, s)) in &raced {
-        for d in [o, s] {
-            while !store.get_delivery(d).await.unwrap().state.is_terminal() {
-                assert!(Instant::now() < deadline, "{d} still open after 60 s");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-    stop.send(true).unwrap();
-    worker.await.unwrap();
-    for (n, pair) in &raced {
-        if store.get_delivery(&pair.1).await.unwrap().attempts > 1 {
-            f.sync_waited += 1;
-        }
-        check(&*store, *n, pair, &old_runs[*n], &mut f).await;
-    }
 
-    // 4. Attempt race, second part: each pair's two attempts released together, WAVE pairs at a
-    //    time, once the settle window (`START_SETTLE_MS`) has passed since they were accepted, so
-    //    only the queued start can hold the signal.
+    // 4. Attempt race, second part (the worker retries what it refuses): each pair's two attempts
+    //    released together, WAVE pairs at a time, once the settle window (`START_SETTLE_MS`) has
+    //    passed since they were accepted, so only the queued start can hold the signal.
     let settle = Duration::from_millis(tb_core::binding::START_SETTLE_MS as u64 + 50);
     tokio::time::sleep(settle.saturating_sub(accepted.elapsed())).await;
     for wave in pairs.chunks(WAVE) {
@@ -346,17 +354,43 @@ async fn race(store: Arc<dyn Store>, backend: &str) -> Figures {
             t.await.unwrap();
         }
     }
-    for (_, s) in &pairs {
-        // Its attempt met the cancelled run: refused (to retry, or dead-lettered before the fix).
-        let d = store.get_delivery(s).await.unwrap();
-        if d.attempts == 1 && d.state != DeliveryState::Delivered {
-            f.sync_first += 1;
-        }
+
+    // 5. Every delivery of both races settles (refused signals are retried by the worker), then
+    //    each pair is checked.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let attempt_race = all(pairs.iter().enumerate().map(|(n, pair)| {
+        check(
+            store.clone(),
+            n,
+            pair.clone(),
+            old_runs[n].clone(),
+            deadline,
+        )
+    }))
+    .await;
+    let ingest_race = all(raced.iter().map(|(n, pair)| {
+        check(
+            store.clone(),
+            *n,
+            pair.clone(),
+            old_runs[*n].clone(),
+            deadline,
+        )
+    }))
+    .await;
+    stop.send(true).unwrap();
+    worker.await.unwrap();
+    for c in attempt_race.iter().chain(&ingest_race) {
+        f.target_terminal += c.target_terminal;
+        f.on_new_session += usize::from(c.on_new_session);
     }
-    drain(&engine).await; // the refused signals' retries
-    for (n, pair) in pairs.iter().enumerate() {
-        check(&*store, n, pair, &old_runs[n], &mut f).await;
-    }
+    // An attempt-race `synchronize` whose first attempt met the cancelled run was refused to retry
+    // (dead-lettered before the fix); an ingest-race one attempted again met no live session.
+    f.sync_first = attempt_race
+        .iter()
+        .filter(|c| !c.sync_first_delivered)
+        .count();
+    f.sync_waited = ingest_race.iter().filter(|c| c.sync_attempts > 1).count();
 
     println!(
         "{backend}: {PAIRS} attempt pairs raced, synchronize committed first (met the cancelled run, \
