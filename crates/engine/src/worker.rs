@@ -404,7 +404,11 @@ async fn attempt_traced(
             // A keyed target still starting: retried once its settle window has passed, so a start
             // accepted together with it is seen (docs/sessions.md "Coalescing").
             failed.report.decision = AttemptDecision::Retry {
-                delay_ms: tb_core::binding::starting_retry_delay(delay_ms, d.created_at, failed.now),
+                delay_ms: tb_core::binding::starting_retry_delay(
+                    delay_ms,
+                    d.created_at,
+                    failed.now,
+                ),
             };
         }
         (outcome, error_class, retrying, changed_session) = summary(&failed);
