@@ -295,3 +295,134 @@ async fn attempts_counted_after_a_connection_cut_match_what_the_worker_saw() {
         assert_eq!((performed as usize, lost), (logged, cuts), "{backend}");
     }
 }
+
+/// The same over real connection cuts on PostgreSQL: four worker loops lease, "perform" (count) and
+/// commit 200 deliveries while another connection terminates the store's connections every 10 ms
+/// (`pg_terminate_backend`, selected by this store's own `application_name`). A commit cut mid-way
+/// fails (its fate unknown to the worker, which moves on as the engine's worker does: the lease
+/// lapses). No delivery may show fewer attempts than the worker performed. It may show more: a lease
+/// whose own commit was cut is taken over as `lost` though nothing was performed under it (a lost
+/// attempt is one that may have reached the target).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_postgresql_real_connection_cuts_never_hide_an_attempt() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+    const N: usize = 200;
+    const LEASE_MS: u64 = 300;
+    let Some(db) = TestDatabase::create() else {
+        return; // the reason is printed by `TestDatabase::create` (never skipped under CI)
+    };
+    let app = format!("tb_cut_{}", &new_id(IdKind::Event)[4..20]);
+    let url = format!("{}&application_name={app}", db.url());
+    let opts = PoolOptions {
+        connections: 4,
+        queue_capacity: 1_000,
+    };
+    let store: Arc<dyn Store> = Arc::new(PgStore::connect(&url, opts).await.unwrap());
+    sub(&*store).await;
+    let mut ids = Vec::with_capacity(N);
+    for i in 0..N {
+        ids.push(one_delivery(&*store, &format!("dk_cut_{i}")).await);
+    }
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(AtomicUsize::new(0));
+    let killer = {
+        let (stop, killed, cfg, app) = (stop.clone(), killed.clone(), db.config(), app.clone());
+        std::thread::spawn(move || {
+            let mut c = trigger_bridge_store::postgres::connect(&cfg).unwrap();
+            let sql = format!(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                 WHERE application_name = '{app}'"
+            );
+            while !stop.load(Ordering::Relaxed) {
+                let n: i64 = c.query_one(sql.as_str(), &[]).unwrap().get(0);
+                killed.fetch_add(n as usize, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let seen: Arc<Mutex<HashMap<String, u32>>> = Default::default();
+    let cut = Arc::new(AtomicUsize::new(0));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (store, seen, cut) = (store.clone(), seen.clone(), cut.clone());
+            tokio::spawn(async move {
+                loop {
+                    assert!(Instant::now() < deadline, "not drained in 60 s");
+                    let leases = match store.lease_due(&format!("w{w}"), now(), LEASE_MS, 8).await {
+                        Ok(l) => l,
+                        Err(_) => continue, // cut: its leases (if it committed) lapse
+                    };
+                    if leases.is_empty() {
+                        if store.next_due_at().await.ok().flatten().is_none() {
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    for l in &leases {
+                        *seen
+                            .lock()
+                            .unwrap()
+                            .entry(l.delivery.id.clone())
+                            .or_default() += 1;
+                        tokio::time::sleep(Duration::from_millis(2)).await; // the POST
+                        match store.commit_attempt(commit(l, true, now())).await {
+                            Ok(_) => {}
+                            Err(StoreError::LeaseLost(_)) => {}
+                            Err(_) => {
+                                cut.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    // Cut for the first second, then let the backlog drain.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    killer.join().unwrap();
+    for w in workers {
+        w.await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    let (mut logged, mut lost, mut fewer, mut more) = (0, 0, Vec::new(), 0);
+    for id in &ids {
+        let a = store.attempts(id).await.unwrap();
+        let d = store.get_delivery(id).await.unwrap();
+        assert_eq!(d.state, DeliveryState::Delivered, "{id}");
+        let numbers: Vec<u32> = a.iter().map(|a| a.attempt).collect();
+        assert_eq!(numbers, (1..=d.attempts).collect::<Vec<_>>(), "{id}");
+        logged += a.len();
+        lost += a
+            .iter()
+            .filter(|a| a.outcome == AttemptOutcome::Lost)
+            .count();
+        let performed = seen.get(id).copied().unwrap_or(0);
+        match (a.len() as u32).cmp(&performed) {
+            std::cmp::Ordering::Less => fewer.push((id.clone(), performed, a.len())),
+            std::cmp::Ordering::Greater => more += 1,
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+    let performed: u32 = seen.values().sum();
+    let twice = seen.values().filter(|n| **n > 1).count();
+    println!(
+        "postgresql, real cuts: {} backends terminated; {} commits failed; the worker performed \
+         {performed} attempts ({twice} deliveries twice or more); the attempt log holds {logged} \
+         ({lost} lost); deliveries with fewer attempts logged than performed {}, with more {more}",
+        killed.load(Ordering::Relaxed),
+        cut.load(Ordering::Relaxed),
+        fewer.len()
+    );
+    assert!(fewer.is_empty(), "attempts hidden: {fewer:?}");
+}
