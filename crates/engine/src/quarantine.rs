@@ -53,8 +53,7 @@ impl Engine {
         // their ingest URLs) are added up under `api` (`Catalog::public_label`).
         let catalog = self.catalog();
         // `api` is always shown (0 without any), so it falls back to 0 when the last one goes.
-        let mut quarantined: HashMap<&str, f64> =
-            [(crate::catalog::REGISTERED_LABEL, 0.0)].into();
+        let mut quarantined: HashMap<&str, f64> = [(crate::catalog::REGISTERED_LABEL, 0.0)].into();
         for s in catalog.subscriptions() {
             let label = catalog.public_label(&s.id);
             let on = f64::from(u8::from(map.contains_key(&s.id)));
