@@ -17,6 +17,45 @@ pub const WINDOW_MS: i64 = 60_000;
 /// twenty a minute. `[rate_limits].failed_keys_per_min` sets it (0 = no limit).
 pub const DEFAULT_LIMIT: u32 = 20;
 
+/// Most client addresses one replica holds a window for: 10 000 (a window is about 100 bytes, so
+/// about 1 MB). Past it a client with no window of its own is checked and counted in one shared
+/// window ([`counted_under`]), so a flood from many addresses neither grows memory nor escapes the
+/// limit.
+pub const DEFAULT_CAPACITY: usize = 10_000;
+
+/// How often, at most, a full table is swept of its ended windows, in ms: once a second, so a flood
+/// of new addresses against a full table costs one sweep a second, not one per request.
+pub const SWEEP_INTERVAL_MS: i64 = 1_000;
+
+/// Which window a client's key is checked against and a wrong key counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// The client's own window (it has one, or the table has room for a new one).
+    Own,
+    /// The one window shared by every client without a window of its own while the table holds
+    /// `capacity` windows: `limit` wrong keys among all of them close it for all of them, a right
+    /// key too, until it ends (docs/limits.md, "Wrong API keys").
+    Overflow,
+}
+
+/// Where a client is counted: [`Counted::Own`] when it has a window (`has_own`) or the table holds
+/// fewer than `capacity` windows (`held`, the shared window included); else [`Counted::Overflow`].
+/// The caller sweeps ended windows first when [`interval_passed`] allows it.
+pub fn counted_under(has_own: bool, held: usize, capacity: usize) -> Counted {
+    if has_own || held < capacity {
+        Counted::Own
+    } else {
+        Counted::Overflow
+    }
+}
+
+/// Whether [`SWEEP_INTERVAL_MS`] has passed since `last_ms` (Unix ms; `i64::MIN`: never) at `now_ms`:
+/// when a full table may be swept again, and when the shared window's next `warn` line may be
+/// written. A clock that went back counts as passed.
+pub fn interval_passed(last_ms: i64, now_ms: i64) -> bool {
+    now_ms >= last_ms.saturating_add(SWEEP_INTERVAL_MS) || now_ms < last_ms
+}
+
 /// One address's window: when it started (Unix ms) and the wrong keys counted in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
@@ -91,5 +130,19 @@ mod tests {
         assert_eq!(check(w, 1_500, 0), Ok(()));
         // A clock that went back ends the window rather than holding it longer.
         assert_eq!(check(w, 500, 3), Ok(()));
+    }
+
+    #[test]
+    fn a_client_without_a_window_is_counted_in_the_shared_one_only_while_the_table_is_full() {
+        assert_eq!(counted_under(false, 2, 3), Counted::Own);
+        assert_eq!(counted_under(true, 3, 3), Counted::Own);
+        assert_eq!(counted_under(true, 9, 3), Counted::Own);
+        assert_eq!(counted_under(false, 3, 3), Counted::Overflow);
+        assert_eq!(counted_under(false, 4, 3), Counted::Overflow);
+        // Swept at most once a second; never swept before counts as due.
+        assert!(interval_passed(i64::MIN, 0));
+        assert!(!interval_passed(5_000, 5_999));
+        assert!(interval_passed(5_000, 6_000));
+        assert!(interval_passed(5_000, 4_000));
     }
 }
