@@ -132,7 +132,8 @@ pub enum Access {
     RunExecutor,
 }
 
-fn deny(status: StatusCode, code: &str, message: &str) -> Response {
+/// An error answer in the flat envelope; a 401 carries `WWW-Authenticate: Bearer`.
+pub(crate) fn deny(status: StatusCode, code: &str, message: &str) -> Response {
     let mut r = (status, Json(json!({"error": code, "message": message}))).into_response();
     if status == StatusCode::UNAUTHORIZED {
         r.headers_mut().insert(

@@ -128,47 +128,39 @@ pub async fn post_result(
 
 /// The guard of `POST /v1/runs/{id}/result` ([`crate::auth::Access::RunExecutor`]): only the run's
 /// executor ends a run by reporting its result (a session agent's `runs:create` + `runs:read` key
-/// does not: it may not cancel either), and every report made with a credential is recorded in the
-/// audit log as `action` (`run.result`: actor, the run id, the outcome, `detail.reported` = the
-/// terminal status asked for). docs/http-api.md, "Reporting a run's result".
+/// does not: it may not cancel either). docs/http-api.md, "Reporting a run's result".
+///
+/// First, before anything is read or looked up, the wrong-key throttle
+/// ([`tb_engine::Engine::admit_key_check`]): an address past `[rate_limits].failed_keys_per_min` gets
+/// 429 `rate_limited` for any bearer, a right result token or key too (docs/limits.md, "Wrong API
+/// keys"). Then:
 ///
 /// - `Authorization: Bearer tbres_...` that is the run's [`tb_core::run::result_token`] (the http
 ///   executor sends it in the run's start request; only a holder of the workflow's key can make it):
 ///   the report goes on, actor `result-token`.
-/// - Any other bearer value is checked as an API key by [`crate::auth::require`] (wrong keys are
-///   throttled per address there): a key holding [`crate::auth::RESULT_SCOPE`] goes on; a key
-///   without it is 403 `forbidden`; a result token that is not the run's (another run's, a stale
-///   one after the workflow's secret changed, a made-up one) is an unknown key, 401
-///   `unauthenticated`.
+/// - A token-shaped bearer that is not the run's (another run's, a stale one after the workflow's
+///   secret changed, a made-up one) and is no configured key: 401 `unauthenticated`, counted as a
+///   wrong key (surface `result_token` of `tb_auth_failures_total`, and its `warn` line) and logged at
+///   `info` with the run id; not recorded in the audit log, so guessing cannot fill it.
+/// - Any other bearer value is checked as an API key by [`crate::auth::require`]: a key holding
+///   [`crate::auth::RESULT_SCOPE`] goes on; a key without it is 403 `forbidden`; an unknown one is
+///   401 (counted as a wrong key, not recorded).
 /// - On an open API (no keys) the caller is `anonymous` with every scope.
 ///
-/// Not recorded: a request with no credential, or with an unknown one that is not token-shaped
-/// (nobody to name; counted as a wrong key), and the 429 of the wrong-key throttle (nothing was
-/// checked). A body over [`crate::MAX_API_BODY`] is 413 `payload_too_large`, recorded.
+/// Recorded in the audit log as `action` (`run.result`: actor, the run id, the outcome,
+/// `detail.reported` = the terminal status asked for): every report made with a valid credential,
+/// accepted or refused (403 for a key without the scope, 409, 404, 413 `payload_too_large` for a body
+/// over [`crate::MAX_API_BODY`], ...). Not recorded: no credential, an unknown key or result token,
+/// the 429 of the throttle, a store error while checking a token.
 pub async fn require_executor(
     State((st, action)): State<(AppState, &'static str)>,
     req: Request,
     next: Next,
 ) -> Response {
+    use axum::extract::ConnectInfo;
     use tb_core::run::RESULT_TOKEN_PREFIX;
-    let open = st.keys.0.is_empty();
-    let presented = crate::auth::bearer(req.headers());
-    let token = presented
-        .filter(|p| !open && p.starts_with(RESULT_TOKEN_PREFIX))
-        .map(str::to_string);
-    let actor = if open {
-        Some("anonymous".to_string())
-    } else if token.is_some() {
-        Some("result-token".to_string())
-    } else {
-        presented
-            .and_then(|p| crate::auth::known_key(&st.keys, p))
-            .map(|k| k.name.clone())
-    };
+    use tb_engine::failed_auth::Surface;
     let executor = (st.clone(), Access::RunExecutor);
-    let Some(actor) = actor else {
-        return crate::auth::require(State(executor), req, next).await;
-    };
     let (mut parts, body) = req.into_parts();
     let run_id = match parts.extract::<RawPathParams>().await {
         Ok(p) => p
@@ -177,6 +169,58 @@ pub async fn require_executor(
             .next()
             .unwrap_or_default(),
         Err(_) => String::new(),
+    };
+    let presented = crate::auth::bearer(&parts.headers).map(str::to_string);
+    // (the actor to record, whether it is the run's result token)
+    let (actor, by_token) = if st.keys.0.is_empty() {
+        ("anonymous".to_string(), false)
+    } else {
+        let Some(presented) = presented else {
+            // 401, as on every guarded route: no credential, nobody to record.
+            let req = Request::from_parts(parts, body);
+            return crate::auth::require(State(executor), req, next).await;
+        };
+        let token_shaped = presented.starts_with(RESULT_TOKEN_PREFIX);
+        let surface = if token_shaped {
+            Surface::ResultToken
+        } else {
+            Surface::Api
+        };
+        // The throttle before the token is looked at or the body read (docs/limits.md).
+        let peer = parts
+            .extensions
+            .get::<ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0.ip());
+        let client = st.engine.client_key(peer, &parts.headers);
+        if let Err(retry_after_s) = st.engine.admit_key_check(client.as_deref(), surface) {
+            return crate::auth::throttled(retry_after_s);
+        }
+        let known = crate::auth::known_key(&st.keys, &presented).map(|k| k.name.clone());
+        match (token_shaped, known) {
+            (_, Some(name)) => (name, false),
+            (false, None) => {
+                // An unknown key: require counts it and answers 401.
+                let req = Request::from_parts(parts, body);
+                return crate::auth::require(State(executor), req, next).await;
+            }
+            (true, None) => match executor_token(&st, &run_id, &presented).await {
+                Ok(true) => ("result-token".to_string(), true),
+                Ok(false) => {
+                    st.engine.key_check_failed(client.as_deref(), surface);
+                    tracing::info!(
+                        run = ?run_id,
+                        client = client.as_deref().unwrap_or("-"),
+                        "run result refused: the result token is not this run's"
+                    );
+                    return crate::auth::deny(
+                        axum::http::StatusCode::UNAUTHORIZED,
+                        "unauthenticated",
+                        "unknown API key or result token",
+                    );
+                }
+                Err(e) => return e.into_response(),
+            },
+        }
     };
     let (res, reported) = match axum::body::to_bytes(body, crate::MAX_API_BODY).await {
         Err(_) => (
@@ -195,19 +239,14 @@ pub async fn require_executor(
                 .and_then(Result::ok)
                 .map(RunStatus::as_str);
             let mut req = Request::from_parts(parts, axum::body::Body::from(bytes));
-            let res = match token {
-                Some(t) => match executor_token(&st, &run_id, &t).await {
-                    Ok(true) => {
-                        req.extensions_mut().insert(crate::auth::Principal(
-                            actor.clone(),
-                            vec![crate::auth::RESULT_SCOPE.into()],
-                        ));
-                        next.run(req).await
-                    }
-                    Ok(false) => crate::auth::require(State(executor), req, next).await,
-                    Err(e) => e.into_response(),
-                },
-                None => crate::auth::require(State(executor), req, next).await,
+            let res = if by_token {
+                req.extensions_mut().insert(crate::auth::Principal(
+                    actor.clone(),
+                    vec![crate::auth::RESULT_SCOPE.into()],
+                ));
+                next.run(req).await
+            } else {
+                crate::auth::require(State(executor), req, next).await
             };
             (res, reported)
         }

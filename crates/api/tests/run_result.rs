@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 
 use reqwest::StatusCode;
@@ -175,7 +176,8 @@ async fn only_the_runs_executor_reports_its_result_and_every_report_is_audited()
     assert_eq!(status_of(&s, &run).await, "running");
 
     // The start request carried the run's result token; another run's token, or a made-up one, is
-    // not this run's: refused like an unknown key (and counted as one), but recorded.
+    // not this run's: refused like an unknown key (and counted as one), not recorded (no valid
+    // credential: anyone could fill the audit log with such requests).
     let token = start["resultToken"]
         .as_str()
         .expect("resultToken in the start request")
@@ -241,12 +243,10 @@ async fn only_the_runs_executor_reports_its_result_and_every_report_is_audited()
         result_entries(&s).await,
         vec![
             r("session", &run, "forbidden", "cancelled"),
-            r("result-token", &run, "unauthenticated", "cancelled"),
-            r("result-token", &run, "unauthenticated", "cancelled"),
             r("result-token", &run, "ok", "completed"),
             r("worker", &run2, "ok", "failed"),
         ],
-        "every report with a credential, accepted or refused, is recorded"
+        "every report with a valid credential, accepted or refused, is recorded; no unknown token"
     );
     let (_, v) = call(
         &s,
@@ -257,4 +257,83 @@ async fn only_the_runs_executor_reports_its_result_and_every_report_is_audited()
     )
     .await;
     assert_eq!(v["ok"], true, "{v}");
+}
+
+/// Before: a token-shaped bearer skipped the wrong-key throttle (the body was read and the run looked
+/// up first), the run's right token from a throttled address was accepted, and every refused token
+/// appended an audit entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_tokens_from_a_throttled_address_are_refused_unchecked_and_not_recorded() {
+    let (url, seen) = accepting_worker().await;
+    let s = start_with_keys(
+        Some(url),
+        fast_retry(2),
+        0,
+        vec![ApiKey::full_scope("admin", "admin-key")],
+    )
+    .await;
+    s.engine.set_failed_keys_limit(3);
+    let (run, start) = running_run(&s, &seen, "rr-t1").await;
+    let token = start["resultToken"].as_str().unwrap().to_string();
+    let result = format!("{}/v1/runs/{run}/result", s.base);
+    let from = |ip: [u8; 4]| {
+        reqwest::Client::builder()
+            .local_address(IpAddr::V4(Ipv4Addr::from(ip)))
+            .build()
+            .unwrap()
+    };
+    let (guesser, worker) = (from([127, 0, 0, 2]), from([127, 0, 0, 1]));
+    let report = |c: &reqwest::Client, bearer: &str| {
+        c.post(&result)
+            .bearer_auth(bearer)
+            .json(&json!({"status": "cancelled"}))
+            .send()
+    };
+    for i in 0..3 {
+        let r = report(&guesser, &format!("tbres_{i:064}")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "guess {i}");
+        assert_eq!(r.headers()["www-authenticate"], "Bearer");
+    }
+    // Past the limit every bearer from the address is refused unchecked: a made-up token, the run's
+    // own token, a right API key.
+    for bearer in [
+        format!("tbres_{}", "f".repeat(64)),
+        token.clone(),
+        "admin-key".into(),
+    ] {
+        let r = report(&guesser, &bearer).await.unwrap();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{bearer}");
+        let wait: u64 = r.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=60).contains(&wait), "{wait}");
+        assert_eq!(r.json::<Value>().await.unwrap()["error"], "rate_limited");
+    }
+    assert_eq!(status_of(&s, &run).await, "running");
+    assert_eq!(
+        result_entries(&s).await,
+        vec![],
+        "refused unknown tokens and throttled requests are not recorded"
+    );
+    // The worker, from another address, reports with the token: accepted and recorded.
+    let r = worker
+        .post(&result)
+        .bearer_auth(&token)
+        .json(&json!({"status": "completed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(status_of(&s, &run).await, "completed");
+    assert_eq!(
+        result_entries(&s).await,
+        vec![(
+            "result-token".to_string(),
+            run.clone(),
+            "ok".to_string(),
+            json!("completed")
+        )]
+    );
 }

@@ -35,14 +35,18 @@ pub enum Surface {
     Api,
     /// The console's login form.
     Console,
+    /// `Authorization: Bearer tbres_...` on `POST /v1/runs/{id}/result`: a run's result token
+    /// (docs/http-api.md, "Reporting a run's result").
+    ResultToken,
 }
 
 impl Surface {
-    /// `api` or `console`.
+    /// `api`, `console` or `result_token`.
     pub fn as_str(self) -> &'static str {
         match self {
             Surface::Api => "api",
             Surface::Console => "console",
+            Surface::ResultToken => "result_token",
         }
     }
 }
