@@ -160,18 +160,119 @@ pub const PATTERNS: &[Pattern] = &[
     },
 ];
 
+/// The start of a credential: a listed shape's prefix and one character of its value, for text that
+/// is withheld whole rather than masked (MCP tool results, docs/mcp.md), where hiding a harmless
+/// string costs little and a short or cut token (`Bearer abc123`, `ghp_abc12`, `tbk_x1`) must not
+/// pass. Each entry is named after the [`PATTERNS`] entry it starts (same source). Only prefixes that
+/// ordinary words do not start with are here: not AWS `AKIA`/`ASIA` (`ASIAN`), bare `sk-` (`sk-learn`),
+/// `npm_` (`npm_package_version`), Slack's `xoxo-` without its digit (`xoxo-hugs`), `eyJ`.
+/// [`contains_start`] applies them.
+pub const STARTS: &[Pattern] = &[
+    start(
+        "trigger-bridge-api-key",
+        r"(?-u:\b)tbk_[A-Za-z0-9_-]",
+        Check::None,
+    ),
+    start(
+        "trigger-bridge-capability-token",
+        r"(?-u:\b)tbcap_[A-Za-z0-9_-]",
+        Check::None,
+    ),
+    start(
+        "trigger-bridge-result-token",
+        r"(?-u:\b)tbres_[A-Za-z0-9]",
+        Check::None,
+    ),
+    start(
+        "standard-webhooks-secret",
+        r"(?-u:\b)whsec_[A-Za-z0-9+/]",
+        Check::None,
+    ),
+    start(
+        "github-token",
+        r"(?-u:\b)gh[pousr]_[A-Za-z0-9]",
+        Check::None,
+    ),
+    start(
+        "github-fine-grained-pat",
+        r"(?-u:\b)github_pat_[A-Za-z0-9_]",
+        Check::None,
+    ),
+    start(
+        "gitlab-token",
+        r"(?-u:\b)gl(?:pat|ptt|dt|rt)-[A-Za-z0-9_.-]",
+        Check::None,
+    ),
+    start(
+        "openai-api-key",
+        r"(?-u:\b)sk-(?:proj|ant|svcacct|admin)-[A-Za-z0-9_-]",
+        Check::None,
+    ),
+    start(
+        "stripe-secret-key",
+        r"(?-u:\b)[rs]k_(?:live|test)_[A-Za-z0-9]",
+        Check::None,
+    ),
+    start(
+        "slack-token",
+        r"(?-u:\b)(?:xox[bp]-[A-Za-z0-9]|(?:xox[aeors]|xapp)-[0-9])",
+        Check::None,
+    ),
+    start(
+        "bearer-credential",
+        r"(?-u:\b)(?:Bearer|bearer|BEARER)[ \t]+[A-Za-z0-9._~+/-]+=*",
+        Check::NotOnlyLetters,
+    ),
+    start(
+        "oauth-token-in-query",
+        r"(?-u:\b)(?:access_token|refresh_token|id_token|client_secret)=[^&\s#\x22'\[]",
+        Check::None,
+    ),
+];
+
+const fn start(name: &'static str, regex: &'static str, check: Check) -> Pattern {
+    Pattern {
+        name,
+        source: "the PATTERNS entry of the same name",
+        regex,
+        check,
+    }
+}
+
 struct Compiled {
     set: RegexSet,
     each: Vec<Regex>,
 }
 
-static COMPILED: LazyLock<Compiled> = LazyLock::new(|| Compiled {
-    set: RegexSet::new(PATTERNS.iter().map(|p| p.regex)).expect("PATTERNS compile"),
-    each: PATTERNS
-        .iter()
-        .map(|p| Regex::new(p.regex).expect("PATTERNS compile"))
-        .collect(),
-});
+impl Compiled {
+    fn of(list: &[Pattern]) -> Compiled {
+        Compiled {
+            set: RegexSet::new(list.iter().map(|p| p.regex)).expect("credential shapes compile"),
+            each: list
+                .iter()
+                .map(|p| Regex::new(p.regex).expect("credential shapes compile"))
+                .collect(),
+        }
+    }
+}
+
+static COMPILED: LazyLock<Compiled> = LazyLock::new(|| Compiled::of(PATTERNS));
+static STARTS_COMPILED: LazyLock<Compiled> = LazyLock::new(|| Compiled::of(STARTS));
+
+/// Whether `s` holds a credential of a listed shape ([`contains`]) or the start of one
+/// ([`STARTS`]: a listed prefix and one character of its value, `Bearer` with a value that is not
+/// only letters): for text withheld whole (docs/mcp.md). Linear in `s`.
+pub fn contains_start(s: &str) -> bool {
+    if contains(s) {
+        return true;
+    }
+    let c = &*STARTS_COMPILED;
+    c.set.matches(s).iter().any(|i| {
+        c.each[i]
+            .find_iter(s)
+            .any(|m| passes(STARTS[i].check, m.as_str()))
+    })
+}
 
 /// One credential found in a text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -321,6 +422,44 @@ mod tests {
         // A JWT behind `Bearer`: both match; one replacement.
         let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dBjftJeZ4CVPmB92K27uhbUJU1p1r_wW1gFWFOEjXk";
         assert_eq!(mask(&format!("a Bearer {jwt} b"), "#"), "a # b");
+    }
+
+    #[test]
+    fn the_start_of_a_credential_is_found_for_text_withheld_whole() {
+        for s in [
+            "Bearer abc123",
+            "500: {\"auth\":\"Bearer abc123\"}",
+            "ghp_abc12",
+            "tbk_x1",
+            "tbres_0",
+            "whsec_a",
+            "glpat-x",
+            "sk_live_1",
+            "sk-proj-a",
+            "xoxb-a",
+            "xoxe-1",
+            "access_token=a",
+        ] {
+            assert!(!contains(s), "{s}: too short for the full shapes");
+            assert!(contains_start(s), "{s}");
+        }
+        for s in [
+            "Bearer authentication required",
+            "the bearer token is missing or expired",
+            "tokens start with ghp_ or github_pat_ and keys with tbk_...",
+            "use sk-learn or sk_live_ keys from the dashboard",
+            "xoxo-hugs-and-kisses-from-the-team",
+            "ASIAN-PACIFIC region, AKIA prefix",
+            "npm_package_version=1.2.3",
+            "access_token=[redacted]&page=2",
+        ] {
+            assert!(!contains_start(s), "{s}");
+        }
+        let names: Vec<&str> = PATTERNS.iter().map(|p| p.name).collect();
+        for p in STARTS {
+            assert!(names.contains(&p.name), "{} starts no pattern", p.name);
+        }
+        assert_eq!(STARTS_COMPILED.each.len(), STARTS.len());
     }
 
     #[test]

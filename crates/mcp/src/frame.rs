@@ -175,9 +175,11 @@ fn withheld(key: &str) -> bool {
 
 /// Whether a string carries a credential of a listed shape (this product's keys and tokens, vendor
 /// tokens, JWTs, PEM private keys, `Bearer`/`Basic` credentials: the one list of
-/// [`tb_core::credentials`], docs/limits.md): withheld whole.
+/// [`tb_core::credentials`], docs/limits.md) or the start of one (a listed prefix and one character
+/// of its value: `Bearer abc123`, `ghp_abc12`, `tbk_x1`; [`tb_core::credentials::STARTS`]):
+/// withheld whole (docs/mcp.md). Withholding a harmless string costs an agent little.
 fn credential_text(s: &str) -> bool {
-    tb_core::credentials::contains(s)
+    tb_core::credentials::contains_start(s)
 }
 
 /// `v` with the value of every credential-named key, at any depth, replaced by [`WITHHELD`] (the
@@ -424,10 +426,24 @@ mod tests {
             let f = frame(&json!({"signalId": id}), Map::new());
             assert_eq!(f.get("signalId").is_some(), plain, "{id}: {f}");
         }
-        let err = json!({"stateDetail": {"lastError": "500: {\"auth\":\"Bearer abc123def456\"}", "failuresSinceSuccess": 3}});
+        let err = json!({"stateDetail": {"lastError": "500: {\"auth\":\"Bearer ghp_abc\"}", "failuresSinceSuccess": 3}});
         let f = frame(&err, Map::new());
         assert_eq!(f["untrusted"]["stateDetail"]["lastError"], WITHHELD);
         assert_eq!(f["stateDetail"]["failuresSinceSuccess"], 3);
+        // A short or cut token is withheld too (the start of a listed shape); prose is not.
+        for (text, hidden) in [
+            ("500: {\"auth\":\"Bearer abc123def456\"}", true),
+            ("Bearer abc123", true),
+            ("ghp_abc12", true),
+            ("key tbk_x1 refused", true),
+            ("xoxb-1a", true),
+            ("Bearer authentication required", false),
+            ("tokens start with ghp_ or tbk_...", false),
+        ] {
+            let f = frame(&json!({"stateDetail": {"lastError": text}}), Map::new());
+            let shown = &f["untrusted"]["stateDetail"]["lastError"];
+            assert_eq!(shown == WITHHELD, hidden, "{text}: {shown}");
+        }
         let mut extra = Map::new();
         extra.insert("resolved".into(), json!(true));
         let f = frame(&json!({"resolved": false, "state": "armed"}), extra);
