@@ -19,7 +19,9 @@
 //! A row planted past the head never stops appends: the next append ([`append`]) takes the next `seq`
 //! after the largest stored one and first writes a [`BREAK_ACTION`] entry that names the rows it steps
 //! over and links to the real head; the verifier accepts the planted rows only as that recorded break
-//! and still reports it ([`Break::Recorded`]).
+//! and still reports it ([`Break::Recorded`]). When the largest stored `seq` leaves no room after it (a
+//! row planted at or near `i64::MAX`), the chain goes on in the first free seqs after the head instead,
+//! and the break entry names that largest `seq` ([`BreakFacts::top_seq`]) once.
 
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
@@ -149,16 +151,25 @@ fn seal(key: Option<&Key>, prev_hash: &str, seq: i64, e: &NewEntry) -> String {
 
 /// The entry that follows the head `(seq, hash)` (`(0, GENESIS)` for an empty log), hashed under `key`
 /// (unkeyed without one). A detail longer than [`MAX_DETAIL`] is replaced by `{"truncated":true}`.
-pub fn next(head_seq: i64, head_hash: &str, mut e: NewEntry, key: Option<&Key>) -> Entry {
+/// Panics: `head_seq` is `i64::MAX` (no `seq` follows it; [`append`], which the store uses, returns
+/// [`NoRoom`] instead).
+pub fn next(head_seq: i64, head_hash: &str, e: NewEntry, key: Option<&Key>) -> Entry {
+    let seq = head_seq
+        .checked_add(1)
+        .expect("no seq follows i64::MAX (append returns NoRoom instead)");
+    entry_at(seq, head_hash, e, key)
+}
+
+/// Entry `seq` holding `e` after `prev_hash`, hashed under `key` (see [`next`]).
+fn entry_at(seq: i64, prev_hash: &str, mut e: NewEntry, key: Option<&Key>) -> Entry {
     if e.detail.len() > MAX_DETAIL {
         e.detail = r#"{"truncated":true}"#.into();
     }
-    let seq = head_seq + 1;
-    let hash = seal(key, head_hash, seq, &e);
+    let hash = seal(key, prev_hash, seq, &e);
     Entry {
         seq,
         entry: e,
-        prev_hash: head_hash.to_string(),
+        prev_hash: prev_hash.to_string(),
         hash,
     }
 }
@@ -172,34 +183,99 @@ pub struct Appended {
     pub entry: Entry,
 }
 
-/// The facts of a [`BREAK_ACTION`] entry (its `detail`): the head the chain continues from and the
-/// largest `seq` that was stored past it. The rows `head_seq + 1 ..= max_seq` are not the chain's.
+/// The facts of a [`BREAK_ACTION`] entry (its `detail`, `{"headSeq":H,"maxSeq":M}` plus `"topSeq":T`
+/// when the log's largest `seq` left no room after it). The rows `head_seq + 1 ..= max_seq` are not
+/// the chain's, and the break entry sits at `max_seq + 1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BreakFacts {
     pub head_seq: i64,
     pub max_seq: i64,
+    /// The largest `seq` stored when it left no room for two more entries after it (a row planted at
+    /// or within 2 of `i64::MAX`): the chain goes on below it, in the first free seqs after the head,
+    /// and rows up to `top_seq` still lie past the head. Absent (`None`) otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_seq: Option<i64>,
 }
 
-/// The entries an append of `e` writes, given the head `(head_seq, head_hash)` and the largest `seq`
-/// stored (`max_seq`), all read under the append's lock. Normally `e` alone, at `head_seq + 1`. When
-/// rows lie past the head (`max_seq > head_seq`: written by hand, since every append moves the head
-/// with its row), first a [`BREAK_ACTION`] entry at `max_seq + 1` that links to the head and names the
-/// rows it steps over ([`BreakFacts`]), then `e` after it: a planted row never stops an append.
+/// What the store reads, under the append's lock, when rows lie past the head (`max_seq > head_seq`;
+/// [`append`] needs it only then).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Past {
+    /// The first `seq` after the head such that it and the next one are both free (the store's gap
+    /// query), `None` when there is none.
+    pub room: Option<i64>,
+    /// The `detail` of the newest [`BREAK_ACTION`] entry (`audit_head.last_break_seq`), if any.
+    pub last_break: Option<String>,
+}
+
+/// Why an append found no `seq` to write: every seq after the head up to `i64::MAX` is taken (or the
+/// head itself is `i64::MAX`). Nothing is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom {
+    /// The head's `seq`.
+    pub head_seq: i64,
+}
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the audit log has no free seq left after its head (entry {}): rows up to {} were written by hand (docs/operations.md, \"The audit log\")", self.head_seq, i64::MAX)
+    }
+}
+
+/// The entries an append of `e` writes, given the head `(head_seq, head_hash)`, the largest `seq`
+/// stored (`max_seq`) and, when rows lie past the head, [`Past`], all read under the append's lock.
+/// Normally `e` alone, at `head_seq + 1`. When rows lie past the head (`max_seq > head_seq`: written by
+/// hand, since every append moves the head with its row), first a [`BREAK_ACTION`] entry at
+/// `max_seq + 1` that links to the head and names the rows it steps over ([`BreakFacts`]), then `e`
+/// after it: a planted row never stops an append. When `max_seq + 2` does not fit an `i64`, the break
+/// entry and `e` take `past.room` and the seq after it instead, naming `max_seq` as
+/// [`BreakFacts::top_seq`]; once a break named that top, later appends with nothing right after the
+/// head just take `head_seq + 1` (one break per planted top, not one per append). Errors: [`NoRoom`].
 pub fn append(
     head_seq: i64,
     head_hash: &str,
     max_seq: i64,
+    past: Option<&Past>,
     e: NewEntry,
     key: Option<&Key>,
-) -> Appended {
+) -> Result<Appended, NoRoom> {
+    let no_room = NoRoom { head_seq };
+    let after_head = head_seq.checked_add(1).ok_or(no_room)?;
     if max_seq <= head_seq {
-        return Appended {
+        return Ok(Appended {
             break_entry: None,
-            entry: next(head_seq, head_hash, e, key),
-        };
+            entry: entry_at(after_head, head_hash, e, key),
+        });
     }
-    let facts = BreakFacts { head_seq, max_seq };
+    let facts = match max_seq.checked_add(2) {
+        Some(_) => BreakFacts {
+            head_seq,
+            max_seq,
+            top_seq: None,
+        },
+        None => {
+            let room = past
+                .and_then(|p| p.room)
+                .filter(|r| *r > head_seq && r.checked_add(1).is_some())
+                .ok_or(no_room)?;
+            let named = past
+                .and_then(|p| p.last_break.as_deref())
+                .and_then(|d| serde_json::from_str::<BreakFacts>(d).ok())
+                .and_then(|f| f.top_seq);
+            if room == after_head && named == Some(max_seq) {
+                return Ok(Appended {
+                    break_entry: None,
+                    entry: entry_at(after_head, head_hash, e, key),
+                });
+            }
+            BreakFacts {
+                head_seq,
+                max_seq: room - 1,
+                top_seq: Some(max_seq),
+            }
+        }
+    };
     let b = NewEntry {
         at: e.at,
         actor: BREAK_ACTOR.into(),
@@ -208,18 +284,14 @@ pub fn append(
         outcome: "rows_past_head".into(),
         detail: serde_json::to_string(&facts).expect("two integers serialize"),
     };
-    let seq = max_seq + 1;
-    let break_entry = Entry {
-        seq,
-        hash: seal(key, head_hash, seq, &b),
-        entry: b,
-        prev_hash: head_hash.to_string(),
-    };
-    let entry = next(seq, &break_entry.hash, e, key);
-    Appended {
+    // Both fit: `max_seq + 2` did, or the store's room and the seq after it were checked above.
+    let seq = facts.max_seq + 1;
+    let break_entry = entry_at(seq, head_hash, b, key);
+    let entry = entry_at(seq + 1, &break_entry.hash, e, key);
+    Ok(Appended {
         break_entry: Some(break_entry),
         entry,
-    }
+    })
 }
 
 /// A signed head, exported from the server now and then (a log line and a gauge) so that a later check
@@ -340,13 +412,14 @@ impl std::fmt::Display for Break {
             Break::Edited { seq } => write!(f, "entry {seq} was edited: its fields do not hash to its stored hash"),
             Break::KeyNeeded { seq } => write!(f, "entry {seq} does not match its plain hash and this server has no audit key to check its MAC: it was edited, or the chain is keyed (set TRIGGER_BRIDGE_SECRET_KEY as on the replica that wrote it)"),
             Break::Forged { seq } => write!(f, "entry {seq} was written without the audit key after the chain was keyed: it was forged by someone who can write the database (or appended by a server without the key)"),
-            Break::Relinked { seq } => write!(f, "entry {seq} does not follow entry {}: its prevHash is not that entry's hash", seq - 1),
-            Break::Gap { expected, found } => write!(f, "entries {expected}..{} are missing (the next stored entry is {found})", found - 1),
+            Break::Relinked { seq } => write!(f, "entry {seq} does not follow entry {}: its prevHash is not that entry's hash", i128::from(*seq) - 1),
+            Break::Gap { expected, found } => write!(f, "entries {expected}..{} are missing (the next stored entry is {found})", i128::from(*found) - 1),
             Break::HeadMismatch { last_seq, head_seq } => write!(f, "the log ends at entry {last_seq} but its head says {head_seq}: entries were deleted or the head was edited"),
-            Break::BeyondHead { head_seq, max_seq } => write!(f, "entries {}..{max_seq} lie past the head (entry {head_seq}): they were inserted by hand or the head was moved back", head_seq + 1),
+            Break::BeyondHead { head_seq, max_seq } => write!(f, "entries {}..{max_seq} lie past the head (entry {head_seq}): they were inserted by hand or the head was moved back", i128::from(*head_seq) + 1),
             Break::Truncated { checkpoint_seq, last_seq } => write!(f, "the checkpoint names entry {checkpoint_seq} but the chain ends at entry {last_seq}: the newest entries were deleted and the head moved back"),
             Break::CheckpointMismatch { seq } => write!(f, "entry {seq} is not the entry the checkpoint was made of (or the checkpoint was made under another key)"),
-            Break::Recorded { seq, head_seq, max_seq } => write!(f, "entry {seq} records that entries {}..{max_seq} were written past the head (entry {head_seq}) by hand, not by the server; the chain goes on after it", head_seq + 1),
+            Break::Recorded { seq, head_seq, max_seq } if max_seq <= head_seq => write!(f, "entry {seq} records that rows were written by hand far past the head (entry {head_seq}), up to a seq that leaves no room after it; the chain goes on below them, after entry {seq}"),
+            Break::Recorded { seq, head_seq, max_seq } => write!(f, "entry {seq} records that entries {}..{max_seq} were written past the head (entry {head_seq}) by hand, not by the server; the chain goes on after it", i128::from(*head_seq) + 1),
         }
     }
 }
@@ -434,9 +507,9 @@ impl Verifier {
             self.try_break(e);
             return;
         }
-        if e.seq != self.seq + 1 {
+        if Some(e.seq) != self.seq.checked_add(1) {
             self.pending = Some(Break::Gap {
-                expected: self.seq + 1,
+                expected: self.seq.saturating_add(1),
                 found: e.seq,
             });
             self.try_break(e);
@@ -453,33 +526,47 @@ impl Verifier {
             self.pending = Some(Break::Relinked { seq: e.seq });
             return;
         }
+        // A break entry that steps over nothing (rows only far past the head, `topSeq`) follows the
+        // head directly: it is still a recorded break.
+        if let Some(facts) = self.break_fits(e) {
+            self.record_break(e, facts);
+        }
         self.accept(e, keyed);
     }
 
-    /// Accepts `e` if it is an authentic break entry explaining every row since the last good entry.
-    fn try_break(&mut self, e: &Entry) {
+    /// The facts of `e` if it is a [`BREAK_ACTION`] entry that links to the last good entry and names
+    /// exactly the rows in between (none only when it names a `topSeq` past itself).
+    fn break_fits(&self, e: &Entry) -> Option<BreakFacts> {
         if e.entry.action != BREAK_ACTION || e.prev_hash != self.last_hash() {
-            return;
+            return None;
         }
-        let Ok(facts) = serde_json::from_str::<BreakFacts>(&e.entry.detail) else {
-            return;
-        };
-        if facts.head_seq != self.seq
-            || facts.max_seq != e.seq - 1
-            || facts.max_seq <= facts.head_seq
-        {
-            return;
-        }
-        let Ok(keyed) = self.authentic(e) else {
-            return;
-        };
-        self.pending = None;
+        let facts = serde_json::from_str::<BreakFacts>(&e.entry.detail).ok()?;
+        let fits = facts.head_seq == self.seq
+            && Some(facts.max_seq) == e.seq.checked_sub(1)
+            && (facts.max_seq > facts.head_seq
+                || (facts.max_seq == facts.head_seq && facts.top_seq.is_some_and(|t| t > e.seq)));
+        fits.then_some(facts)
+    }
+
+    fn record_break(&mut self, e: &Entry, facts: BreakFacts) {
         self.breaks += 1;
         self.first_break.get_or_insert(Break::Recorded {
             seq: e.seq,
             head_seq: facts.head_seq,
             max_seq: facts.max_seq,
         });
+    }
+
+    /// Accepts `e` if it is an authentic break entry explaining every row since the last good entry.
+    fn try_break(&mut self, e: &Entry) {
+        let Some(facts) = self.break_fits(e) else {
+            return;
+        };
+        let Ok(keyed) = self.authentic(e) else {
+            return;
+        };
+        self.pending = None;
+        self.record_break(e, facts);
         self.accept(e, keyed);
     }
 
@@ -748,7 +835,7 @@ mod tests {
         let mut planted = next(5, &head.hash, e("planted"), None);
         planted.hash = "bad".into();
         c.push(planted);
-        let a = append(5, &head.hash, 6, e("subscription.pause"), Some(&k));
+        let a = append(5, &head.hash, 6, None, e("subscription.pause"), Some(&k)).unwrap();
         let b = a.break_entry.clone().expect("a break entry");
         assert_eq!((b.seq, b.prev_hash.as_str()), (7, head.hash.as_str()));
         assert_eq!(b.entry.action, BREAK_ACTION);
@@ -784,7 +871,92 @@ mod tests {
         forged[6].hash = hash(&forged[6].prev_hash, 7, &forged[6].entry);
         assert_eq!(check(&forged), Err(Break::Edited { seq: 6 }));
         // No rows past the head: no break entry.
-        assert_eq!(append(9, &c[8].hash, 9, e("x"), Some(&k)).break_entry, None);
+        assert_eq!(
+            append(9, &c[8].hash, 9, None, e("x"), Some(&k))
+                .unwrap()
+                .break_entry,
+            None
+        );
+    }
+
+    #[test]
+    fn a_row_at_the_largest_seq_is_gone_around_once() {
+        let k = key();
+        let c = chain(5);
+        let head = c[4].clone();
+        // A planted row at i64::MAX: max_seq + 1 does not fit, the store's room is 6.
+        let past = Past {
+            room: Some(6),
+            last_break: None,
+        };
+        let a = append(5, &head.hash, i64::MAX, Some(&past), e("x"), Some(&k)).unwrap();
+        let b = a.break_entry.clone().expect("a break entry");
+        assert_eq!((b.seq, a.entry.seq), (6, 7));
+        assert_eq!(
+            b.entry.detail,
+            format!(r#"{{"headSeq":5,"maxSeq":5,"topSeq":{}}}"#, i64::MAX)
+        );
+        // The next append: the top is named by the last break, nothing right after the head.
+        let past = Past {
+            room: Some(8),
+            last_break: Some(b.entry.detail.clone()),
+        };
+        let a2 = append(7, &a.entry.hash, i64::MAX, Some(&past), e("y"), Some(&k)).unwrap();
+        assert_eq!((a2.break_entry.clone(), a2.entry.seq), (None, 8));
+        // Within 2 of the top too (max_seq + 2 overflows).
+        let a3 = append(
+            5,
+            &head.hash,
+            i64::MAX - 1,
+            Some(&Past {
+                room: Some(6),
+                last_break: None,
+            }),
+            e("x"),
+            Some(&k),
+        )
+        .unwrap();
+        assert_eq!(a3.break_entry.map(|b| b.seq), Some(6));
+        // No room, no room stated, or a head at i64::MAX: an error, never a panic or a wrap.
+        let none = Past::default();
+        assert_eq!(
+            append(5, &head.hash, i64::MAX, Some(&none), e("x"), Some(&k)),
+            Err(NoRoom { head_seq: 5 })
+        );
+        assert_eq!(
+            append(5, &head.hash, i64::MAX, None, e("x"), Some(&k)),
+            Err(NoRoom { head_seq: 5 })
+        );
+        assert_eq!(
+            append(i64::MAX, &head.hash, i64::MAX, None, e("x"), Some(&k)),
+            Err(NoRoom { head_seq: i64::MAX })
+        );
+        // The verifier counts the break that stepped over nothing, and the chain holds.
+        let mut all = c.clone();
+        all.extend([b, a.entry.clone(), a2.entry.clone()]);
+        let mut v = Verifier::new(Some(k.clone()), None);
+        for r in &all {
+            v.feed(r);
+        }
+        let recorded = Break::Recorded {
+            seq: 6,
+            head_seq: 5,
+            max_seq: 5,
+        };
+        assert_eq!(v.finish(8, &a2.entry.hash, 8), Err(recorded.clone()));
+        assert_eq!((v.checked(), v.breaks()), (8, 1));
+        assert!(recorded.to_string().contains("far past the head (entry 5)"));
+        // Overflowing seqs in a problem's sentence do not panic.
+        let _ = Break::Gap {
+            expected: 1,
+            found: i64::MIN,
+        }
+        .to_string();
+        let _ = Break::BeyondHead {
+            head_seq: i64::MAX,
+            max_seq: i64::MAX,
+        }
+        .to_string();
     }
 
     #[test]

@@ -431,3 +431,117 @@ async fn console_logins_expire_and_end() {
         assert_eq!(s.console_login("t3", 6_001).await.unwrap(), None, "{name}");
     }
 }
+
+/// A row planted at `seq = i64::MAX` leaves no `seq` after it: the next append must not overflow (a
+/// panic in the writer, or a wrap to i64::MIN and then UNIQUE failures forever). The chain goes on in
+/// the free seqs after the head, one break entry records the planted row once, and later appends
+/// write no further break; the verifier reports the break.
+#[tokio::test]
+async fn a_row_planted_at_the_largest_seq_does_not_stop_appends() {
+    for (name, s, raw, _dir) in backends().await {
+        for i in 0..5 {
+            append(&*s, entry("ops", i)).await;
+        }
+        let head = s.audit_head().await.unwrap();
+        raw.exec(&format!(
+            "INSERT INTO audit_log VALUES ({}, 1, 'x', 'y', 'z', 'ok', '{{}}', 'bad', 'bad')",
+            i64::MAX
+        ))
+        .unwrap();
+        let first = s
+            .append_audit(entry("ops", 5), Some(key()))
+            .await
+            .expect("an append after a row planted at i64::MAX");
+        let b = first.break_entry.clone().expect("a break entry");
+        assert_eq!(
+            (b.seq, b.prev_hash.as_str(), b.entry.action.as_str()),
+            (6, head.hash.as_str(), "audit.break"),
+            "{name}: the break takes the first free seq after the head"
+        );
+        assert_eq!(
+            b.entry.detail,
+            format!(r#"{{"headSeq":5,"maxSeq":5,"topSeq":{}}}"#, i64::MAX),
+            "{name}: nothing stepped over, the row at the top named"
+        );
+        assert_eq!(first.entry.seq, 7, "{name}");
+        // Several more appends, one of them racing another: no further break, seqs go on.
+        let mut tasks = Vec::new();
+        for t in 0..2 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                for i in 0..3 {
+                    out.push(
+                        s.append_audit(entry(&format!("key{t}"), i), Some(key()))
+                            .await
+                            .expect("a later append"),
+                    );
+                }
+                out
+            }));
+        }
+        let mut seqs = Vec::new();
+        for t in tasks {
+            for a in t.await.unwrap() {
+                assert_eq!(
+                    a.break_entry, None,
+                    "{name}: the planted row is recorded once"
+                );
+                seqs.push(a.entry.seq);
+            }
+        }
+        seqs.sort();
+        assert_eq!(seqs, (8..=13).collect::<Vec<i64>>(), "{name}");
+        let now = s.audit_head().await.unwrap();
+        assert_eq!(
+            (now.seq, now.max_seq, now.breaks, now.last_break_seq),
+            (13, i64::MAX, 1, 6),
+            "{name}"
+        );
+        // The chain up to the head holds; the planted row still lies past it and is reported.
+        assert_eq!(
+            verify(&*s).await,
+            Err(Break::BeyondHead {
+                head_seq: 13,
+                max_seq: i64::MAX
+            }),
+            "{name}"
+        );
+        let mut v = Verifier::new(Some(key()), None);
+        for e in s
+            .audit_entries(AuditQuery {
+                after_seq: Some(0),
+                limit: 13,
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap()
+        {
+            v.feed(&e);
+        }
+        assert_eq!(
+            v.finish(13, &now.hash, 13),
+            Err(Break::Recorded {
+                seq: 6,
+                head_seq: 5,
+                max_seq: 5
+            }),
+            "{name}: the break entry is reported"
+        );
+        assert_eq!((v.checked(), v.breaks()), (13, 1), "{name}");
+        // A row planted right after the head now: stepped over by a second break, below the top.
+        raw.exec("INSERT INTO audit_log VALUES (14, 1, 'x', 'y', 'z', 'ok', '{}', 'bad', 'bad2')")
+            .unwrap();
+        let a = s.append_audit(entry("ops", 9), Some(key())).await.unwrap();
+        assert_eq!(
+            a.break_entry.map(|b| (b.seq, b.entry.detail)),
+            Some((
+                15,
+                format!(r#"{{"headSeq":13,"maxSeq":14,"topSeq":{}}}"#, i64::MAX)
+            )),
+            "{name}"
+        );
+        assert_eq!(a.entry.seq, 16, "{name}");
+    }
+}
+

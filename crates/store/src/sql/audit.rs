@@ -54,7 +54,8 @@ fn no_head() -> StoreError {
 /// one). The head row is locked (PostgreSQL `FOR UPDATE`; SQLite's one writer), and on PostgreSQL the
 /// log itself against other writers' inserts (`SHARE ROW EXCLUSIVE`), so the largest `seq` read here
 /// stays the largest until commit. Rows lying past the head are stepped over as
-/// `tb_core::audit::append` decides (a break entry first), and the head counts the break.
+/// `tb_core::audit::append` decides (a break entry first), and the head counts the break. Errors:
+/// `Conflict` when no seq is left after the head (`tb_core::audit::NoRoom`; nothing written).
 pub(crate) fn append(
     c: &dyn Db,
     e: NewEntry,
@@ -63,20 +64,46 @@ pub(crate) fn append(
     if c.dialect() == super::Dialect::Postgres {
         c.exec("LOCK TABLE audit_log IN SHARE ROW EXCLUSIVE MODE", p![])?;
     }
-    let (seq, hash) = c
+    let (seq, hash, last_break_seq) = c
         .row(
             &format!(
-                "SELECT seq, hash FROM audit_head WHERE id = 1{}",
+                "SELECT seq, hash, last_break_seq FROM audit_head WHERE id = 1{}",
                 c.dialect().for_update()
             ),
             p![],
-            |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?)),
+            |r| Ok((r.get::<i64>(0)?, r.get::<String>(1)?, r.get::<i64>(2)?)),
         )?
         .ok_or_else(no_head)?;
     let max_seq: i64 = c
         .value("SELECT COALESCE(MAX(seq), 0) FROM audit_log", p![])?
         .unwrap_or(0);
-    let a = audit::append(seq, &hash, max_seq, e, key);
+    // What `tb_core::audit::append` needs only when rows lie past the head: the first seq after the
+    // head that is free with the one after it (the head itself, or a stored row, followed by two free
+    // seqs; rows at i64::MAX - 1 and above have no two seqs after them), and the newest break's detail.
+    let past = if max_seq > seq {
+        let room = c
+            .value::<Option<i64>>(
+                "SELECT MIN(s) + 1 FROM (SELECT CAST(?1 AS BIGINT) AS s \
+                 UNION ALL SELECT seq FROM audit_log WHERE seq > ?1) c \
+                 WHERE s < 9223372036854775806 \
+                 AND NOT EXISTS (SELECT 1 FROM audit_log b WHERE b.seq = c.s + 1 OR b.seq = c.s + 2)",
+                p![seq],
+            )?
+            .flatten();
+        let last_break = if last_break_seq > 0 {
+            c.value::<String>(
+                "SELECT detail FROM audit_log WHERE seq = ?1",
+                p![last_break_seq],
+            )?
+        } else {
+            None
+        };
+        Some(audit::Past { room, last_break })
+    } else {
+        None
+    };
+    let a = audit::append(seq, &hash, max_seq, past.as_ref(), e, key)
+        .map_err(|n| StoreError::Conflict(n.to_string()))?;
     for n in a.break_entry.iter().chain([&a.entry]) {
         c.exec(
             &format!(
