@@ -373,8 +373,9 @@ pub struct Verification {
     /// keep it to check later that the log still holds this head.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
-    /// The first problem: `{problem: edited|keyNeeded|forged|relinked|gap|headMismatch|beyondHead|
-    /// truncated|checkpointMismatch|recorded, ...}` with its seqs.
+    /// The first problem: `{problem: edited|keyNeeded|forged|forgedHead|relinked|gap|headMismatch|
+    /// beyondHead|truncated|checkpointMismatch|recorded, ...}` with its seqs (`forgedHead`: this server
+    /// holds the key but the log's newest entry is not keyed).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
     pub problem: Option<Value>,

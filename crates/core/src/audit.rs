@@ -382,6 +382,11 @@ pub enum Break {
     /// The row carries a correct plain (unkeyed) hash after the chain was keyed: it was written by
     /// someone without the key (or by a server without one).
     Forged { seq: i64 },
+    /// The verifier holds the key but the chain's newest entry `seq` (the head) is not keyed: no keyed
+    /// entry at all, the whole log (and its head) rewritten with plain hashes by someone without the
+    /// key. A server holding the key appends a keyed `config.load` entry at every start, so a log it
+    /// verifies ends on a keyed entry (docs/operations.md, "The audit log").
+    ForgedHead { seq: i64 },
     /// The row's `prevHash` is not the hash of the row before it: a row before it was replaced.
     Relinked { seq: i64 },
     /// `seq` jumps: rows `expected ..= found - 1` are missing.
@@ -412,6 +417,7 @@ impl std::fmt::Display for Break {
             Break::Edited { seq } => write!(f, "entry {seq} was edited: its fields do not hash to its stored hash"),
             Break::KeyNeeded { seq } => write!(f, "entry {seq} does not match its plain hash and this server has no audit key to check its MAC: it was edited, or the chain is keyed (set TRIGGER_BRIDGE_SECRET_KEY as on the replica that wrote it)"),
             Break::Forged { seq } => write!(f, "entry {seq} was written without the audit key after the chain was keyed: it was forged by someone who can write the database (or appended by a server without the key)"),
+            Break::ForgedHead { seq } => write!(f, "the log ends on entry {seq}, which carries no MAC under the audit key although this server holds it: every server start appends a keyed entry, so the log was rewritten without the key by someone who can write the database (or the keyed config.load entry of this server's start was not recorded: see its log)"),
             Break::Relinked { seq } => write!(f, "entry {seq} does not follow entry {}: its prevHash is not that entry's hash", i128::from(*seq) - 1),
             Break::Gap { expected, found } => write!(f, "entries {expected}..{} are missing (the next stored entry is {found})", i128::from(*found) - 1),
             Break::HeadMismatch { last_seq, head_seq } => write!(f, "the log ends at entry {last_seq} but its head says {head_seq}: entries were deleted or the head was edited"),
@@ -436,6 +442,8 @@ pub struct Verifier {
     hash: String,
     /// A keyed entry was accepted: from then on a plain hash is a forgery.
     keyed: bool,
+    /// The last entry accepted was keyed.
+    last_keyed: bool,
     checked: u64,
     unkeyed: u64,
     breaks: u64,
@@ -490,6 +498,7 @@ impl Verifier {
         self.seq = e.seq;
         self.hash = e.hash.clone();
         self.keyed |= keyed;
+        self.last_keyed = keyed;
         self.checked += 1;
         self.unkeyed += u64::from(!keyed);
         if let (Some(cp), Some(k)) = (&self.checkpoint, &self.key) {
@@ -592,8 +601,9 @@ impl Verifier {
 
     /// Ends the check against the head the store keeps and the largest `seq` stored, both read in one
     /// snapshot: the first problem not explained by a recorded break; else no row may lie past the head,
-    /// the last entry checked must be the head, and the checkpoint (if any) must be reached and match;
-    /// else the first recorded break. `Ok` holds the entries checked.
+    /// the last entry checked must be the head, the head must be keyed when this verifier holds the key
+    /// ([`Break::ForgedHead`]), and the checkpoint (if any) must be reached and match; else the first
+    /// recorded break. `Ok` holds the entries checked.
     pub fn finish(&self, head_seq: i64, head_hash: &str, max_seq: i64) -> Result<u64, Break> {
         if let Some(b) = &self.pending {
             return Err(b.clone());
@@ -606,6 +616,9 @@ impl Verifier {
                 last_seq: self.seq,
                 head_seq,
             });
+        }
+        if self.key.is_some() && self.seq > 0 && !self.last_keyed {
+            return Err(Break::ForgedHead { seq: self.seq });
         }
         if let Some(cp) = &self.checkpoint {
             if cp.seq > self.seq {
@@ -731,6 +744,10 @@ mod tests {
         }
         assert_eq!(v.finish(6, &c[5].hash, 6), Ok(6));
         assert_eq!(v.unkeyed(), 3);
+        // A log rewritten with plain hashes only (and its head with it): a key holder knows a server
+        // with the key ends the log on a keyed entry.
+        let all_plain = chain_from(4, 4);
+        assert_eq!(check(&all_plain), Err(Break::ForgedHead { seq: 4 }));
         // Without the key, a keyed entry cannot be told from an edited one.
         let mut v = Verifier::new(None, None);
         for r in &c {

@@ -545,3 +545,53 @@ async fn a_row_planted_at_the_largest_seq_does_not_stop_appends() {
     }
 }
 
+/// Someone who can write the database but lacks the key rewrites the whole log and its head with plain
+/// SHA-256 entries: every entry is "written before the key", yet a verifier holding the key knows a
+/// server with the key always ends the log on a keyed entry (its start appends `config.load`).
+#[tokio::test]
+async fn a_log_rewritten_with_plain_hashes_is_forged_for_a_key_holder() {
+    for (name, s, raw, _dir) in backends().await {
+        for i in 0..4 {
+            append(&*s, entry("ops", i)).await;
+        }
+        let drop_guard = match raw {
+            Raw::Sqlite(_) => "DROP TRIGGER audit_log_no_delete;",
+            Raw::Postgres(_) => "DROP TRIGGER audit_log_append_only ON audit_log;",
+        };
+        raw.exec(drop_guard).unwrap();
+        let mut sql = String::from("DELETE FROM audit_log;");
+        let (mut seq, mut hash) = (0, tb_core::audit::GENESIS.to_string());
+        for i in 0..3 {
+            let f = tb_core::audit::next(seq, &hash, entry("mallory", i), None);
+            sql.push_str(&format!(
+                "INSERT INTO audit_log VALUES ({}, {}, 'mallory', '{}', '{}', 'ok', '{}', '{}', '{}');",
+                f.seq, f.entry.at, f.entry.action, f.entry.target, f.entry.detail, f.prev_hash, f.hash
+            ));
+            (seq, hash) = (f.seq, f.hash);
+        }
+        sql.push_str(&format!(
+            "UPDATE audit_head SET seq = {seq}, hash = '{hash}' WHERE id = 1;"
+        ));
+        raw.exec(&sql).unwrap();
+        assert_eq!(
+            verify(&*s).await,
+            Err(Break::ForgedHead { seq: 3 }),
+            "{name}: a key holder does not accept a log that ends unkeyed"
+        );
+        // Without the key the same log is an old, never keyed log: nothing to tell.
+        let mut v = Verifier::new(None, None);
+        for e in s
+            .audit_entries(AuditQuery {
+                after_seq: Some(0),
+                limit: 10,
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap()
+        {
+            v.feed(&e);
+        }
+        assert_eq!(v.finish(3, &hash, 3), Ok(3), "{name}");
+    }
+}
+
