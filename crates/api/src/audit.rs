@@ -374,7 +374,7 @@ pub struct Verification {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
     /// The first problem: `{problem: edited|keyNeeded|forged|forgedHead|relinked|gap|headMismatch|
-    /// beyondHead|truncated|checkpointMismatch|recorded, ...}` with its seqs (`forgedHead`: this server
+    /// beforeFirst|beyondHead|truncated|checkpointMismatch|recorded, ...}` with its seqs (`forgedHead`: this server
     /// holds the key but the log's newest entry is not keyed).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
@@ -423,16 +423,16 @@ pub async fn verify_chain_at(
             v.feed(e);
         }
     }
-    // Rows past the head are judged by a second snapshot taken now: appends made during the check
-    // moved the head with them, so only rows added by hand lie past it.
+    // Rows past the head, and rows below seq 1 (which the chain read from seq 1 never reaches), are
+    // judged by a second snapshot taken now: appends made during the check moved the head with them,
+    // so only rows added by hand lie there (`tb_core::audit::bounds`).
     let now = store.audit_head().await?;
     let result = match v.finish(head_seq, &head_hash, head_seq) {
         Err(b) if !matches!(b, Break::Recorded { .. }) => Err(b),
-        _ if now.max_seq > now.seq => Err(Break::BeyondHead {
-            head_seq: now.seq,
-            max_seq: now.max_seq,
-        }),
-        r => r,
+        r => match tb_core::audit::bounds(now.seq, now.max_seq, now.below_one) {
+            Some(b) => Err(b),
+            None => r,
+        },
     };
     let verified = result.is_ok() || matches!(result, Err(Break::Recorded { .. }));
     Ok(Verification {
@@ -485,8 +485,9 @@ pub const UNKEYED: &str = "TRIGGER_BRIDGE_SECRET_KEY is not set: new audit entri
 /// The audit log's part of `GET /ready` (a warning, never a 503: appends go on after a break, and a
 /// load balancer must not take replicas out for what only an operator can look into):
 /// `{"status": "ok"|"broken"|"unkeyed"|"unknown", "keyed": bool, "breaks": n, "lastBreakSeq": seq,
-/// "rowsPastHead": n, "message": "..."}` (`breaks`, `lastBreakSeq` only when broken by a recorded
-/// break; `rowsPastHead` only when rows lie past the head now). Read at most once a second
+/// "rowsPastHead": n, "rowsBeforeFirst": n, "message": "..."}` (`breaks`, `lastBreakSeq` only when
+/// broken by a recorded break; `rowsPastHead` only when rows lie past the head now, as the span of
+/// seqs from the head to the largest; `rowsBeforeFirst` only when rows are stored with seq below 1). Read at most once a second
 /// ([`tb_engine::Engine::audit_status`]).
 pub async fn ready_status(st: &AppState) -> Value {
     let s = st.engine.audit_status().await;
@@ -499,8 +500,15 @@ pub async fn ready_status(st: &AppState) -> Value {
         Ok(h) if s.broken() => {
             out["status"] = "broken".into();
             let mut why = Vec::new();
+            if h.below_one > 0 {
+                out["rowsBeforeFirst"] = h.below_one.into();
+                why.push(format!(
+                    "{} entries are stored with a seq below 1, before the first entry: written by hand",
+                    h.below_one
+                ));
+            }
             if h.max_seq > h.seq {
-                out["rowsPastHead"] = (h.max_seq - h.seq).into();
+                out["rowsPastHead"] = h.max_seq.saturating_sub(h.seq).into();
                 why.push(format!(
                     "entries {}..{} lie past the head (entry {}): written by hand; the next append records a break",
                     h.seq + 1,

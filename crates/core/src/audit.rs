@@ -393,6 +393,9 @@ pub enum Break {
     Gap { expected: i64, found: i64 },
     /// The last row is not the head the store recorded: newest rows were deleted (or the head edited).
     HeadMismatch { last_seq: i64, head_seq: i64 },
+    /// `rows` rows are stored with `seq` below 1 (0 or negative): a server's entries start at 1, so they
+    /// were inserted by hand; the chain (read from seq 1) never reaches them, yet the log lists them.
+    BeforeFirst { rows: i64 },
     /// Rows exist past the head (read in the same snapshot, where every append moves the head with
     /// its row): they were inserted by hand, or the head was moved back.
     BeyondHead { head_seq: i64, max_seq: i64 },
@@ -421,6 +424,7 @@ impl std::fmt::Display for Break {
             Break::Relinked { seq } => write!(f, "entry {seq} does not follow entry {}: its prevHash is not that entry's hash", i128::from(*seq) - 1),
             Break::Gap { expected, found } => write!(f, "entries {expected}..{} are missing (the next stored entry is {found})", i128::from(*found) - 1),
             Break::HeadMismatch { last_seq, head_seq } => write!(f, "the log ends at entry {last_seq} but its head says {head_seq}: entries were deleted or the head was edited"),
+            Break::BeforeFirst { rows } => write!(f, "{rows} entries are stored with a seq below 1, before the first entry: they were inserted by hand"),
             Break::BeyondHead { head_seq, max_seq } => write!(f, "entries {}..{max_seq} lie past the head (entry {head_seq}): they were inserted by hand or the head was moved back", i128::from(*head_seq) + 1),
             Break::Truncated { checkpoint_seq, last_seq } => write!(f, "the checkpoint names entry {checkpoint_seq} but the chain ends at entry {last_seq}: the newest entries were deleted and the head moved back"),
             Break::CheckpointMismatch { seq } => write!(f, "entry {seq} is not the entry the checkpoint was made of (or the checkpoint was made under another key)"),
@@ -428,6 +432,17 @@ impl std::fmt::Display for Break {
             Break::Recorded { seq, head_seq, max_seq } => write!(f, "entry {seq} records that entries {}..{max_seq} were written past the head (entry {head_seq}) by hand, not by the server; the chain goes on after it", i128::from(*head_seq) + 1),
         }
     }
+}
+
+/// What a snapshot of the log's bounds shows, apart from the chain (which is read from seq 1 up to the
+/// head): rows stored with `seq` below 1 (`below_one` of them, [`Break::BeforeFirst`]), or rows past the
+/// head (`max_seq > head_seq`, [`Break::BeyondHead`]); `None` when neither. Both are rows written by
+/// hand: every append moves the head with its row, from seq 1 on.
+pub fn bounds(head_seq: i64, max_seq: i64, below_one: i64) -> Option<Break> {
+    if below_one > 0 {
+        return Some(Break::BeforeFirst { rows: below_one });
+    }
+    (max_seq > head_seq).then_some(Break::BeyondHead { head_seq, max_seq })
 }
 
 /// Checks a chain read in `seq` order, one page at a time (memory stays one page), with the audit key
@@ -974,6 +989,21 @@ mod tests {
             max_seq: i64::MAX,
         }
         .to_string();
+    }
+
+    #[test]
+    fn rows_below_seq_one_or_past_the_head_are_out_of_bounds() {
+        assert_eq!(bounds(5, 5, 0), None);
+        assert_eq!(bounds(0, 0, 0), None);
+        assert_eq!(bounds(5, 5, 2), Some(Break::BeforeFirst { rows: 2 }));
+        assert_eq!(bounds(5, 9, 1), Some(Break::BeforeFirst { rows: 1 }));
+        assert_eq!(
+            bounds(5, 9, 0),
+            Some(Break::BeyondHead {
+                head_seq: 5,
+                max_seq: 9
+            })
+        );
     }
 
     #[test]

@@ -36,11 +36,12 @@ pub struct AuditStatus {
 }
 
 impl AuditStatus {
-    /// Whether the log is broken: rows lie past the head now, or an append stepped over some.
+    /// Whether the log is broken: rows lie past the head or below seq 1 now
+    /// (`tb_core::audit::bounds`), or an append stepped over some.
     pub fn broken(&self) -> bool {
-        self.head
-            .as_ref()
-            .is_ok_and(|h| h.max_seq > h.seq || h.breaks > 0)
+        self.head.as_ref().is_ok_and(|h| {
+            tb_core::audit::bounds(h.seq, h.max_seq, h.below_one).is_some() || h.breaks > 0
+        })
     }
 }
 

@@ -564,6 +564,9 @@ pub struct AuditHead {
     pub breaks: i64,
     /// The `seq` of the newest such entry (0 when none).
     pub last_break_seq: i64,
+    /// Rows stored with `seq` below 1 (0 or negative): never written by a server, whose entries start
+    /// at 1 (`tb_core::audit::bounds`).
+    pub below_one: i64,
 }
 
 /// A console login (issue #13): the cookie's token is kept only as its SHA-256 (hex).

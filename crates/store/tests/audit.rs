@@ -110,11 +110,8 @@ async fn verify_at(s: &dyn Store, cp: Option<Checkpoint>) -> Result<u64, Break> 
         }
     }
     let now = s.audit_head().await.unwrap();
-    if now.max_seq > now.seq {
-        return Err(Break::BeyondHead {
-            head_seq: now.seq,
-            max_seq: now.max_seq,
-        });
+    if let Some(b) = tb_core::audit::bounds(now.seq, now.max_seq, now.below_one) {
+        return Err(b);
     }
     v.finish(head.seq, &head.hash, head.seq)
 }
@@ -595,3 +592,42 @@ async fn a_log_rewritten_with_plain_hashes_is_forged_for_a_key_holder() {
     }
 }
 
+/// Rows planted with `seq` 0 or below lie before the first entry: the verifier reads from seq 1 and
+/// the head knows only the largest seq, yet `GET /v1/audit` lists them. Both the check and the head
+/// (for `/ready`) see them.
+#[tokio::test]
+async fn rows_planted_below_seq_one_are_found() {
+    for (name, s, raw, _dir) in backends().await {
+        for i in 0..3 {
+            append(&*s, entry("ops", i)).await;
+        }
+        assert_eq!(verify(&*s).await, Ok(3), "{name}");
+        raw.exec(
+            "INSERT INTO audit_log VALUES (0, 1, 'x', 'y', 'z', 'ok', '{}', 'bad', 'bad'); \
+             INSERT INTO audit_log VALUES (-5, 1, 'x', 'y', 'z', 'ok', '{}', 'bad', 'bad2');",
+        )
+        .unwrap();
+        let listed = s
+            .audit_entries(AuditQuery {
+                newest_first: true,
+                limit: 10,
+                ..AuditQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 5, "{name}: the list shows them");
+        assert_eq!(s.audit_head().await.unwrap().below_one, 2, "{name}");
+        assert_eq!(
+            verify(&*s).await,
+            Err(Break::BeforeFirst { rows: 2 }),
+            "{name}"
+        );
+        // Appends go on; the rows stay reported.
+        assert_eq!(append(&*s, entry("ops", 3)).await.seq, 4, "{name}");
+        assert_eq!(
+            verify(&*s).await,
+            Err(Break::BeforeFirst { rows: 2 }),
+            "{name}"
+        );
+    }
+}

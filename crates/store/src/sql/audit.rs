@@ -27,11 +27,12 @@ fn entry(r: &super::Row) -> StoreResult<Entry> {
 }
 
 /// The head `(seq, hash)` (the newest entry as the store recorded it; `(0, GENESIS)` when empty), the
-/// largest `seq` stored and the recorded breaks, in one statement (one snapshot on both backends).
+/// largest `seq` stored, the recorded breaks and the rows stored below seq 1, in one statement (one
+/// snapshot on both backends).
 pub(crate) fn head(c: &dyn Db) -> StoreResult<crate::model::AuditHead> {
     c.row(
-        "SELECT h.seq, h.hash, COALESCE((SELECT MAX(seq) FROM audit_log), 0), h.breaks, h.last_break_seq \
-         FROM audit_head h WHERE h.id = 1",
+        "SELECT h.seq, h.hash, COALESCE((SELECT MAX(seq) FROM audit_log), 0), h.breaks, h.last_break_seq, \
+         (SELECT COUNT(*) FROM audit_log WHERE seq < 1) FROM audit_head h WHERE h.id = 1",
         p![],
         |r| {
             Ok(crate::model::AuditHead {
@@ -40,6 +41,7 @@ pub(crate) fn head(c: &dyn Db) -> StoreResult<crate::model::AuditHead> {
                 max_seq: r.get(2)?,
                 breaks: r.get(3)?,
                 last_break_seq: r.get(4)?,
+                below_one: r.get(5)?,
             })
         },
     )?
