@@ -189,7 +189,13 @@ pub struct Appended {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BreakFacts {
+    /// The head the chain continues from (`headSeq`): the `seq` of the last entry before the break,
+    /// whose `hash` is the break entry's `prevHash` (0 for an empty log).
     pub head_seq: i64,
+    /// The last `seq` the break steps over (`maxSeq`): rows `head_seq + 1 ..= max_seq` were written by
+    /// hand and are not the chain's, and the break entry's own `seq` is `max_seq + 1`. Normally the
+    /// largest `seq` stored when the break was written; equal to `head_seq` when nothing lay right
+    /// after the head and only a row at the top ([`BreakFacts::top_seq`]) is recorded.
     pub max_seq: i64,
     /// The largest `seq` stored when it left no room for two more entries after it (a row planted at
     /// or within 2 of `i64::MAX`): the chain goes on below it, in the first free seqs after the head,
