@@ -359,10 +359,17 @@ async fn on_postgresql_real_connection_cuts_never_hide_an_attempt() {
                     assert!(Instant::now() < deadline, "not drained in 60 s");
                     let leases = match store.lease_due(&format!("w{w}"), now(), LEASE_MS, 8).await {
                         Ok(l) => l,
-                        Err(_) => continue, // cut: its leases (if it committed) lapse
+                        Err(_) => {
+                            // Cut: its leases (if it committed) lapse. A pause, so the retry is
+                            // not a tight loop while the connection is re-established.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        }
                     };
                     if leases.is_empty() {
-                        if store.next_due_at().await.ok().flatten().is_none() {
+                        // Done only when the store says no delivery is open (a leased one keeps
+                        // its `due_at`); an error (a cut connection) is not "no work left".
+                        if let Ok(None) = store.next_due_at().await {
                             return;
                         }
                         tokio::time::sleep(Duration::from_millis(20)).await;
