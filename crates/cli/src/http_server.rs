@@ -626,10 +626,10 @@ mod tests {
         }
     }
 
-    /// Opens `n` connections that send nothing; when each was closed, within 2.5 s.
-    async fn header_less(addr: SocketAddr, n: usize) -> Vec<Option<Duration>> {
+    /// Opens `n` connections that send nothing; when each was closed, within `within`.
+    async fn header_less(addr: SocketAddr, n: usize, within: Duration) -> Vec<Option<Duration>> {
         let t0 = Instant::now();
-        let deadline = t0 + Duration::from_millis(2500);
+        let deadline = t0 + within;
         let mut ends = Vec::new();
         for _ in 0..n {
             let s = TcpStream::connect(addr).await.unwrap();
@@ -644,16 +644,21 @@ mod tests {
 
     /// 8 of 8 slots held by connections that send nothing: after the pressure timeout (1 s, under the
     /// 10 s header timeout) they are cut while 6 or more (three quarters) are open: 3 of them (the
-    /// accept loop runs on one thread here, so the count is exact), the other 5 stay.
+    /// accept loop runs on one thread here, so the count is exact), the other 5 stay. Only the lower
+    /// bound is tight (the cut never comes before the pressure timeout); the upper one leaves a busy
+    /// machine 4 s of slack over the 250 ms tick, and the idle timeout is out of the way (30 s).
     #[tokio::test]
     async fn near_the_cap_header_less_connections_are_cut_after_the_pressure_timeout() {
-        let (addr, _stop) = start(cfg(8));
-        let at = header_less(addr, 8).await;
+        let (addr, _stop) = start(EdgeConfig {
+            idle_timeout: Duration::from_secs(30),
+            ..cfg(8)
+        });
+        let at = header_less(addr, 8, Duration::from_secs(5)).await;
         let cut: Vec<_> = at.iter().flatten().collect();
         assert_eq!(cut.len(), 3, "{at:?}");
         assert!(
             cut.iter()
-                .all(|t| **t >= Duration::from_millis(950) && **t < Duration::from_millis(1600)),
+                .all(|t| **t >= Duration::from_millis(950) && **t < Duration::from_secs(5)),
             "{at:?}"
         );
     }
@@ -662,7 +667,7 @@ mod tests {
     #[tokio::test]
     async fn far_from_the_cap_header_less_connections_keep_the_header_timeout() {
         let (addr, _stop) = start(cfg(8));
-        let at = header_less(addr, 5).await;
+        let at = header_less(addr, 5, Duration::from_millis(2500)).await;
         assert_eq!(at, vec![None; 5]);
     }
 }
