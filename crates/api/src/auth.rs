@@ -49,9 +49,15 @@ pub const SCOPES: &[&str] = &[
 /// [`DEFAULT_TENANT`] only).
 #[derive(Debug, Clone)]
 pub struct ApiKey {
+    /// The key's name (`[[api_keys]] name`), shown in logs instead of the key.
     pub name: String,
+    /// SHA-256 of the key's text; the key itself is not kept.
     pub sha256: [u8; 32],
+    /// Scopes granted (`[[api_keys]] scopes`, e.g. `runs:read`); `*` grants all.
     pub scopes: Vec<String>,
+    /// OpenWOP tenants (workspaces) the key is a member of (`[[api_keys]] tenants`); `*` = every
+    /// tenant; [`DEFAULT_TENANT`] alone when the key declares none (OpenWOP webhooks.md: the caller
+    /// must be a member of a subscription's tenant).
     pub tenants: Vec<String>,
 }
 

@@ -140,7 +140,13 @@ pub struct Edge {
     pub max_inflight_bodies: usize,
     pub max_inflight_bodies_per_target: usize,
     pub body_budget_bytes: usize,
+    /// `[server].max_connections_per_client`: connections one client address (IPv6: its /64) may
+    /// hold at once; default 64 or a quarter of `max_connections` when smaller
+    /// (`tb_core::front_door::default_connections_per_client`, docs/limits.md "Per-client limits").
     pub max_connections_per_client: usize,
+    /// `[server].max_inflight_bodies_per_client`: of one subscription's body slots, the most one
+    /// client address may hold at once; default a quarter of `max_inflight_bodies_per_target`, at
+    /// least 1 (`tb_core::front_door::default_bodies_per_client`, docs/limits.md "Per-client limits").
     pub max_inflight_bodies_per_client: usize,
 }
 

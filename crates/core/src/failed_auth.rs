@@ -59,7 +59,9 @@ pub fn interval_passed(last_ms: i64, now_ms: i64) -> bool {
 /// One address's window: when it started (Unix ms) and the wrong keys counted in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
+    /// When the window started, Unix ms (its first wrong key); it lasts [`WINDOW_MS`].
     pub start_ms: i64,
+    /// Wrong keys counted in the window so far; past the limit the address is refused.
     pub failures: u32,
 }
 

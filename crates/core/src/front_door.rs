@@ -48,7 +48,8 @@ pub fn client_admits(held: usize, share: usize) -> bool {
 
 /// Default of `[server].max_connections_per_client`: [`DEFAULT_MAX_CONNECTIONS_PER_CLIENT`], or a
 /// quarter of `max_connections` when that is smaller, at least 1 (with the default 512 connections:
-/// 64, so eight clients at their share leave half of the slots free).
+/// 64, an eighth of the slots, so it takes eight clients at their share to fill them all and four
+/// leave half of them free).
 pub fn default_connections_per_client(max_connections: usize) -> usize {
     DEFAULT_MAX_CONNECTIONS_PER_CLIENT
         .min(max_connections / 4)
