@@ -136,6 +136,7 @@ impl IngestGate {
             *h.by_client.entry((target.clone(), c)).or_insert(0) += 1;
         }
         *h.by_target.entry(target.clone()).or_insert(0) += 1;
+        metrics::gauge!(SLOTS_HELD_GAUGE).increment(1.0);
         Ok(TargetSlot {
             held: self.held.clone(),
             target: target.clone(),
@@ -143,6 +144,10 @@ impl IngestGate {
         })
     }
 }
+
+/// Gauge of the target body slots held now, all targets together (no per-target label: a
+/// subscription id is part of its ingest URL, docs/http-api.md "Metrics").
+pub const SLOTS_HELD_GAUGE: &str = "tb_http_body_slots_held";
 
 /// One body slot of a target (and of its client's share), given back on drop.
 pub(super) struct TargetSlot {
@@ -153,6 +158,7 @@ pub(super) struct TargetSlot {
 
 impl Drop for TargetSlot {
     fn drop(&mut self) {
+        metrics::gauge!(SLOTS_HELD_GAUGE).decrement(1.0);
         let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = h.by_target.get_mut(&self.target) {
             *n -= 1;
