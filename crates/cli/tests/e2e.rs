@@ -328,7 +328,12 @@ fn sigkill_during_an_attempt_lets_the_lease_lapse_and_delivers_once() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| (a["attempt"].as_u64().unwrap(), a["outcome"].as_str().unwrap()))
+        .map(|a| {
+            (
+                a["attempt"].as_u64().unwrap(),
+                a["outcome"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(outcomes, [(1, "lost"), (2, "delivered")], "{d}");
     let keys = seen.lock().unwrap().clone();
