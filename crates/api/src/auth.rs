@@ -177,8 +177,9 @@ pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
         .map(|(_, k)| k.trim())
 }
 
-/// The configured key `presented` is (its SHA-256 compared in constant time with each key's).
-pub(crate) fn known_key<'a>(keys: &'a ApiKeys, presented: &str) -> Option<&'a ApiKey> {
+/// The configured key `presented` is (its SHA-256 compared in constant time with each key's), or
+/// `None`. The one key lookup of the API and the console login.
+pub fn known_key<'a>(keys: &'a ApiKeys, presented: &str) -> Option<&'a ApiKey> {
     let d = digest(presented);
     keys.0.iter().find(|k| bool::from(k.sha256.ct_eq(&d)))
 }

@@ -485,14 +485,7 @@ pub async fn login(
             .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(wait));
         return res;
     }
-    let digest = tb_api::auth::digest(f.key.trim());
-    let key = c
-        .api
-        .keys
-        .0
-        .iter()
-        .find(|k| bool::from(k.sha256.ct_eq(&digest)))
-        .cloned();
+    let key = tb_api::auth::known_key(&c.api.keys, f.key.trim()).cloned();
     let Some(key) = key else {
         if !c.api.keys.0.is_empty() {
             engine.key_check_failed(client.as_deref(), Surface::Console);

@@ -101,16 +101,10 @@ pub fn keep_record(nth: u64) -> bool {
 /// as its IPv4 form), an IPv6 address by its /64 prefix, as `2001:db8:1:2::/64` (one host usually holds
 /// a whole /64, so counting single IPv6 addresses would let one host spread a flood over 2^64 buckets).
 pub fn source_key(ip: IpAddr) -> String {
-    match ip {
+    // One rule for what a client is: `front_door::client_key`; this is its text form.
+    match crate::front_door::client_key(ip) {
         IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                let prefix = std::net::Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
-                format!("{prefix}/64")
-            }
-        },
+        IpAddr::V6(prefix) => format!("{prefix}/64"),
     }
 }
 

@@ -93,6 +93,16 @@ pub struct SubscriptionConfig {
 }
 
 impl SubscriptionConfig {
+    /// The label this subscription's metrics and `/ready` use: its id when it comes from the configuration
+    /// file, else [`REGISTERED_LABEL`] (a registered id is the unguessable part of its ingest URL).
+    pub fn public_label(&self) -> &str {
+        if self.registration.is_some() {
+            REGISTERED_LABEL
+        } else {
+            &self.id
+        }
+    }
+
     /// A webhook subscription with the defaults a config file gets: the default retry policy (Svix
     /// schedule), a 24 h dedup window, [`DEFAULT_MAX_BODY_BYTES`], breaker threshold
     /// [`DEFAULT_FAILURE_THRESHOLD`], the default [`tb_core::subscription::FailurePolicy`], verification
@@ -240,10 +250,10 @@ impl Catalog {
     /// subscription registered through the API is the unguessable part of its ingest URL and is
     /// shown only behind an API key (docs/operations.md, "Metrics"). An id this catalog does not hold
     /// (registered on another replica, not loaded here) is treated as registered.
-    pub fn public_label<'a>(&self, id: &'a str) -> &'a str {
+    pub fn public_label<'a>(&'a self, id: &'a str) -> &'a str {
         match self.subs.get(id) {
-            Some(s) if s.registration.is_none() => id,
-            _ => REGISTERED_LABEL,
+            Some(s) => s.public_label(),
+            None => REGISTERED_LABEL,
         }
     }
 

@@ -48,7 +48,7 @@ fn verify(
         {
             let r = with(&p.secret);
             if r.is_ok() {
-                metrics::counter!("tb_previous_secret_accepted_total", "subscription" => if sub.registration.is_some() { crate::catalog::REGISTERED_LABEL.to_string() } else { sub.id.clone() }).increment(1);
+                metrics::counter!("tb_previous_secret_accepted_total", "subscription" => sub.public_label().to_string()).increment(1);
             }
             r.map_err(|_| IngressError::SignatureInvalid(e))
         }

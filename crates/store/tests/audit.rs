@@ -79,6 +79,36 @@ async fn append(s: &dyn Store, e: NewEntry) -> tb_core::audit::Entry {
     s.append_audit(e, Some(key())).await.unwrap().entry
 }
 
+/// `tasks` tasks append `each` keyed entries apiece at the same time (actor `key{t}`, via
+/// `append_audit`); every result, in no particular order. Panics on a refused append.
+async fn racing_appends(
+    s: &Arc<dyn Store>,
+    tasks: usize,
+    each: usize,
+) -> Vec<tb_core::audit::Appended> {
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut out = Vec::new();
+                for i in 0..each {
+                    out.push(
+                        s.append_audit(entry(&format!("key{t}"), i), Some(key()))
+                            .await
+                            .expect("an append racing others"),
+                    );
+                }
+                out
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
+}
+
 /// Checks the chain as `GET /v1/audit/verify` does: up to the head read first, then the bounds of a
 /// snapshot taken after.
 async fn verify(s: &dyn Store) -> Result<u64, Break> {
@@ -121,21 +151,11 @@ async fn racing_appends_make_one_chain_and_a_hand_edit_is_found() {
     for (name, s, raw, _dir) in backends().await {
         assert_eq!(verify(&*s).await, Ok(0), "{name}: empty log");
         // Four tasks append 10 entries each at once.
-        let mut tasks = Vec::new();
-        for t in 0..4 {
-            let s = s.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut seqs = Vec::new();
-                for i in 0..10 {
-                    seqs.push(append(&*s, entry(&format!("key{t}"), i)).await.seq);
-                }
-                seqs
-            }));
-        }
-        let mut all: Vec<i64> = Vec::new();
-        for t in tasks {
-            all.extend(t.await.unwrap());
-        }
+        let mut all: Vec<i64> = racing_appends(&s, 4, 10)
+            .await
+            .into_iter()
+            .map(|a| a.entry.seq)
+            .collect();
         all.sort();
         assert_eq!(
             all,
@@ -249,25 +269,7 @@ async fn a_row_planted_past_the_head_does_not_stop_appends() {
         raw.exec("INSERT INTO audit_log VALUES (6, 1, 'x', 'y', 'z', 'ok', '{}', 'bad', 'bad')")
             .unwrap();
         // Four tasks append 5 entries each at once, right after the plant.
-        let mut tasks = Vec::new();
-        for t in 0..4 {
-            let s = s.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut out = Vec::new();
-                for i in 0..5 {
-                    out.push(
-                        s.append_audit(entry(&format!("key{t}"), i), Some(key()))
-                            .await
-                            .expect("an append after a planted row"),
-                    );
-                }
-                out
-            }));
-        }
-        let mut appended = Vec::new();
-        for t in tasks {
-            appended.extend(t.await.unwrap());
-        }
+        let appended = racing_appends(&s, 4, 5).await;
         let breaks: Vec<_> = appended
             .iter()
             .filter_map(|a| a.break_entry.clone())
@@ -462,30 +464,13 @@ async fn a_row_planted_at_the_largest_seq_does_not_stop_appends() {
         );
         assert_eq!(first.entry.seq, 7, "{name}");
         // Several more appends, one of them racing another: no further break, seqs go on.
-        let mut tasks = Vec::new();
-        for t in 0..2 {
-            let s = s.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut out = Vec::new();
-                for i in 0..3 {
-                    out.push(
-                        s.append_audit(entry(&format!("key{t}"), i), Some(key()))
-                            .await
-                            .expect("a later append"),
-                    );
-                }
-                out
-            }));
-        }
         let mut seqs = Vec::new();
-        for t in tasks {
-            for a in t.await.unwrap() {
-                assert_eq!(
-                    a.break_entry, None,
-                    "{name}: the planted row is recorded once"
-                );
-                seqs.push(a.entry.seq);
-            }
+        for a in racing_appends(&s, 2, 3).await {
+            assert_eq!(
+                a.break_entry, None,
+                "{name}: the planted row is recorded once"
+            );
+            seqs.push(a.entry.seq);
         }
         seqs.sort();
         assert_eq!(seqs, (8..=13).collect::<Vec<i64>>(), "{name}");
