@@ -4,12 +4,16 @@
 # PostgreSQL: pgbench inserting 1 KiB rows, one transaction each), pure receipt ingest, end to end
 # (signed ingest -> `http` run delivered to the receiver of `bench outbound`), and a drain of queued
 # deliveries. Per event: transactions and rows written, bytes written to storage (SQLite: the server's
-# /proc write_bytes; PostgreSQL: WAL bytes) and the CPU of the server processes AND of PostgreSQL.
+# /proc write_bytes; PostgreSQL: WAL bytes) and the CPU of the server processes AND of PostgreSQL; end to end
+# also the CPU of the trigger-bridge processes alone, and (PostgreSQL, one replica) the private memory of the
+# PostgreSQL backends serving that replica's pool, read right after its end-to-end run.
 #
 #   cargo build --release && bench/backends.sh            # DURATION=10 CONN=32 by default
 #
 # Writes the table to stdout (markdown) and progress to stderr. PostgreSQL: PGURL (default
-# postgres://postgres@127.0.0.1:5432/test); each backend run uses a fresh schema, dropped afterwards.
+# postgres://postgres@127.0.0.1:5432/test); each backend run uses a fresh schema, dropped afterwards, and
+# connects with `application_name` = that schema's name (how its backends are found in pg_stat_activity).
+# With RAW=FILE, also appends `BACKEND KEY VALUE` lines to FILE (bench/goals.sh reads them).
 # Uses ports 18181-18183 and 18091 (the receiver).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +23,7 @@ CONN=${CONN:-32}
 DRAIN=${DRAIN_COUNT:-20000}
 PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432/test}
 BACKENDS=${BACKENDS:-"sqlite pg1 pg3"}
+RAW=${RAW:-}
 export STANDARD_WEBHOOK_SECRET=${STANDARD_WEBHOOK_SECRET:-whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw}
 [ -x "$B" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 command -v psql >/dev/null || { echo "psql is needed (apt-get install postgresql-client)" >&2; exit 1; }
@@ -54,8 +59,8 @@ start_servers() { # BACKEND
   if [ "$backend" != sqlite ]; then
     schema="tb_bench_$$_$backend"
     sql "DROP SCHEMA IF EXISTS $schema CASCADE; CREATE SCHEMA $schema" >/dev/null
-    url="$PGURL?options=-c%20search_path%3D$schema"
-    case $PGURL in *\?*) url="$PGURL&options=-c%20search_path%3D$schema" ;; esac
+    url="$PGURL?options=-c%20search_path%3D$schema&application_name=$schema"
+    case $PGURL in *\?*) url="$PGURL&options=-c%20search_path%3D$schema&application_name=$schema" ;; esac
   fi
   for i in $(seq "$n"); do
     local port=$((18180 + i))
@@ -84,7 +89,8 @@ storage_limit() { # BACKEND -> rows/s
 }
 
 # measure BACKEND NAME CMD...: runs a bench command against the servers and prints
-# "rate cpu_us_per_event tx_per_event jobs_per_event rows_per_event bytes_per_event" (rows: PostgreSQL only)
+# "rate cpu_us_per_event tx_per_event jobs_per_event rows_per_event bytes_per_event bridge_cpu_us_per_event"
+# (rows: PostgreSQL only; cpu: trigger-bridge + PostgreSQL, bridge_cpu: the trigger-bridge processes alone)
 measure() {
   local backend=$1 name=$2; shift 2
   local c0 c1 p0=0 p1=0 t0 t1 j0 j1 w0 w1 x0=0 x1=0 r0=0 r1=0 l0=0 l1=0 out rate events
@@ -104,9 +110,24 @@ measure() {
   local bytes=$((w1 - w0)); [ "$backend" != sqlite ] && bytes=$((l1 - l0))
   local tx=$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}'); [ "$backend" != sqlite ] && tx=$((x1 - x0))
   awk -v r="${rate:-0}" -v e="$events" -v c="$((c1 - c0 + p1 - p0))" -v t="$tx" -v j="$(awk -v a="$j0" -v b="$j1" 'BEGIN {print b - a}')" \
-      -v rows="$((r1 - r0))" -v b="$bytes" -v sq="$backend" \
-    'BEGIN { printf "%d %.0f %.2f %.2f %s %.0f", r, c * 1000 / e, t / e, j / e, (sq == "sqlite" ? "-" : sprintf("%.1f", rows / e)), b / e }'
+      -v rows="$((r1 - r0))" -v b="$bytes" -v sq="$backend" -v bc="$((c1 - c0))" \
+    'BEGIN { printf "%d %.0f %.2f %.2f %s %.0f %.0f", r, c * 1000 / e, t / e, j / e, (sq == "sqlite" ? "-" : sprintf("%.1f", rows / e)), b / e, bc * 1000 / e }'
 }
+
+# Private memory (KiB: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup) and Pss (KiB) summed over
+# the PostgreSQL backends whose application_name is the running schema (the servers' pool), and how many:
+# prints "private_kib pss_kib backends".
+pool_memory() {
+  local p a b c priv=0 pss=0 n=0 backends
+  backends=$(sql "SELECT pid FROM pg_stat_activity WHERE application_name = '$schema'")
+  for p in $backends; do
+    [ -r "/proc/$p/smaps_rollup" ] || continue
+    read -r a b c <<<"$(awk '/^Private_Clean:/ {pc = $2} /^Private_Dirty:/ {pd = $2} /^Pss:/ {ps = $2} END {print pc + 0, pd + 0, ps + 0}' "/proc/$p/smaps_rollup")"
+    priv=$((priv + a + b)); pss=$((pss + c)); n=$((n + 1))
+  done
+  echo "$priv $pss $n"
+}
+raw() { if [ -n "$RAW" ]; then echo "$*" >>"$RAW"; fi; }
 
 rows=()
 for backend in $BACKENDS; do
@@ -116,11 +137,25 @@ for backend in $BACKENDS; do
   start_servers "$backend"
   L=(--server "$servers" --duration "$DURATION" --connections "$CONN")
   echo "== $backend: ingest" >&2
-  read -r ir ic it ij iw ib <<<"$(measure "$backend" ingest "$B" bench ingest "${L[@]}" --subscription unbound)"
+  read -r ir ic it ij iw ib ibc <<<"$(measure "$backend" ingest "$B" bench ingest "${L[@]}" --subscription unbound)"
   echo "   $ir req/s, $ic us CPU/event, $it tx/event, $iw rows/event, $ib B/event" >&2
   echo "== $backend: end to end (http delivered)" >&2
-  read -r er ec et ej ew eb <<<"$(measure "$backend" e2e "$B" bench outbound "${L[@]}" --subscription outbound)"
-  echo "   $er deliveries/s, $ec us CPU/event, $et tx/event, $ew rows/event, $eb B/event" >&2
+  read -r er ec et ej ew eb ebc <<<"$(measure "$backend" e2e "$B" bench outbound "${L[@]}" --subscription outbound)"
+  echo "   $er deliveries/s, $ec us CPU/event ($ebc us trigger-bridge alone), $et tx/event, $ew rows/event, $eb B/event" >&2
+  raw "$backend limit ${limit:--}"
+  raw "$backend e2e_rate $er"
+  raw "$backend e2e_cpu_us $ec"
+  raw "$backend e2e_bridge_cpu_us $ebc"
+  raw "$backend e2e_rows $ew"
+  raw "$backend e2e_bytes $eb"
+  raw "$backend e2e_events $(grep -oE '[0-9]+ of [0-9]+ runs' "$work/$backend-e2e.out" | awk '{print $1}')"
+  if [ "$backend" = pg1 ]; then
+    read -r mp ms mn <<<"$(pool_memory)"
+    echo "   PostgreSQL backends of the pool: $mn, private $mp KiB, Pss $ms KiB" >&2
+    raw "$backend pool_private_kib $mp"
+    raw "$backend pool_pss_kib $ms"
+    raw "$backend pool_backends $mn"
+  fi
   stop_all
   drain=-
   if [ "$backend" != pg3 ]; then
@@ -131,9 +166,9 @@ for backend in $BACKENDS; do
     echo "   $drain deliveries/s" >&2
   fi
   drop_schema
-  rows+=("| $backend | $limit | $ir | $ic | $it | $iw | $ib | $er | $ec | $et | $ew | $eb | ${drain:--} |")
+  rows+=("| $backend | $limit | $ir | $ic | $it | $iw | $ib | $er | $ec | $ebc | $et | $ew | $eb | ${drain:--} |")
 done
 
-echo "| backend | storage limit (rows/s) | ingest (req/s) | ingest CPU/event (µs) | ingest tx/event | ingest rows/event | ingest bytes/event | e2e delivered/s | e2e CPU/event (µs) | e2e tx/event | e2e rows/event | e2e bytes/event | drain (deliveries/s) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| backend | storage limit (rows/s) | ingest (req/s) | ingest CPU/event (µs) | ingest tx/event | ingest rows/event | ingest bytes/event | e2e delivered/s | e2e CPU/event (µs) | e2e bridge-only CPU/event (µs) | e2e tx/event | e2e rows/event | e2e bytes/event | drain (deliveries/s) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

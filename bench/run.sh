@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every benchmark scenario of issue #3 on this machine, then SQLite and PostgreSQL (one and three
-# replicas) side by side (bench/backends.sh, issue #10), and writes bench/RESULTS.md.
+# replicas) side by side (bench/backends.sh, issue #10), then the goals table of this run (bench/goals.sh:
+# wrk end to end on both stores, idle session bytes, PostgreSQL pool memory) and writes bench/RESULTS.md.
 #
 #   cargo build --release && bench/run.sh            # DURATION=10 by default (seconds per scenario)
 #
@@ -28,12 +29,14 @@ start_server() {
 stop_server() { [ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null || true; server_pid=; }
 trap stop_server EXIT
 cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{print int(($14 + $15) * 1000 / t)}' "/proc/$server_pid/stat"; }
-# run NAME CMD...: runs a bench command, keeps its last line, and the server CPU it cost
+# run NAME CMD...: runs a bench command, keeps its last line, and the server CPU it cost (a command that
+# fails leaves its reason as the last line instead: one scenario never stops the others)
 run() {
   local name=$1; shift
-  local before after
+  local before after rc=0
   before=$(cpu_ms)
-  "$@" >"$out/$name.out" 2>"$out/$name.err"
+  "$@" >"$out/$name.out" 2>"$out/$name.err" || rc=$?
+  [ "$rc" = 0 ] || echo "(failed, exit $rc: $(tail -n1 "$out/$name.err"))" >>"$out/$name.out"
   after=$(cpu_ms)
   echo "$((after - before))" >"$out/$name.cpu"
   echo "== $name: $(tail -n1 "$out/$name.out")  [server cpu $((after - before)) ms]" >&2
@@ -42,16 +45,20 @@ field() { grep -o "$2 [0-9.]*" "$out/$1.out" | tail -n1 | awk '{print $2}'; }
 rate() { tail -n1 "$out/$1.out" | grep -o '^[^:]*: [0-9]*' | awk '{print $NF}'; }
 
 echo "== storage baseline" >&2
-"$B" bench storage --duration "$DURATION" --connections "$CONN" --data-dir "$(dirname "$DATA")" >"$out/storage.out" 2>"$out/storage.err"
-baseline=$(grep -o 'storage: [0-9]*' "$out/storage.out" | awk '{print $2}')
+"$B" bench storage --duration "$DURATION" --connections "$CONN" --data-dir "$(dirname "$DATA")" >"$out/storage.out" 2>"$out/storage.err" ||
+  echo "(bench storage failed: $(tail -n1 "$out/storage.err"))" >>"$out/storage.out"
+baseline=$(grep -o 'storage: [0-9]*' "$out/storage.out" | awk '{print $2}' || true)
 echo "== storage: $baseline rows/s" >&2
 
 start_server
-L=(--server "$S" --duration "$DURATION" --connections "$CONN" --baseline "$baseline")
+L=(--server "$S" --duration "$DURATION" --connections "$CONN")
+[ -n "$baseline" ] && L+=(--baseline "$baseline")
 run s1_peak "$B" bench ingest "${L[@]}" --subscription unbound
-peak=$(rate s1_peak)
+peak=$(rate s1_peak || true)
+[[ $peak =~ ^[0-9]+$ ]] || peak=0
 half=$((peak / 2))
 run s1_half "$B" bench ingest "${L[@]}" --subscription unbound --rate "$half"
+run s2_e2e_half "$B" bench e2e "${L[@]}" --subscription standard --rate "$half"
 run s3_dup10 "$B" bench ingest "${L[@]}" --subscription unbound --duplicates 0.1
 run s3_dup100 "$B" bench ingest "${L[@]}" --subscription unbound --duplicates 1.0
 moderate=$((peak / 10))
@@ -62,7 +69,8 @@ run s4_outbound_fail50 "$B" bench outbound "${L[@]}" --subscription outbound --f
 stop_server
 
 echo "== drain" >&2
-"$B" bench drain --config bench/bench.toml --count "${DRAIN_COUNT:-100000}" --data-dir "$DATA-drain" >"$out/s5_drain.out" 2>"$out/s5_drain.err"
+"$B" bench drain --config bench/bench.toml --count "${DRAIN_COUNT:-100000}" --data-dir "$DATA-drain" >"$out/s5_drain.out" 2>"$out/s5_drain.err" ||
+  echo "(bench drain failed: $(tail -n1 "$out/s5_drain.err"))" >>"$out/s5_drain.out"
 echo "== $(tail -n1 "$out/s5_drain.out")" >&2
 
 echo "== sources: schedules and a JetStream queue (issue #11)" >&2
@@ -77,11 +85,15 @@ echo "== $(tail -n1 "$out/s8_services.out")" >&2
 "$B" bench services --events 500 --connections 1 --data-dir "$DATA-sources" >"$out/s8_services_1.out" 2>"$out/s8_services_1.err" || echo "(bench services failed: see $out/s8_services_1.err)" >"$out/s8_services_1.out"
 
 echo "== backends: SQLite, PostgreSQL x1, PostgreSQL x3 (bench/backends.sh)" >&2
+: >"$out/backends.raw"
 if command -v psql >/dev/null && command -v pgbench >/dev/null; then
-  DURATION=$DURATION CONN=$CONN B=$B bench/backends.sh >"$out/backends.md" 2>"$out/backends.err" || echo "(bench/backends.sh failed: see $out/backends.err)" >"$out/backends.md"
+  DURATION=$DURATION CONN=$CONN B=$B RAW="$out/backends.raw" bench/backends.sh >"$out/backends.md" 2>"$out/backends.err" || echo "(bench/backends.sh failed: see $out/backends.err)" >"$out/backends.md"
 else
-  echo "(skipped: psql and pgbench are needed for the PostgreSQL side)" >"$out/backends.md"
+  echo "(skipped: psql and pgbench are needed for the PostgreSQL side)" | tee "$out/backends.err" >"$out/backends.md"
 fi
+
+echo "== goals of this run (bench/goals.sh)" >&2
+B=$B DURATION=$DURATION CONN=$CONN bench/goals.sh "$out" >"$out/goals.md" || echo "(bench/goals.sh failed; raw outputs in $out)" >>"$out/goals.md"
 
 cpu_per() { # µs of server CPU per answered request
   local n; n=$(grep -o '^[^:]*: [0-9]*' "$out/$1.out" | head -n1 | awk '{print $NF}')
@@ -95,11 +107,16 @@ cpu_per() { # µs of server CPU per answered request
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(df -h "$(dirname "$DATA")" | awk 'NR==2{print $1}'); the load generator runs on the same cores as the server."
   echo "Settings: DURATION=${DURATION}s per scenario, $CONN connections, 1 KiB Standard Webhooks bodies, SQLite WAL + synchronous=FULL."
   echo
+  cat "$out/goals.md"
+  echo
+  echo "## Scenarios"
+  echo
   echo "| scenario | command | result | server CPU / req |"
   echo "|---|---|---|---|"
   echo "| storage baseline (1 KiB rows, fsync per group commit) | \`bench storage --duration $DURATION --connections $CONN\` | $(tail -n1 "$out/storage.out") | |"
   echo "| 1. pure receipt ingest, closed loop (peak) | \`bench ingest --subscription unbound --connections $CONN\` | $(tail -n1 "$out/s1_peak.out") | $(cpu_per s1_peak) µs |"
   echo "| 1. pure receipt ingest at half of peak (open loop) | \`bench ingest --subscription unbound --rate $half\` | $(tail -n1 "$out/s1_half.out") | $(cpu_per s1_half) µs |"
+  echo "| 2. ingest + noop run at half of the ingest peak (open loop) | \`bench e2e --subscription standard --rate $half\` | $(tail -n2 "$out/s2_e2e_half.out" | tr '\n' ' ') | $(cpu_per s2_e2e_half) µs |"
   echo "| 3. 10 % duplicates | \`bench ingest --subscription unbound --duplicates 0.1\` | $(tail -n1 "$out/s3_dup10.out") | $(cpu_per s3_dup10) µs |"
   echo "| 3. duplicates only | \`bench ingest --subscription unbound --duplicates 1.0\` | $(tail -n1 "$out/s3_dup100.out") | $(cpu_per s3_dup100) µs |"
   echo "| 2. ingest + noop run, moderate load (open loop) | \`bench e2e --subscription standard --rate $moderate\` | $(tail -n2 "$out/s2_e2e.out" | tr '\n' ' ') | $(cpu_per s2_e2e) µs |"
@@ -116,7 +133,7 @@ cpu_per() { # µs of server CPU per answered request
   echo
   echo "## SQLite and PostgreSQL side by side (\`bench/backends.sh\`, same run)"
   echo
-  echo "DURATION=${DURATION}s, $CONN connections. Storage limit: SQLite \`bench storage\` (1 KiB rows, fsync per group commit); PostgreSQL pgbench, one 1 KiB-row INSERT per transaction, $CONN clients. End to end = signed ingest -> \`http\` run delivered to the receiver of \`bench outbound\`. CPU per event counts the trigger-bridge processes AND every PostgreSQL process. Transactions per event: SQLite group commits (\`tb_store_transactions_total\`), PostgreSQL all commits of the database (\`pg_stat_database.xact_commit\`, reads included). Rows per event: PostgreSQL rows inserted + updated + deleted. Bytes per event: SQLite bytes the server wrote to storage (\`/proc/PID/io\`), PostgreSQL WAL bytes."
+  echo "DURATION=${DURATION}s, $CONN connections. Storage limit: SQLite \`bench storage\` (1 KiB rows, fsync per group commit); PostgreSQL pgbench, one 1 KiB-row INSERT per transaction, $CONN clients. End to end = signed ingest -> \`http\` run delivered to the receiver of \`bench outbound\`. CPU per event counts the trigger-bridge processes AND every PostgreSQL process; the bridge-only column, the trigger-bridge processes alone. Transactions per event: SQLite group commits (\`tb_store_transactions_total\`), PostgreSQL all commits of the database (\`pg_stat_database.xact_commit\`, reads included). Rows per event: PostgreSQL rows inserted + updated + deleted. Bytes per event: SQLite bytes the server wrote to storage (\`/proc/PID/io\`), PostgreSQL WAL bytes."
   echo
   cat "$out/backends.md"
   if [ -f bench/analysis.md ]; then echo; cat bench/analysis.md; fi
