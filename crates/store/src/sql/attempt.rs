@@ -403,10 +403,11 @@ pub(crate) fn insert_run_rows(c: &dyn Db, runs: &[&RunCreate]) -> StoreResult<Ve
         .collect()
 }
 
-/// Appends the new run's first events (each fans out to the outbox), in one statement.
+/// Appends the new run's first events as one packed row (`super::packed_events`; each event fans out
+/// to the outbox), in one statement.
 fn insert_run_events(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
     let events: Vec<NewRunEvent<'_>> = first_events(r).collect();
-    RunLog::new(c).append_many(&events)
+    RunLog::new(c).append_first_events(&[&events])
 }
 
 /// A new run's first events, as the run log appends them (at the run's creation time).

@@ -19,8 +19,8 @@
 //!    RETURNING id`; an item whose run existed is decided again with `run_exists`), the fenced delivery
 //!    updates (`UPDATE ... FROM (VALUES ...)`, `RETURNING id`: under the lock every fence holds, and a
 //!    fence that does not is an error for the whole batch), the attempt rows, the subscription events,
-//!    the run events with their outbox rows ([`super::log::RunLog::append_many`]) and the receipts'
-//!    states.
+//!    the run events with their outbox rows ([`super::log::RunLog::append_first_events`]: one packed
+//!    row per new run) and the receipts' states.
 //!
 //! A batch that fails as a whole (a statement error) is rolled back; the caller then commits its items
 //! one by one (`crate::sql::batch`), so every item still gets its own answer.
@@ -214,12 +214,14 @@ fn write_decided(
         .flat_map(|(_, _, w)| w.events.iter().cloned())
         .collect();
     insert_events(c, &events)?;
-    let run_events: Vec<NewRunEvent<'_>> = decided
+    // Each new run's first events, as one packed row per run (`super::packed_events`).
+    let run_events: Vec<Vec<NewRunEvent<'_>>> = decided
         .iter()
         .filter_map(|(_, _, w)| w.run.as_ref())
-        .flat_map(first_events)
+        .map(|r| first_events(r).collect())
         .collect();
-    RunLog::new(c).append_many(&run_events)?;
+    let groups: Vec<&[NewRunEvent<'_>]> = run_events.iter().map(Vec::as_slice).collect();
+    RunLog::new(c).append_first_events(&groups)?;
     // Receipts whose state the rule changed.
     let states: Vec<(&str, &str, i64)> = decided
         .iter()

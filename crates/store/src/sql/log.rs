@@ -11,6 +11,7 @@ use tb_core::ids::{new_id, IdKind};
 use tb_core::outbox;
 use tb_core::receipt::{self, ReceiptState};
 
+use super::packed_events;
 use super::read::{self, no_row};
 use crate::p;
 use crate::sql::{Db, Param, ToParam};
@@ -104,6 +105,19 @@ pub(crate) struct NewRunEvent<'a> {
     pub at: i64,
 }
 
+/// One `run_events` row as inserted: an event's, or a packed row of several (`super::packed_events`).
+struct StoredRow<'a> {
+    run_id: &'a str,
+    sequence: u64,
+    event_id: &'a str,
+    event_type: &'a str,
+    /// JSON text.
+    payload: String,
+    causation_id: Option<&'a str>,
+    /// Unix ms.
+    at: i64,
+}
+
 impl RunLog<'_> {
     /// The live outbound webhooks, read once per `RunLog`.
     fn hooks(&mut self) -> StoreResult<&[outbox::LiveWebhook]> {
@@ -122,33 +136,70 @@ impl RunLog<'_> {
         Ok(self.hooks.as_deref().unwrap_or_default())
     }
 
-    /// Appends `events` (of any runs) and their outbox deliveries in one multi-row `INSERT` each, sent
-    /// together (they depend on nothing the database answers: one round trip on PostgreSQL); nothing
-    /// when `events` is empty.
+    /// Appends `events` (of any runs), one `run_events` row each, and their outbox deliveries in one
+    /// multi-row `INSERT` each, sent together (they depend on nothing the database answers: one round
+    /// trip on PostgreSQL); nothing when `events` is empty.
     pub(crate) fn append_many(&mut self, events: &[NewRunEvent<'_>]) -> StoreResult<()> {
-        if events.is_empty() {
+        let groups: Vec<&[NewRunEvent<'_>]> = events.chunks(1).collect();
+        self.append_groups(&groups)
+    }
+
+    /// Appends new runs' first events (`tb_core::attempt::first_events`), one group per run, each
+    /// group as ONE packed `run_events` row (`super::packed_events`; a group that cannot share a row,
+    /// one row per event), with one outbox delivery per event as [`RunLog::append_many`]; nothing when
+    /// `runs` holds no event.
+    pub(crate) fn append_first_events(&mut self, runs: &[&[NewRunEvent<'_>]]) -> StoreResult<()> {
+        self.append_groups(runs)
+    }
+
+    /// Appends `groups`: each as one packed row when [`packed_events::pack`] takes it, else one row
+    /// per event; the outbox per event either way.
+    fn append_groups(&mut self, groups: &[&[NewRunEvent<'_>]]) -> StoreResult<()> {
+        let events = || groups.iter().flat_map(|g| g.iter());
+        if events().next().is_none() {
             return Ok(());
         }
         let c = self.c;
         let hooks = self.hooks()?;
-        let outbox: Vec<outbox::OutboxDelivery> = events
-            .iter()
+        let outbox: Vec<outbox::OutboxDelivery> = events()
             .flat_map(|e| outbox::fan_out(hooks, e.run_id, e.event_id, e.event_type, e.at))
             .collect();
-        let payloads: Vec<String> = events
-            .iter()
-            .map(|e| tb_core::events::stored_payload(e.event_type, e.run_id, e.payload).to_string())
-            .collect();
-        let mut params: Vec<Param<'_>> = Vec::with_capacity(events.len() * 7);
-        for (e, payload) in events.iter().zip(&payloads) {
+        let mut rows: Vec<StoredRow<'_>> = Vec::new();
+        for group in groups {
+            match packed_events::pack(group) {
+                Some(p) => rows.push(StoredRow {
+                    run_id: p.run_id,
+                    sequence: p.sequence,
+                    event_id: p.event_id,
+                    event_type: packed_events::PACKED,
+                    payload: p.payload,
+                    causation_id: p.causation_id,
+                    at: p.at,
+                }),
+                None => rows.extend(group.iter().map(|e| {
+                    StoredRow {
+                        run_id: e.run_id,
+                        sequence: e.sequence,
+                        event_id: e.event_id,
+                        event_type: e.event_type,
+                        payload: tb_core::events::stored_payload(e.event_type, e.run_id, e.payload)
+                            .to_string(),
+                        causation_id: e.causation_id,
+                        at: e.at,
+                    }
+                })),
+            }
+        }
+        let mut params: Vec<Param<'_>> = Vec::with_capacity(rows.len() * 7);
+        for r in &rows {
             params.extend([
-                e.run_id.to_param(),
-                e.sequence.to_param(),
-                e.event_id.to_param(),
-                e.event_type.to_param(),
-                payload.to_param(),
-                e.causation_id.to_param(),
-                e.at.to_param(),
+                r.run_id.to_param(),
+                r.sequence.to_param(),
+                r.event_id.to_param(),
+                r.event_type.to_param(),
+                r.payload.to_param(),
+                r.causation_id.to_param(),
+                r.at.to_param(),
             ]);
         }
         fn sql(n: usize) -> String {
@@ -159,7 +210,7 @@ impl RunLog<'_> {
             )
         }
         static ONE: LazyLock<String> = LazyLock::new(|| sql(1));
-        let events_sql = super::one_or_many(&ONE, events.len(), sql);
+        let events_sql = super::one_or_many(&ONE, rows.len(), sql);
         // The outbox rows in chunks of at most OUTBOX_ROWS (5 parameters each: many live webhooks
         // times a batch's events stay under PostgreSQL's 65 535 parameters per statement).
         const OUTBOX_ROWS: usize = 2_000;

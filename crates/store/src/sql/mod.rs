@@ -11,6 +11,7 @@ mod db;
 pub(crate) mod ingest_batch;
 pub(crate) mod lease;
 pub(crate) mod log;
+pub(crate) mod packed_events;
 pub(crate) mod read;
 pub(crate) mod schedule;
 pub(crate) mod services;

@@ -419,19 +419,31 @@ pub(crate) fn list_runs(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<RunRecord>
 
 /// A run's events after sequence `after` (all when `None`), at most `limit` (1..=10 000), with their
 /// payloads as built (`tb_core::events::shown_payload`: the fields the run row holds put back; the
-/// run row is read once, only when an event needs it).
+/// run row is read once, only when an event needs it). A packed row (a new run's first events,
+/// [`packed_events`](super::packed_events)) sits at the last sequence it covers and holds at least one
+/// event after `after` when the query returns it, so `limit` rows hold at least `limit` events: they
+/// are expanded, those at or before `after` dropped, and the rest cut to `limit`.
 pub(crate) fn run_events(
     c: &dyn Db,
     run_id: &str,
     after: Option<u64>,
     limit: u32,
 ) -> StoreResult<Vec<RunEventRecord>> {
-    let after: i64 = after.map(|a| a as i64).unwrap_or(-1);
-    let mut events = c.rows(
+    let limit = limit.clamp(1, 10_000);
+    let rows = c.rows(
         &format!("SELECT {RUN_EVENT_COLS} FROM run_events WHERE run_id = ?1 AND sequence > ?2 ORDER BY sequence LIMIT ?3"),
-        p![run_id, after, limit.clamp(1, 10_000)],
+        p![run_id, after.map(|a| a as i64).unwrap_or(-1), limit],
         run_event_row,
     )?;
+    let mut events = Vec::with_capacity(rows.len());
+    for r in rows {
+        events.extend(
+            super::packed_events::expand(r)?
+                .into_iter()
+                .filter(|e| after.is_none_or(|a| e.sequence > a)),
+        );
+    }
+    events.truncate(limit as usize);
     let mut run_row = None;
     for e in &mut events {
         shown(c, e, &mut run_row)?;
@@ -611,19 +623,31 @@ pub(crate) fn list_webhooks(c: &dyn Db) -> StoreResult<Vec<WebhookRecord>> {
 }
 
 /// Event `event_id` of run `run_id` (read through the log's primary key; event ids have no index of
-/// their own), its payload as built. Errors: `NotFound("run event")`.
+/// their own), its payload as built. The run's rows are scanned for the event's own row or a packed
+/// row ([`packed_events`](super::packed_events)), which is expanded to find it. Errors:
+/// `NotFound("run event")`.
 pub(crate) fn get_run_event(
     c: &dyn Db,
     run_id: &str,
     event_id: &str,
 ) -> StoreResult<RunEventRecord> {
-    let mut e = c
-        .row(
-            &format!("SELECT {RUN_EVENT_COLS} FROM run_events WHERE run_id = ?1 AND event_id = ?2"),
-            p![run_id, event_id],
-            run_event_row,
-        )?
-        .ok_or_else(|| StoreError::not_found(RecordKind::RunEvent))?;
+    let rows = c.rows(
+        &format!(
+            "SELECT {RUN_EVENT_COLS} FROM run_events WHERE run_id = ?1 AND (event_id = ?2 OR type = ?3)"
+        ),
+        p![run_id, event_id, super::packed_events::PACKED],
+        run_event_row,
+    )?;
+    let mut found = None;
+    for r in rows {
+        found = super::packed_events::expand(r)?
+            .into_iter()
+            .find(|e| e.event_id == event_id);
+        if found.is_some() {
+            break;
+        }
+    }
+    let mut e = found.ok_or_else(|| StoreError::not_found(RecordKind::RunEvent))?;
     shown(c, &mut e, &mut None)?;
     Ok(e)
 }
