@@ -114,18 +114,20 @@ measure() {
     'BEGIN { printf "%d %.0f %.2f %.2f %s %.0f %.0f", r, c * 1000 / e, t / e, j / e, (sq == "sqlite" ? "-" : sprintf("%.1f", rows / e)), b / e, bc * 1000 / e }'
 }
 
-# Private memory (KiB: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup) and Pss (KiB) summed over
-# the PostgreSQL backends whose application_name is the running schema (the servers' pool), and how many:
-# prints "private_kib pss_kib backends".
+# Memory of the PostgreSQL backends whose application_name is the running schema (the servers' pool), from
+# /proc/PID/smaps_rollup, summed, in KiB: Pss_Anon (the backends' own memory: caches, sort and hash areas),
+# Private_Clean + Private_Dirty (also counts shared_buffers pages no other process has touched) and Pss
+# (with a share of shared_buffers); prints "pss_anon_kib private_kib pss_kib backends".
 pool_memory() {
-  local p a b c priv=0 pss=0 n=0 backends
+  local p a b c d anon=0 priv=0 pss=0 n=0 backends
   backends=$(sql "SELECT pid FROM pg_stat_activity WHERE application_name = '$schema'")
   for p in $backends; do
     [ -r "/proc/$p/smaps_rollup" ] || continue
-    read -r a b c <<<"$(awk '/^Private_Clean:/ {pc = $2} /^Private_Dirty:/ {pd = $2} /^Pss:/ {ps = $2} END {print pc + 0, pd + 0, ps + 0}' "/proc/$p/smaps_rollup")"
-    priv=$((priv + a + b)); pss=$((pss + c)); n=$((n + 1))
+    read -r a b c d <<<"$(awk '/^Private_Clean:/ {pc = $2} /^Private_Dirty:/ {pd = $2} /^Pss:/ {ps = $2} /^Pss_Anon:/ {pa = $2}
+      END {print pc + 0, pd + 0, ps + 0, pa + 0}' "/proc/$p/smaps_rollup")"
+    priv=$((priv + a + b)); pss=$((pss + c)); anon=$((anon + d)); n=$((n + 1))
   done
-  echo "$priv $pss $n"
+  echo "$anon $priv $pss $n"
 }
 raw() { if [ -n "$RAW" ]; then echo "$*" >>"$RAW"; fi; }
 
@@ -150,8 +152,9 @@ for backend in $BACKENDS; do
   raw "$backend e2e_bytes $eb"
   raw "$backend e2e_events $(grep -oE '[0-9]+ of [0-9]+ runs' "$work/$backend-e2e.out" | awk '{print $1}')"
   if [ "$backend" = pg1 ]; then
-    read -r mp ms mn <<<"$(pool_memory)"
-    echo "   PostgreSQL backends of the pool: $mn, private $mp KiB, Pss $ms KiB" >&2
+    read -r ma mp ms mn <<<"$(pool_memory)"
+    echo "   PostgreSQL backends of the pool: $mn, Pss_Anon $ma KiB, private $mp KiB, Pss $ms KiB" >&2
+    raw "$backend pool_pss_anon_kib $ma"
     raw "$backend pool_private_kib $mp"
     raw "$backend pool_pss_kib $ms"
     raw "$backend pool_backends $mn"
@@ -160,9 +163,15 @@ for backend in $BACKENDS; do
   drain=-
   if [ "$backend" != pg3 ]; then
     echo "== $backend: drain $DRAIN" >&2
-    dargs=(bench drain --config bench/bench.toml --count "$DRAIN" --data-dir "$work/drain-$backend")
+    # --connections: queueing from one address at the server's per-client connection share (64) is refused.
+    dargs=(bench drain --config bench/bench.toml --count "$DRAIN" --connections "$CONN" --data-dir "$work/drain-$backend")
     [ "$backend" = pg1 ] && dargs+=(--database-url "$dburl")
-    drain=$("$B" "${dargs[@]}" 2>/dev/null | grep -oE '= [0-9]+ deliveries/s' | awk '{print $2}' || echo -)
+    drain=$("$B" "${dargs[@]}" 2>"$work/drain-$backend.err" | grep -oE '= [0-9]+ deliveries/s' | awk '{print $2}' || echo -)
+    if [ "$drain" = - ]; then
+      echo "   bench drain failed: $(grep -v ' WARN ' "$work/drain-$backend.err" | tail -n1)" >&2
+      # A failed drain can leave the server it started running (it would hold the port for the next one).
+      for p in $(pgrep -f -- "--data-dir $work/drain-$backend" || true); do kill "$p" 2>/dev/null || true; done
+    fi
     echo "   $drain deliveries/s" >&2
   fi
   drop_schema

@@ -192,11 +192,12 @@ for st in sqlite pg; do
   else row 10 "Idle session on disk, $label" "$(fail "bench/sessions_disk.py ($label): $(why "$raw/sessions_$st.err")")" "<= 1 KB (1 024 B)" "-"; fi
 done
 # 11: PostgreSQL memory of one replica's pool.
-mp=$(backend pg1 pool_private_kib); mn=$(backend pg1 pool_backends)
-if num "$mp" && num "$mn" && [ "$mn" -gt 0 ]; then
-  mib=$(awk -v k="$mp" 'BEGIN {printf "%.1f", k / 1024}')
-  row 11 "PostgreSQL server memory held by one replica's pool, right after the pg1 end-to-end run: Private_Clean + Private_Dirty of /proc/PID/smaps_rollup, summed over the backends whose application_name is the replica's" \
-    "$mib MiB over $mn backends (Pss, with their share of shared buffers: $(awk -v k="$(backend pg1 pool_pss_kib)" 'BEGIN {printf "%.1f", k / 1024}') MiB)" "<= 100 MiB" "$(met "$mib" le 100)"
+ma=$(backend pg1 pool_pss_anon_kib); mn=$(backend pg1 pool_backends)
+if num "$ma" && num "$mn" && [ "$mn" -gt 0 ]; then
+  mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k / 1024}'; }
+  v=$(mib "$ma")
+  row 11 "PostgreSQL server memory held by one replica's pool, right after the pg1 end-to-end run: Pss_Anon of /proc/PID/smaps_rollup summed over the backends whose application_name is the replica's (the backends' own memory; Private_Clean + Private_Dirty would also count shared_buffers pages only that backend touched)" \
+    "$v MiB over $mn backends (Private_Clean + Private_Dirty $(mib "$(backend pg1 pool_private_kib)") MiB; Pss with the shared_buffers share $(mib "$(backend pg1 pool_pss_kib)") MiB)" "<= 100 MiB" "$(met "$v" le 100)"
 else
   row 11 "PostgreSQL server memory held by one replica's pool" "$(backends_fail 'pool memory (or no backend of the replica was found)')" "<= 100 MiB" "-"
 fi

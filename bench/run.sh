@@ -69,7 +69,7 @@ run s4_outbound_fail50 "$B" bench outbound "${L[@]}" --subscription outbound --f
 stop_server
 
 echo "== drain" >&2
-"$B" bench drain --config bench/bench.toml --count "${DRAIN_COUNT:-100000}" --data-dir "$DATA-drain" >"$out/s5_drain.out" 2>"$out/s5_drain.err" ||
+"$B" bench drain --config bench/bench.toml --count "${DRAIN_COUNT:-100000}" --connections "$CONN" --data-dir "$DATA-drain" >"$out/s5_drain.out" 2>"$out/s5_drain.err" ||
   echo "(bench drain failed: $(tail -n1 "$out/s5_drain.err"))" >>"$out/s5_drain.out"
 echo "== $(tail -n1 "$out/s5_drain.out")" >&2
 
@@ -123,7 +123,7 @@ cpu_per() { # µs of server CPU per answered request
   echo "| 2. ingest + noop run, closed loop | \`bench e2e --subscription standard\` | $(tail -n2 "$out/s2_e2e_peak.out" | tr '\n' ' ') | $(cpu_per s2_e2e_peak) µs |"
   echo "| 4. outbound http executor, receiver always 200 | \`bench outbound --subscription outbound\` | $(tail -n1 "$out/s4_outbound.out") | |"
   echo "| 4. outbound, receiver fails 50 % | \`bench outbound --subscription outbound --fail-rate 0.5\` | $(tail -n1 "$out/s4_outbound_fail50.out") | |"
-  echo "| 5. drain ${DRAIN_COUNT:-100000} pending noop deliveries | \`bench drain --count ${DRAIN_COUNT:-100000}\` | $(tail -n1 "$out/s5_drain.out") | |"
+  echo "| 5. drain ${DRAIN_COUNT:-100000} pending noop deliveries | \`bench drain --count ${DRAIN_COUNT:-100000} --connections $CONN\` | $(tail -n1 "$out/s5_drain.out") | |"
   echo "| 6. ${SCHEDULES:-10000} schedules firing every minute (in process, simulated clock) | \`bench schedules --count ${SCHEDULES:-10000}\` | $(tail -n1 "$out/s6_schedules.out") | |"
   echo "| 7. JetStream messages to noop runs (in process) | \`bench queue --messages ${QUEUE_MESSAGES:-20000}\` | $(tail -n1 "$out/s7_queue.out") | |"
   echo "| 8. webhook -> nats executor -> service handler -> CompletionEvent -> run completed (in process, closed loop) | \`bench services --events ${SERVICE_EVENTS:-5000} --connections $CONN\` | $(tail -n1 "$out/s8_services.out") | |"
