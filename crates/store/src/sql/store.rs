@@ -37,11 +37,17 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Runs a short point read (an index lookup of a few µs, the ingest path's dedup probe) as cheaply
     /// as the backend can: on the calling thread (SQLite), or in autocommit without `BEGIN`/`COMMIT`
-    /// (PostgreSQL), so its statements need not share one snapshot.
+    /// (PostgreSQL), so its statements need not share one snapshot. What it finds may be committed but
+    /// not yet on disk (SQLite): call [`Self::settled`] before answering anyone with it.
     async fn read_now<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,
         F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static;
+
+    /// Waits until every commit a read that just ended could have seen is durable (SQLite answers a
+    /// batch's writers only after its WAL flush, and a reader may see the batch in between; see
+    /// `crate::sqlite::durable`). Default: at once (PostgreSQL shows a commit only once it is flushed).
+    async fn settled(&self) {}
 
     /// Whether the backend can take writes (its writer or pool is running).
     fn is_alive(&self) -> bool;
@@ -182,9 +188,15 @@ impl<B: Backend> Store for SqlStore<B> {
         now: i64,
     ) -> StoreResult<Option<IngestOutcome>> {
         let (sub, key) = (subscription_id.to_string(), dedup_key.to_string());
-        self.backend
+        let found = self
+            .backend
             .read_now(move |c| read::duplicate_of(c, &sub, &key, now))
-            .await
+            .await?;
+        if found.is_some() {
+            // A duplicate answer names a receipt: only once that receipt is durable.
+            self.backend.settled().await;
+        }
+        Ok(found)
     }
     async fn commit_receipt(&self, receipt: NewReceipt) -> StoreResult<IngestOutcome> {
         // Serialize here, on the caller's thread: the writer thread only executes SQL.
@@ -300,9 +312,12 @@ impl<B: Backend> Store for SqlStore<B> {
     async fn get_receipt(&self, id: &str) -> StoreResult<ReceiptRecord> {
         // One primary-key lookup: a point read.
         let id = id.to_string();
-        self.backend
+        let r = self
+            .backend
             .read_now(move |c| read::get_receipt(c, &id))
-            .await
+            .await;
+        self.backend.settled().await;
+        r
     }
     async fn list_receipts(&self, q: ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
         self.backend.read(move |c| read::list_receipts(c, &q)).await
@@ -579,9 +594,14 @@ impl<B: Backend> Store for SqlStore<B> {
         now: i64,
     ) -> StoreResult<Option<CapabilityRecord>> {
         let hash = token_hash.to_string();
-        self.backend
+        let found = self
+            .backend
             .read_now(move |c| session::capability_by_hash(c, &hash, now))
-            .await
+            .await?;
+        if found.is_some() {
+            self.backend.settled().await;
+        }
+        Ok(found)
     }
     async fn revoke_capability(&self, id: &str, now: i64) -> StoreResult<CapabilityRecord> {
         let i = id.to_string();

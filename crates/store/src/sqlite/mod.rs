@@ -2,6 +2,7 @@
 //! writer thread, and a small pool of read-only connections used from blocking tasks.
 
 mod db;
+mod durable;
 
 pub(crate) use db::classify;
 pub mod writer;
@@ -198,9 +199,12 @@ impl SqlStore<SqliteBackend> {
         configure(&conn, false).map_err(db)?;
         migrate(&conn)?;
         conn.busy_timeout(opts.busy_timeout).map_err(db)?;
+        let writer = Writer::start(conn, opts.writer);
+        let durability = writer.durability();
         Ok(SqlStore::new(SqliteBackend {
             path: path.to_path_buf(),
-            writer: Writer::start(conn, opts.writer),
+            writer,
+            durability,
             readers: Arc::new(Mutex::new(Vec::new())),
         }))
     }
@@ -238,6 +242,7 @@ impl SqlStore<SqliteBackend> {
 pub struct SqliteBackend {
     path: PathBuf,
     writer: Writer,
+    durability: Arc<durable::Durability>,
     readers: Arc<Mutex<Vec<Connection>>>,
 }
 
@@ -319,7 +324,15 @@ impl Backend for SqliteBackend {
         T: Send + 'static,
         F: FnMut(&dyn Db) -> StoreResult<T> + Send + 'static,
     {
-        self.read_blocking(f).await
+        let r = self.read_blocking(f).await;
+        // Nothing is shown before it is durable (`durable`): a snapshot may hold a batch whose WAL
+        // flush is still running.
+        self.durability.settled().await;
+        r
+    }
+
+    async fn settled(&self) {
+        self.durability.settled().await;
     }
 
     async fn read_now<T, F>(&self, f: F) -> StoreResult<T>

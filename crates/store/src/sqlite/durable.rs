@@ -1,0 +1,73 @@
+//! What is durable on SQLite: the group commits the sync thread has flushed to disk.
+//!
+//! The writer connection runs with `synchronous = NORMAL`, so `COMMIT` appends the batch's frames to the
+//! WAL without waiting for the disk; a second thread then calls `fdatasync` on the WAL file and only
+//! then answers the batch's callers (docs/architecture.md, "SQLite: the group commit"). The writer goes
+//! on with the next batch while the disk works, and one `fdatasync` covers every batch committed
+//! before it. In WAL mode with `NORMAL`, SQLite itself still syncs the WAL before each checkpoint and
+//! the WAL header when the file is reused (sqlite.org/pragma.html#pragma_synchronous), so a frame
+//! flushed here stays valid.
+//!
+//! Readers must not show what is committed but not yet durable (a receipt a power loss could still
+//! take away): every batch gets a sequence number before its `COMMIT`, and a read waits, after it read,
+//! until the batches that could be in its snapshot are synced ([`Durability::settled`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::watch;
+
+/// The writer's and the sync thread's counters, shared with the readers.
+pub(crate) struct Durability {
+    /// The sequence number of the last batch that began its `COMMIT` (1, 2, ...; 0 = none).
+    committing: AtomicU64,
+    /// The last batch whose frames are flushed (or whose commit failed: nothing of it is visible).
+    synced: watch::Sender<u64>,
+}
+
+impl Durability {
+    pub(crate) fn new() -> Durability {
+        Durability {
+            committing: AtomicU64::new(0),
+            synced: watch::Sender::new(0),
+        }
+    }
+
+    /// Called by the writer just before a batch's `COMMIT`: the batch's sequence number.
+    pub(crate) fn begin_commit(&self) -> u64 {
+        self.committing.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The sequence number of the last batch that began its `COMMIT`.
+    pub(crate) fn committed(&self) -> u64 {
+        self.committing.load(Ordering::SeqCst)
+    }
+
+    /// Called by the sync thread once batches up to `seq` are flushed (or failed).
+    pub(crate) fn synced_up_to(&self, seq: u64) {
+        self.synced.send_if_modified(|s| {
+            if seq > *s {
+                *s = seq;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Waits until everything a read that has just finished could have seen is durable: every batch
+    /// whose `COMMIT` began before now. Call it AFTER the read (a snapshot is taken at the read's first
+    /// statement, so a batch visible to it began its commit before this call). Returns at once when
+    /// nothing is pending, which is the common case; at most one `fdatasync` otherwise. If the sync
+    /// thread is gone (the store is closing or dead), it returns rather than wait forever.
+    pub(crate) async fn settled(&self) {
+        let need = self.committing.load(Ordering::SeqCst);
+        let mut rx = self.synced.subscribe();
+        let _ = rx.wait_for(|s| *s >= need).await;
+    }
+
+    /// [`Self::settled`] for a caller that is not async (a blocking thread).
+    #[cfg(test)]
+    pub(crate) fn is_settled(&self) -> bool {
+        *self.synced.borrow() >= self.committing.load(Ordering::SeqCst)
+    }
+}
