@@ -217,7 +217,7 @@ sqlite_limit=$(grep -oE 'storage: [0-9]+' "$raw/storage.out" 2>/dev/null | awk '
 pg_limit=$(backend pg1 limit)
 echo "## Goals, this run"
 echo
-echo "Every figure below comes from this run of \`bench/run.sh\` (\`bench/goals.sh\`). Storage limits measured in it:"
+echo "Every figure below comes from one and the same run (\`bench/goals.sh\`, called by \`bench/run.sh\`). Storage limits measured in it:"
 echo "SQLite \`bench storage\` ${sqlite_limit:-?} rows/s (1 KiB rows, fsync per group commit, $CONN writers);"
 echo "PostgreSQL pgbench ${pg_limit:-?} inserts/s (one 1 KiB-row INSERT per transaction, $CONN clients)."
 echo "The wrk runs (\`bench/wrk/run.sh\`) replay $WRK_COUNT pre-signed events ($WRK_COUNT_C1 at one connection) to the"
