@@ -170,7 +170,8 @@ impl ProgressView {
 }
 
 /// The verification table: per table, source rows, target rows and `MISMATCH` where they differ,
-/// then the totals.
+/// then the totals, then the values counted inside rows ([`CopyReport::values`]: `receipts.body`, the
+/// receipts holding a raw body), marked the same way.
 pub fn counts_table(report: &CopyReport) -> String {
     let mut s = format!("{:<22} {:>12} {:>12}\n", "table", "source", "target");
     for t in &report.tables {
@@ -187,11 +188,20 @@ pub fn counts_table(report: &CopyReport) -> String {
         source,
         report.rows()
     ));
+    // Values carried inside the rows above (not rows themselves, so after the total).
+    for t in &report.values {
+        let mark = if t.matches() { "" } else { "  MISMATCH" };
+        s.push_str(&format!(
+            "{:<22} {:>12} {:>12}{mark}\n",
+            t.table, t.source, t.target
+        ));
+    }
     s
 }
 
-/// `Ok` when every table has as many rows in the target as in the source. Errors: names each table
-/// that differs with both counts.
+/// `Ok` when every table has as many rows in the target as in the source, and every counted value
+/// ([`CopyReport::values`]) as many values. Errors: names each table (or `table.column`) that differs
+/// with both counts.
 pub fn check(report: &CopyReport) -> anyhow::Result<()> {
     let bad = report.mismatches();
     if bad.is_empty() {

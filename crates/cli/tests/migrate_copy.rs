@@ -198,7 +198,7 @@ fn counts_are_printed_as_a_table_and_a_mismatch_fails() {
     let mut report = CopyReport {
         tables: vec![
             TableCount {
-                table: "bodies".into(),
+                table: "receipts".into(),
                 source: 12,
                 target: 12,
             },
@@ -208,14 +208,22 @@ fn counts_are_printed_as_a_table_and_a_mismatch_fails() {
                 target: 3,
             },
         ],
+        values: vec![TableCount {
+            table: "receipts.body".into(),
+            source: 10,
+            target: 10,
+        }],
         truncated: false,
         sequences: vec![],
     };
+    // The bodies travel in the receipts' rows: counted after the rows' total, not in it.
     assert_eq!(
         counts_table(&report),
         format!(
-            "{:<22} {:>12} {:>12}\n{:<22} {:>12} {:>12}\n{:<22} {:>12} {:>12}\n{:<22} {:>12} {:>12}\n",
-            "table", "source", "target", "bodies", 12, 12, "runs", 3, 3, "total", 15, 15
+            "{:<22} {:>12} {:>12}\n{:<22} {:>12} {:>12}\n{:<22} {:>12} {:>12}\n{:<22} {:>12} {:>12}\n\
+             {:<22} {:>12} {:>12}\n",
+            "table", "source", "target", "receipts", 12, 12, "runs", 3, 3, "total", 15, 15,
+            "receipts.body", 10, 10
         )
     );
     check(&report).unwrap();
@@ -224,6 +232,14 @@ fn counts_are_printed_as_a_table_and_a_mismatch_fails() {
     assert_eq!(
         check(&report).unwrap_err().to_string(),
         "the copy is incomplete: 1 table(s) differ: runs (source 3, target 2)"
+    );
+    // A body lost on the way fails the copy although every row arrived.
+    report.tables[1].target = 3;
+    report.values[0].target = 9;
+    assert!(counts_table(&report).ends_with("  MISMATCH\n"));
+    assert_eq!(
+        check(&report).unwrap_err().to_string(),
+        "the copy is incomplete: 1 table(s) differ: receipts.body (source 10, target 9)"
     );
 }
 
@@ -313,7 +329,7 @@ async fn copies_a_store_then_refuses_a_second_copy_unless_forced() {
         .unwrap_err();
     let e = format!("{e:#}");
     assert!(
-        e.contains("table bodies has rows") && e.contains("--force"),
+        e.contains("table deliveries has rows") && e.contains("--force"),
         "{e}"
     );
     // The second copy got past the lock (the first released it) and was refused by the target.

@@ -15,7 +15,9 @@
 //!    while the last is written), reporting [`Progress`] after each;
 //! 4. moves every target sequence past the keys copied (and past SQLite's `AUTOINCREMENT` high-water
 //!    mark), so the target continues without id clashes;
-//! 5. counts every table on both sides ([`CopyReport::tables`]).
+//! 5. counts every table on both sides ([`CopyReport::tables`]), and the values that travel inside
+//!    another table's rows ([`COUNTED_VALUES`]: the receipts' raw bodies) on both sides
+//!    ([`CopyReport::values`]).
 //!
 //! It is not one transaction: an interrupted copy leaves a partly filled target, which a new copy with
 //! `force` replaces. Nothing may write to the source meanwhile (the CLI holds the data dir lock).
@@ -76,7 +78,14 @@ pub struct Progress<'a> {
     pub total: u64,
 }
 
-/// One table's rows on each side after the copy.
+/// Columns whose non-`NULL` values [`verify`] counts on both sides besides the rows, as
+/// `(table, column)`: a receipt's raw body is its row's `body` column (SQLite migration 0021,
+/// PostgreSQL 0015; before, a `bodies` table of its own), `NULL` when empty or swept, so the receipts'
+/// row count alone would not show a body lost on the way.
+pub const COUNTED_VALUES: &[(&str, &str)] = &[("receipts", "body")];
+
+/// One table's rows on each side after the copy (or, in [`CopyReport::values`], one column's
+/// non-`NULL` values, named `table.column`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableCount {
     /// The table.
@@ -99,6 +108,9 @@ impl TableCount {
 pub struct CopyReport {
     /// Every table, in copy order (by name), with its counts on both sides.
     pub tables: Vec<TableCount>,
+    /// The non-`NULL` values of each of [`COUNTED_VALUES`] on both sides, named `table.column`
+    /// (`receipts.body`: the receipts holding a raw body). Not rows: [`CopyReport::rows`] leaves them out.
+    pub values: Vec<TableCount>,
     /// Whether the target was emptied first ([`CopyOptions::force`] on a non-empty target).
     pub truncated: bool,
     /// The target sequences moved on: `(sequence, next value)`.
@@ -106,9 +118,13 @@ pub struct CopyReport {
 }
 
 impl CopyReport {
-    /// The tables whose counts differ.
+    /// The tables (and [`CopyReport::values`]) whose counts differ.
     pub fn mismatches(&self) -> Vec<&TableCount> {
-        self.tables.iter().filter(|t| !t.matches()).collect()
+        self.tables
+            .iter()
+            .chain(&self.values)
+            .filter(|t| !t.matches())
+            .collect()
     }
 
     /// Rows copied in all.
@@ -222,8 +238,10 @@ pub async fn copy(
     }
     let sequences = carry_sequences(source, target).await?;
     let counts = verify(source, target, &tables).await?;
+    let values = verify_values(source, target, &tables).await?;
     Ok(CopyReport {
         tables: counts,
+        values,
         truncated,
         sequences,
     })
@@ -410,6 +428,42 @@ pub async fn verify(
         .zip(src.into_iter().zip(dst))
         .map(|(table, (source, target))| TableCount {
             table,
+            source,
+            target,
+        })
+        .collect())
+}
+
+/// Counts the non-`NULL` values of each of [`COUNTED_VALUES`] whose table is among `tables`, on both
+/// sides, named `table.column`.
+pub async fn verify_values(
+    source: &SqliteStore,
+    target: &PgStore,
+    tables: &[Table],
+) -> Result<Vec<TableCount>, CopyError> {
+    let cols: Vec<(String, String)> = COUNTED_VALUES
+        .iter()
+        .filter(|(t, c)| {
+            tables
+                .iter()
+                .any(|x| x.name == *t && x.columns.iter().any(|col| col.name == *c))
+        })
+        .map(|(t, c)| (t.to_string(), c.to_string()))
+        .collect();
+    let count_all = |cols: Vec<(String, String)>| {
+        move |c: &dyn crate::sql::Db| {
+            cols.iter()
+                .map(|(t, col)| rows::count_values(c, t, col))
+                .collect::<Result<Vec<_>, _>>()
+        }
+    };
+    let src = source.backend().read(count_all(cols.clone())).await?;
+    let dst = target.backend().read(count_all(cols.clone())).await?;
+    Ok(cols
+        .into_iter()
+        .zip(src.into_iter().zip(dst))
+        .map(|((t, col), (source, target))| TableCount {
+            table: format!("{t}.{col}"),
             source,
             target,
         })

@@ -262,7 +262,10 @@ async fn a_full_disk_is_unavailable_and_rolls_the_write_back() {
         store.get_receipt(&id).await,
         Err(StoreError::NotFound { .. })
     ));
-    let n = store.write_for_test(|c| count(c, "bodies")).await.unwrap();
+    let n = store
+        .write_for_test(|c| count(c, "receipts"))
+        .await
+        .unwrap();
     assert_eq!(n, 0, "no partial state");
     store
         .write_for_test(|c| {

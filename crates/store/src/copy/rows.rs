@@ -165,6 +165,21 @@ pub fn count(c: &dyn Db, table: &str) -> StoreResult<u64> {
     Ok(n.max(0) as u64)
 }
 
+/// The number of rows of `table` whose `column` is not `NULL`.
+pub fn count_values(c: &dyn Db, table: &str, column: &str) -> StoreResult<u64> {
+    let n: i64 = c
+        .value(
+            &format!(
+                "SELECT COUNT(*) FROM {} WHERE {} IS NOT NULL",
+                quote(table),
+                quote(column)
+            ),
+            crate::p![],
+        )?
+        .unwrap_or(0);
+    Ok(n.max(0) as u64)
+}
+
 /// Tables a migration fills with their initial rows (the change-log counter,
 /// `migrations/*/0010_config_sync.sql`): they count as empty with only those rows, and the copy replaces
 /// them with the source's ([`clear_seeded`]).

@@ -62,6 +62,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         14,
         include_str!("../../migrations/postgres/0014_audit_breaks.sql"),
     ),
+    (
+        15,
+        include_str!("../../migrations/postgres/0015_receipt_body.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");

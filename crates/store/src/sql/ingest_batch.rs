@@ -7,7 +7,8 @@
 //!    NOTHING RETURNING id`, rows ordered by (subscription, dedup key), so two batches that wait on
 //!    each other's in-flight keys wait in one global order and cannot deadlock. A second receipt for
 //!    one key in the same batch conflicts with the first, as it would in a later transaction.
-//! 2. ONE insert of the new receipts' bodies and ONE of all their deliveries (sent together).
+//!    Each receipt row carries its raw body (`NULL` when empty).
+//! 2. ONE insert of all the new receipts' deliveries.
 //! 3. A receipt whose key was taken (a duplicate, or a key whose window lapsed), one that uses a
 //!    capability, and one with a delivery created dead-lettered take the single path
 //!    ([`write::commit_receipt`]) inside a savepoint.
@@ -15,15 +16,13 @@
 use std::collections::HashSet;
 
 use super::batch::in_savepoint;
-use super::write::{
-    self, ReceiptPlan, INSERT_BODY_INTO, INSERT_DELIVERY_INTO, INSERT_RECEIPT, ON_DEDUP,
-};
-use super::{Db, Param, ToParam};
+use super::write::{self, ReceiptPlan, INSERT_DELIVERY_INTO, INSERT_RECEIPT, ON_DEDUP};
+use super::{Db, Param};
 use crate::model::{IngestOutcome, NewReceipt};
 use crate::{StoreError, StoreResult};
 
 /// Deliveries above which a receipt takes the single path, so one statement's parameters stay bounded
-/// (13 per receipt and 19 per delivery, at most [`super::batch::MAX_BATCH`] receipts: far below
+/// ([`write::RECEIPT_PARAMS`] per receipt and 19 per delivery, at most [`super::batch::MAX_BATCH`] receipts: far below
 /// PostgreSQL's 65 535).
 const MAX_BATCHED_DELIVERIES: usize = 16;
 
@@ -106,38 +105,19 @@ pub(crate) fn commit_receipts(
         .collect())
 }
 
-/// The inserted receipts' bodies (non-empty ones) and deliveries, one statement each, sent together.
+/// The inserted receipts' deliveries, one statement (their bodies went in with the receipts' rows).
 fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()> {
-    let bodies: Vec<&NewReceipt> = plans
-        .iter()
-        .map(|(_, p)| p.receipt())
-        .filter(|r| !r.body.is_empty())
-        .collect();
-    let mut body_params: Vec<Param<'_>> = Vec::with_capacity(bodies.len() * 2);
-    for r in &bodies {
-        body_params.extend([r.id.to_param(), r.body.as_ref().to_param()]);
-    }
-    let body_sql = format!(
-        "{INSERT_BODY_INTO} VALUES {}",
-        super::values_rows(bodies.len(), &["", ""])
-    );
     let per_plan: Vec<Vec<[Param<'_>; 19]>> =
         plans.iter().map(|(_, p)| p.delivery_params()).collect();
     let rows: Vec<&[Param<'_>; 19]> = per_plan.iter().flatten().collect();
+    if rows.is_empty() {
+        return Ok(());
+    }
     let delivery_params: Vec<Param<'_>> = rows.iter().flat_map(|r| r.iter().copied()).collect();
     let delivery_sql = format!(
         "{INSERT_DELIVERY_INTO} VALUES {}",
         write::delivery_values(rows.len())
     );
-    let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(2);
-    if !bodies.is_empty() {
-        writes.push((&body_sql, &body_params));
-    }
-    if !rows.is_empty() {
-        writes.push((&delivery_sql, &delivery_params));
-    }
-    if !writes.is_empty() {
-        c.exec_many(&writes)?;
-    }
+    c.exec_many(&[(&delivery_sql, &delivery_params)])?;
     Ok(())
 }

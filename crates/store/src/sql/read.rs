@@ -353,12 +353,12 @@ pub(crate) fn list_receipts(c: &dyn Db, q: &ListQuery) -> StoreResult<Vec<Receip
     page(c, RECEIPT_COLS, "receipts", q, receipt_row)
 }
 
-/// The raw body of a receipt. An empty body has no `bodies` row (`write::commit_receipt` keeps none):
-/// a receipt of 0 bytes reads as empty. Errors: `NotFound("receipt body")` (no such receipt, or its
-/// body expired).
+/// The raw body of a receipt (its `body` column). An empty body is stored as `NULL`
+/// (`write::receipt_params`): a receipt of 0 bytes reads as empty. Errors: `NotFound("receipt body")`
+/// (no such receipt, or its body expired: the sweeper set it to `NULL`).
 pub(crate) fn get_body(c: &dyn Db, receipt_id: &str) -> StoreResult<Vec<u8>> {
     c.row(
-        "SELECT b.body, r.body_bytes FROM receipts r LEFT JOIN bodies b ON b.receipt_id = r.id WHERE r.id = ?1",
+        "SELECT body, body_bytes FROM receipts WHERE id = ?1",
         p![receipt_id],
         |r| Ok((r.get::<Option<Vec<u8>>>(0)?, r.get::<i64>(1)?)),
     )?

@@ -55,9 +55,9 @@ pub(crate) fn insert_subscription(
 }
 
 /// `normalized` and `inputs` (one per delivery) are the JSON texts, serialized by the caller so the
-/// writer thread does no serialization. The receipt's insert decides (a taken dedup key is a
-/// duplicate); its body and deliveries depend on nothing the database answers, so they are built
-/// first and sent together. Deliveries handed over at commit ([`NewReceipt::lease`]) are written
+/// writer thread does no serialization. The receipt's insert (which carries its raw body) decides (a
+/// taken dedup key is a duplicate); its deliveries depend on nothing the database answers, so they are
+/// built first and sent together. Deliveries handed over at commit ([`NewReceipt::lease`]) are written
 /// leased, and their [`Lease`]s are built from what was written (no read back).
 pub(crate) fn commit_receipt(
     c: &dyn Db,
@@ -71,8 +71,6 @@ pub(crate) fn commit_receipt(
     // Built once: the writer thread (SQLite's only one) does no formatting per receipt.
     static ONE_RECEIPT: LazyLock<String> =
         LazyLock::new(|| format!("{INSERT_RECEIPT} VALUES {} {ON_DEDUP}", receipt_values(1)));
-    static ONE_BODY: LazyLock<String> =
-        LazyLock::new(|| format!("{INSERT_BODY_INTO} VALUES (?1, ?2)"));
     static ONE_DELIVERY: LazyLock<String> =
         LazyLock::new(|| format!("{INSERT_DELIVERY_INTO} VALUES {}", delivery_values(1)));
     let row = receipt_params(r, normalized);
@@ -92,31 +90,24 @@ pub(crate) fn commit_receipt(
     }
     let plan = ReceiptPlan::new(r, inputs);
     let delivery_params = plan.delivery_params();
-    let body = r.body.as_ref();
-    let body_params = p![r.id, body];
-    let mut writes: Vec<(&str, &[Param<'_>])> = Vec::with_capacity(1 + plan.rows.len());
-    // An empty body has no row (`read::get_body` reads it as empty): issue #10, bytes per session.
-    if !r.body.is_empty() {
-        writes.push((&ONE_BODY, body_params));
+    let writes: Vec<(&str, &[Param<'_>])> = delivery_params
+        .iter()
+        .map(|ps| (ONE_DELIVERY.as_str(), &ps[..]))
+        .collect();
+    if !writes.is_empty() {
+        c.exec_many(&writes)?;
     }
-    writes.extend(
-        delivery_params
-            .iter()
-            .map(|ps| (ONE_DELIVERY.as_str(), &ps[..])),
-    );
-    c.exec_many(&writes)?;
     plan.finish(c)
 }
 
-/// The receipt's insert up to its `VALUES` (the columns of [`receipt_params`]).
+/// The receipt's insert up to its `VALUES` (the columns of [`receipt_params`]). The raw body is the
+/// receipt's own `body` column: one row per receipt (docs/architecture.md, "Storage").
 pub(crate) const INSERT_RECEIPT: &str = "INSERT INTO receipts (id, subscription_id, dedup_key, \
      provider_event_id, event_type, normalized, state, content_type, body_bytes, received_at, updated_at, \
-     dedup_until, dedup_live, deliveries, source)";
+     dedup_until, dedup_live, deliveries, source, body)";
 /// What a taken dedup key does to the receipt's insert: nothing (the insert reports 0 rows).
 pub(crate) const ON_DEDUP: &str =
     "ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING";
-/// The bodies' insert up to its `VALUES` (`receipt_id`, `body`).
-pub(crate) const INSERT_BODY_INTO: &str = "INSERT INTO bodies (receipt_id, body)";
 /// The deliveries' insert up to its `VALUES` (the columns of [`delivery_values`] and
 /// [`ReceiptPlan::delivery_params`]).
 pub(crate) const INSERT_DELIVERY_INTO: &str =
@@ -140,15 +131,15 @@ pub(crate) fn delivery_values(n: usize) -> String {
         .join(", ")
 }
 
-/// `n` rows of [`INSERT_RECEIPT`]'s values, 13 parameters each ([`receipt_params`]); `updated_at` is
-/// `received_at` and `dedup_live` is 1 while the window is open.
+/// `n` rows of [`INSERT_RECEIPT`]'s values, [`RECEIPT_PARAMS`] parameters each ([`receipt_params`]);
+/// `updated_at` is `received_at` and `dedup_live` is 1 while the window is open.
 pub(crate) fn receipt_values(n: usize) -> String {
     (0..n)
         .map(|i| {
-            let k = |j: usize| i * 13 + j;
+            let k = |j: usize| i * RECEIPT_PARAMS + j;
             format!(
                 "(?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, ?{}, \
-                 CASE WHEN CAST(?{} AS BIGINT) > CAST(?{} AS BIGINT) THEN 1 ELSE 0 END, ?{}, ?{})",
+                 CASE WHEN CAST(?{} AS BIGINT) > CAST(?{} AS BIGINT) THEN 1 ELSE 0 END, ?{}, ?{}, ?{})",
                 k(1),
                 k(2),
                 k(3),
@@ -164,14 +155,20 @@ pub(crate) fn receipt_values(n: usize) -> String {
                 k(11),
                 k(10),
                 k(12),
-                k(13)
+                k(13),
+                k(14)
             )
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// One receipt's 13 parameters of [`receipt_values`] (`received_at` is bound once, as the 10th).
+/// Parameters of one receipt's row in [`receipt_values`].
+pub(crate) const RECEIPT_PARAMS: usize = 14;
+
+/// One receipt's [`RECEIPT_PARAMS`] parameters of [`receipt_values`] (`received_at` is bound once, as
+/// the 10th). The body is the last: `NULL` when empty, so an empty body takes no bytes and reads as
+/// empty ([`read::get_body`]).
 pub(crate) fn receipt_params<'a>(r: &'a NewReceipt, normalized: &'a str) -> Vec<Param<'a>> {
     vec![
         r.id.to_param(),
@@ -187,6 +184,11 @@ pub(crate) fn receipt_params<'a>(r: &'a NewReceipt, normalized: &'a str) -> Vec<
         r.dedup_until.to_param(),
         Param::Int(r.deliveries.len() as i64),
         r.source.as_str().to_param(),
+        if r.body.is_empty() {
+            Param::Null
+        } else {
+            Param::Blob(&r.body)
+        },
     ]
 }
 
@@ -283,11 +285,6 @@ impl<'a> ReceiptPlan<'a> {
                 ]
             })
             .collect()
-    }
-
-    /// The receipt planned.
-    pub(crate) fn receipt(&self) -> &'a NewReceipt {
-        self.r
     }
 
     /// After the rows are written: the dead-letter records of deliveries created dead-lettered, and
@@ -569,11 +566,14 @@ pub(crate) fn sweep(
     let mut next = cursor;
     let mut counts = SweepCounts::default();
     if !next.bodies_done {
-        // Walk the bodies that still exist (never the receipts whose body is already gone).
-        let page: Vec<(String, String, i64)> = c
-            .rows(
-                "SELECT b.receipt_id, r.state, r.received_at FROM bodies b JOIN receipts r ON r.id = b.receipt_id \
-                 WHERE b.receipt_id > ?1 ORDER BY b.receipt_id LIMIT ?2", p![next.bodies_after.as_deref().unwrap_or(""), batch], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        // Walk the receipts that still hold a body (never those whose body is already gone), by the
+        // partial index `receipts_body_held`.
+        let page: Vec<(String, String, i64)> = c.rows(
+            "SELECT id, state, received_at FROM receipts \
+             WHERE body IS NOT NULL AND id > ?1 ORDER BY id LIMIT ?2",
+            p![next.bodies_after.as_deref().unwrap_or(""), batch],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
         next.bodies_done = page.len() < batch as usize;
         for (id, state, received_at) in &page {
             if retention::body_walk_ends(*received_at, bodies_before) {
@@ -583,7 +583,10 @@ pub(crate) fn sweep(
             let due = ReceiptState::parse(state)
                 .is_some_and(|s| retention::body_expired(s, *received_at, bodies_before));
             if due {
-                counts.bodies += c.exec("DELETE FROM bodies WHERE receipt_id = ?1", p![id])?;
+                counts.bodies += c.exec(
+                    "UPDATE receipts SET body = NULL WHERE id = ?1 AND body IS NOT NULL",
+                    p![id],
+                )?;
             }
             next.bodies_after = Some(id.clone());
         }

@@ -94,10 +94,14 @@ const MIGRATIONS: &[(i64, &str)] = &[
         20,
         include_str!("../../migrations/sqlite/0020_audit_breaks.sql"),
     ),
+    (
+        21,
+        include_str!("../../migrations/sqlite/0021_receipt_body.sql"),
+    ),
 ];
 
 /// The newest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 20;
+pub const SCHEMA_VERSION: i64 = 21;
 
 /// How long a statement waits for a lock held by another connection before failing with
 /// [`StoreError::Busy`] (SQLite `busy_timeout`).
