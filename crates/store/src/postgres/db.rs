@@ -371,7 +371,8 @@ impl<'a> FromSql<'a> for Cell {
 /// `INT8`, `INT4` and `INT2` (range-checked: a value that does not fit is an error, never truncated),
 /// `BOOL` (0 or 1 only) and `FLOAT8`; [`Param::Real`] to `FLOAT8` (and `FLOAT4`); [`Param::Text`]
 /// to `TEXT`, `VARCHAR`, `BPCHAR`, `NAME` and `unknown`; [`Param::Blob`] to `BYTEA`;
-/// [`Param::Null`] to any type. Any other pairing is an error naming both, reported when the
+/// [`Param::Null`] to any type; [`Param::Texts`], [`Param::Ints`] and [`Param::Blobs`] to `TEXT[]`
+/// (and `VARCHAR[]`), `BIGINT[]` and `BYTEA[]`. Any other pairing is an error naming both, reported when the
 /// statement runs (as [`StoreError::Database`](crate::StoreError::Database)).
 impl ToSql for Param<'_> {
     fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> Result<IsNull, BoxError> {
@@ -409,6 +410,9 @@ impl ToSql for Param<'_> {
                 Type::BYTEA => b.to_sql(ty, out),
                 _ => Err(mismatch("bytes", ty)),
             },
+            Param::Texts(v) => array(v, "a text array", ty, out),
+            Param::Ints(v) => array(v, "an integer array", ty, out),
+            Param::Blobs(v) => array(v, "a bytes array", ty, out),
         }
     }
 
@@ -418,6 +422,21 @@ impl ToSql for Param<'_> {
     }
 
     tokio_postgres::types::to_sql_checked!();
+}
+
+/// Binds `values` as a one-dimensional array (`None` is a `NULL` element) to a placeholder whose type
+/// is an array of their type (`TEXT[]`/`VARCHAR[]`, `BIGINT[]`, `BYTEA[]`: the statement casts it,
+/// e.g. `?1::text[]`); any other type is an error naming both.
+fn array<T: ToSql>(
+    values: &[T],
+    what: &str,
+    ty: &Type,
+    out: &mut BytesMut,
+) -> Result<IsNull, BoxError> {
+    if !<&[T] as ToSql>::accepts(ty) {
+        return Err(mismatch(what, ty));
+    }
+    values.to_sql(ty, out)
 }
 
 fn out_of_range(i: i64, ty: &Type) -> BoxError {
@@ -517,5 +536,23 @@ mod tests {
         assert_eq!(Cell::from_sql_null(&Type::INT8).unwrap().0, Value::Null);
         assert!(!Cell::accepts(&Type::NUMERIC));
         assert!(!Cell::accepts(&Type::JSONB));
+    }
+
+    #[test]
+    fn arrays_bind_to_their_array_types_only() {
+        let texts = [Some("a"), None];
+        let ints = [Some(7i64), None];
+        let blobs: [Option<&[u8]>; 1] = [Some(&[1, 2])];
+        assert!(bind(Param::Texts(&texts), &Type::TEXT_ARRAY).is_ok());
+        assert!(bind(Param::Ints(&ints), &Type::INT8_ARRAY).is_ok());
+        assert!(bind(Param::Blobs(&blobs), &Type::BYTEA_ARRAY).is_ok());
+        assert_eq!(
+            bind(Param::Texts(&texts), &Type::TEXT).unwrap_err(),
+            "cannot bind a text array to a parameter of type text"
+        );
+        assert_eq!(
+            bind(Param::Ints(&ints), &Type::TEXT_ARRAY).unwrap_err(),
+            "cannot bind an integer array to a parameter of type _text"
+        );
     }
 }

@@ -21,7 +21,7 @@
 //! go in one multi-row `INSERT`.
 
 use crate::p;
-use crate::sql::{Db, Dialect, Param, Row, ToParam, Value as SqlValue};
+use crate::sql::{Col, Db, Dialect, IdList, Row, Rows, ToParam, Value as SqlValue};
 use serde_json::Value;
 use tb_core::attempt::{
     after_attempt, AttemptSnapshot, AttemptWrites, DeliveryRow, EffectDone, ReceiptRow, RunCreate,
@@ -167,14 +167,14 @@ fn load_joined(c: &dyn Db, id: &str) -> StoreResult<Option<AttemptSnapshot>> {
     }
 }
 
-/// [`JOINED`] for `n` deliveries (`d.id IN (?1, ..., ?n)`), ordered by receipt then delivery id, so
-/// the locks (`FOR UPDATE OF d, r` on PostgreSQL, taken in that order) are always taken in one global
-/// order (`crate::sql::attempt_batch`).
-pub(crate) fn joined_many_sql(dialect: Dialect, n: usize) -> String {
-    let ids: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+/// [`JOINED`] for the deliveries `ids` (`d.id IN (?1, ..., ?n)` on SQLite, `d.id = ANY(?1::text[])` on
+/// PostgreSQL: [`IdList`]), ordered by receipt then delivery id, so the locks (`FOR UPDATE OF d, r` on
+/// PostgreSQL, taken in that order) are always taken in one global order
+/// (`crate::sql::attempt_batch`). Binds `ids.params()`.
+pub(crate) fn joined_many_sql(dialect: Dialect, ids: &IdList<'_>) -> String {
     let base = JOINED.replace(
         "WHERE d.id = ?1",
-        &format!("WHERE d.id IN ({})", ids.join(", ")),
+        &format!("WHERE {}", ids.condition("d.id")),
     );
     match dialect {
         Dialect::Sqlite => format!("{base} ORDER BY r.id, d.id"),
@@ -372,10 +372,14 @@ fn insert_run_row(c: &dyn Db, r: &RunCreate) -> StoreResult<bool> {
 
 /// Inserts the run rows whose ids do not exist yet, in one statement; the ids inserted.
 pub(crate) fn insert_run_rows(c: &dyn Db, runs: &[&RunCreate]) -> StoreResult<Vec<String>> {
+    use Col::{Int, Text};
+    const COLS: &[Col] = &[
+        Text, Text, Text, Text, Text, Text, Text, Text, Int, Int, Int,
+    ];
     let inputs: Vec<String> = runs.iter().map(|r| r.inputs.to_string()).collect();
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(runs.len() * 11);
+    let mut rows = Rows::new(c.dialect(), COLS);
     for (r, inputs) in runs.iter().zip(&inputs) {
-        params.extend([
+        rows.push(&[
             r.id.to_param(),
             r.workflow_id.to_param(),
             r.status.as_str().to_param(),
@@ -389,15 +393,12 @@ pub(crate) fn insert_run_rows(c: &dyn Db, runs: &[&RunCreate]) -> StoreResult<Ve
             r.created_at.to_param(),
         ]);
     }
-    fn sql(n: usize) -> String {
-        format!(
-            "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, \
-             causation_id, next_sequence, created_at, updated_at) VALUES {} ON CONFLICT (id) DO NOTHING RETURNING id",
-            super::values_rows(n, &[""; 11])
-        )
-    }
-    static ONE: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| sql(1));
-    c.query(&super::one_or_many(&ONE, runs.len(), sql), &params)?
+    let sql = format!(
+        "INSERT INTO runs (id, workflow_id, status, inputs, delivery_id, receipt_id, subscription_id, \
+         causation_id, next_sequence, created_at, updated_at) {} ON CONFLICT (id) DO NOTHING RETURNING id",
+        rows.values()
+    );
+    c.query(&sql, &rows.params()?)?
         .iter()
         .map(|r| r.get::<String>(0))
         .collect()

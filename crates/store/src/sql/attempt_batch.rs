@@ -5,7 +5,7 @@
 //!
 //! Per batch of N attempts without a local effect:
 //! 1. ONE statement loads and locks every delivery and its receipt ([`super::attempt::JOINED`] with
-//!    `id IN (...)`, `ORDER BY r.id, d.id`, `FOR UPDATE OF d, r` on PostgreSQL). The order is global,
+//!    `id IN (...)` on SQLite, `id = ANY(?1::text[])` on PostgreSQL, `ORDER BY r.id, d.id`, `FOR UPDATE OF d, r` on PostgreSQL). The order is global,
 //!    so two batches on two replicas take their receipt locks in the same order and cannot deadlock
 //!    each other.
 //! 2. Each item is checked and decided on its own snapshot: a lease the item no longer holds, or a
@@ -17,7 +17,8 @@
 //!    settles), one whose rule writes its subscription.
 //! 3. The rest are written with one statement each for: the run rows (`ON CONFLICT (id) DO NOTHING
 //!    RETURNING id`; an item whose run existed is decided again with `run_exists`), the fenced delivery
-//!    updates (`UPDATE ... FROM (VALUES ...)`, `RETURNING id`: under the lock every fence holds, and a
+//!    updates (`UPDATE ... FROM (VALUES ...)` on SQLite, `FROM unnest(...)` on PostgreSQL: `super::Rows`,
+//!    `RETURNING id`: under the lock every fence holds, and a
 //!    fence that does not is an error for the whole batch), the attempt rows, the subscription events,
 //!    the run events with their outbox rows ([`super::log::RunLog::append_first_events`]: one packed
 //!    row per new run) and the receipts' states.
@@ -35,7 +36,7 @@ use super::attempt::{
 use super::batch::in_savepoint;
 use super::lease::lost;
 use super::log::{insert_attempts, insert_events, NewRunEvent, RunLog};
-use super::{values_rows, Db, Param, ToParam};
+use super::{Col, Db, IdList, Rows, ToParam};
 use crate::model::{AttemptCommit, AttemptCommitted};
 use crate::{StoreError, StoreResult};
 
@@ -65,9 +66,9 @@ pub(crate) fn commit_attempts(
     }
     let mut snapshots: HashMap<String, AttemptSnapshot> = HashMap::new();
     if !batched_ids.is_empty() {
-        let sql = joined_many_sql(c.dialect(), batched_ids.len());
-        let params: Vec<Param<'_>> = batched_ids.iter().map(|id| id.to_param()).collect();
-        for row in c.query(&sql, &params)? {
+        let ids = IdList::new(c.dialect(), &batched_ids);
+        let sql = joined_many_sql(c.dialect(), &ids);
+        for row in c.query(&sql, &ids.params())? {
             let s = snapshot_from_joined(c, row)?;
             snapshots.insert(s.delivery.id.clone(), s);
         }
@@ -169,13 +170,12 @@ fn write_decided(
     decided: &[(usize, AttemptSnapshot, AttemptWrites)],
 ) -> StoreResult<()> {
     // Deliveries, fenced on the token each item holds.
-    const D_CASTS: &[&str] = &[
-        "", "", "", "BIGINT", "BIGINT", "BIGINT", "", "", "BIGINT", "", "BIGINT",
-    ];
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(decided.len() * D_CASTS.len());
+    use Col::{Int, Text};
+    const D_COLS: &[Col] = &[Text, Text, Text, Int, Int, Int, Text, Text, Int, Text, Int];
+    let mut rows = Rows::new(c.dialect(), D_COLS);
     for (i, _, w) in decided {
         let u = &w.delivery;
-        params.extend([
+        rows.push(&[
             w.attempt.delivery_id.to_param(),
             items[*i].report.lease.token.to_param(),
             u.state.as_str().to_param(),
@@ -194,10 +194,11 @@ fn write_decided(
          lease_owner = NULL, lease_token = NULL, lease_until = NULL, first_attempt_at = v.column6, \
          last_error = v.column7, dead_letter_reason = v.column8, updated_at = v.column9, \
          run_id = v.column10, consumed_at = v.column11 \
-         FROM (VALUES {}) AS v WHERE deliveries.id = v.column1 AND deliveries.lease_token = v.column2 \
+         FROM {} WHERE deliveries.id = v.column1 AND deliveries.lease_token = v.column2 \
          RETURNING id",
-        values_rows(decided.len(), D_CASTS)
+        rows.table()
     );
+    let params = rows.params()?;
     let updated = c.query(&sql, &params)?.len();
     if updated != decided.len() {
         // Every row is locked and its token was checked: a fence that fails here is a bug.
@@ -231,17 +232,18 @@ fn write_decided(
         })
         .collect();
     if !states.is_empty() {
-        let mut params: Vec<Param<'_>> = Vec::with_capacity(states.len() * 3);
+        const R_COLS: &[Col] = &[Text, Text, Int];
+        let mut rows = Rows::new(c.dialect(), R_COLS);
         for (id, st, at) in &states {
-            params.extend([id.to_param(), st.to_param(), at.to_param()]);
+            rows.push(&[id.to_param(), st.to_param(), at.to_param()]);
         }
         c.exec(
             &format!(
                 "UPDATE receipts SET state = v.column2, updated_at = v.column3 \
-                 FROM (VALUES {}) AS v WHERE receipts.id = v.column1",
-                values_rows(states.len(), &["", "", "BIGINT"])
+                 FROM {} WHERE receipts.id = v.column1",
+                rows.table()
             ),
-            &params,
+            &rows.params()?,
         )?;
     }
     Ok(())

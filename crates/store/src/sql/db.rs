@@ -42,6 +42,13 @@ pub enum Param<'a> {
     Text(&'a str),
     /// Bytes (PostgreSQL `BYTEA`, SQLite `BLOB`).
     Blob(&'a [u8]),
+    /// A PostgreSQL `TEXT[]` (`None` is a `NULL` element). PostgreSQL only: SQLite has no arrays and
+    /// refuses it when the statement runs. Built by [`Rows`] and [`IdList`].
+    Texts(&'a [Option<&'a str>]),
+    /// A PostgreSQL `BIGINT[]` (`None` is a `NULL` element). PostgreSQL only, as [`Param::Texts`].
+    Ints(&'a [Option<i64>]),
+    /// A PostgreSQL `BYTEA[]` (`None` is a `NULL` element). PostgreSQL only, as [`Param::Texts`].
+    Blobs(&'a [Option<&'a [u8]>]),
 }
 
 /// Turns a Rust value into a [`Param`]; what the [`p!`](crate::p) macro calls on each argument.
@@ -395,6 +402,243 @@ pub fn numbered_to_dollar(sql: &str) -> String {
     out
 }
 
+/// The type of one column of a multi-row statement's rows ([`Rows`]): its PostgreSQL array type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Col {
+    /// `TEXT` (bound as `TEXT[]`): [`Param::Text`] or [`Param::Null`].
+    Text,
+    /// `BIGINT` (bound as `BIGINT[]`): [`Param::Int`] or [`Param::Null`].
+    Int,
+    /// `BYTEA` (bound as `BYTEA[]`): [`Param::Blob`] or [`Param::Null`].
+    Blob,
+}
+
+impl Col {
+    fn pg_array(self) -> &'static str {
+        match self {
+            Col::Text => "text[]",
+            Col::Int => "bigint[]",
+            Col::Blob => "bytea[]",
+        }
+    }
+}
+
+/// One column's values, bound as one PostgreSQL array.
+#[derive(Debug)]
+enum Array<'a> {
+    Text(Vec<Option<&'a str>>),
+    Int(Vec<Option<i64>>),
+    Blob(Vec<Option<&'a [u8]>>),
+}
+
+/// The rows of a multi-row statement, sent the way each dialect takes them; the one place where a
+/// batched statement's text depends on the dialect. The statement is written once around
+/// [`Rows::table`] (or [`Rows::values`]) and reads the rows' columns as `v.column1 ... v.columnN`.
+///
+/// - SQLite: a `VALUES` list, one `(?1, ?2, ...)` per row (SQLite has no arrays; its statement cache
+///   is per connection and cheap), so the text varies with the row count.
+/// - PostgreSQL: one array parameter per column, expanded with `unnest` (which zips the arrays row by
+///   row, in order), so the text is the same for any row count: one prepared statement per
+///   statement kind, however the batches are sized (the server keeps a plan per prepared statement
+///   and connection; a text per batch size made thousands of them).
+///
+/// The placeholders are `?1 ... ?k` (SQLite: `?1 ... ?(k * rows)`); a statement binds
+/// [`Rows::params`] first, then any of its own parameters numbered from [`Rows::next_param`].
+#[derive(Debug)]
+pub(crate) struct Rows<'a> {
+    dialect: Dialect,
+    cols: &'static [Col],
+    len: usize,
+    /// SQLite: every row's parameters, row after row.
+    flat: Vec<Param<'a>>,
+    /// PostgreSQL: one array per column.
+    arrays: Vec<Array<'a>>,
+    /// A value that does not fit its column's type (a bug of the caller), reported by
+    /// [`Rows::params`].
+    wrong: Option<String>,
+}
+
+impl<'a> Rows<'a> {
+    /// No rows yet, of columns `cols` (in the statement's order).
+    pub(crate) fn new(dialect: Dialect, cols: &'static [Col]) -> Rows<'a> {
+        let arrays = match dialect {
+            Dialect::Sqlite => Vec::new(),
+            Dialect::Postgres => cols
+                .iter()
+                .map(|c| match c {
+                    Col::Text => Array::Text(Vec::new()),
+                    Col::Int => Array::Int(Vec::new()),
+                    Col::Blob => Array::Blob(Vec::new()),
+                })
+                .collect(),
+        };
+        Rows {
+            dialect,
+            cols,
+            len: 0,
+            flat: Vec::new(),
+            arrays,
+            wrong: None,
+        }
+    }
+
+    /// Adds one row: one value per column, in the columns' order. A row of another length, or a value
+    /// of another type than its column's, makes [`Rows::params`] an error.
+    pub(crate) fn push(&mut self, row: &[Param<'a>]) {
+        if row.len() != self.cols.len() {
+            self.wrong = Some(format!(
+                "a row of {} values for {} columns",
+                row.len(),
+                self.cols.len()
+            ));
+            return;
+        }
+        self.len += 1;
+        if self.dialect == Dialect::Sqlite {
+            self.flat.extend_from_slice(row);
+            return;
+        }
+        for (k, (p, a)) in row.iter().zip(self.arrays.iter_mut()).enumerate() {
+            match (a, *p) {
+                (Array::Text(v), Param::Text(s)) => v.push(Some(s)),
+                (Array::Text(v), Param::Null) => v.push(None),
+                (Array::Int(v), Param::Int(i)) => v.push(Some(i)),
+                (Array::Int(v), Param::Null) => v.push(None),
+                (Array::Blob(v), Param::Blob(b)) => v.push(Some(b)),
+                (Array::Blob(v), Param::Null) => v.push(None),
+                (_, other) => {
+                    self.wrong = Some(format!(
+                        "column {} ({:?}) cannot take {other:?}",
+                        k + 1,
+                        self.cols[k]
+                    ));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// How many rows were pushed.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no row was pushed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The rows as a table for a `FROM` clause, named `v` with columns `column1 ... columnN`: SQLite
+    /// `(VALUES (?1, ?2), (?3, ?4)) AS v`, PostgreSQL
+    /// `unnest(?1::text[], ?2::bigint[]) AS v(column1, column2)`.
+    pub(crate) fn table(&self) -> String {
+        match self.dialect {
+            Dialect::Sqlite => format!("(VALUES {}) AS v", self.sqlite_rows()),
+            Dialect::Postgres => {
+                let names: Vec<String> = (1..=self.cols.len())
+                    .map(|k| format!("column{k}"))
+                    .collect();
+                format!("{} AS v({})", self.unnest(), names.join(", "))
+            }
+        }
+    }
+
+    /// The rows as the source of an `INSERT INTO t (cols) ...` naming every column in order: SQLite
+    /// `VALUES (?1, ?2), (?3, ?4)`, PostgreSQL `SELECT * FROM unnest(?1::text[], ?2::bigint[])`.
+    pub(crate) fn values(&self) -> String {
+        match self.dialect {
+            Dialect::Sqlite => format!("VALUES {}", self.sqlite_rows()),
+            Dialect::Postgres => format!("SELECT * FROM {}", self.unnest()),
+        }
+    }
+
+    /// The number of the first placeholder after the rows' own (`?N` for a statement's next parameter).
+    pub(crate) fn next_param(&self) -> usize {
+        match self.dialect {
+            Dialect::Sqlite => self.flat.len() + 1,
+            Dialect::Postgres => self.cols.len() + 1,
+        }
+    }
+
+    /// The rows' parameters, in their placeholders' order. Errors: `Database` for a row that did not
+    /// fit the columns (see [`Rows::push`]).
+    pub(crate) fn params(&self) -> crate::StoreResult<Vec<Param<'_>>> {
+        if let Some(w) = &self.wrong {
+            return Err(crate::StoreError::Database(format!(
+                "multi-row statement: {w}"
+            )));
+        }
+        Ok(match self.dialect {
+            Dialect::Sqlite => self.flat.clone(),
+            Dialect::Postgres => self
+                .arrays
+                .iter()
+                .map(|a| match a {
+                    Array::Text(v) => Param::Texts(v),
+                    Array::Int(v) => Param::Ints(v),
+                    Array::Blob(v) => Param::Blobs(v),
+                })
+                .collect(),
+        })
+    }
+
+    fn sqlite_rows(&self) -> String {
+        values_rows(self.len, &vec![""; self.cols.len()])
+    }
+
+    fn unnest(&self) -> String {
+        let args: Vec<String> = self
+            .cols
+            .iter()
+            .enumerate()
+            .map(|(k, c)| format!("?{}::{}", k + 1, c.pg_array()))
+            .collect();
+        format!("unnest({})", args.join(", "))
+    }
+}
+
+/// A list of text keys a statement matches a column against, sent the way each dialect takes it: the
+/// one place where such a condition depends on the dialect. SQLite `col IN (?1, ..., ?n)`, PostgreSQL
+/// `col = ANY(?1::text[])` (one array parameter: the same text for any number of keys).
+#[derive(Debug)]
+pub(crate) struct IdList<'a> {
+    dialect: Dialect,
+    ids: Vec<Option<&'a str>>,
+}
+
+impl<'a> IdList<'a> {
+    /// The keys `ids`, in order.
+    pub(crate) fn new(dialect: Dialect, ids: &[&'a str]) -> IdList<'a> {
+        IdList {
+            dialect,
+            ids: ids.iter().map(|id| Some(*id)).collect(),
+        }
+    }
+
+    /// The condition that `column` is one of the keys; its placeholders start at `?1`.
+    pub(crate) fn condition(&self, column: &str) -> String {
+        match self.dialect {
+            Dialect::Sqlite => {
+                let ps: Vec<String> = (1..=self.ids.len()).map(|i| format!("?{i}")).collect();
+                format!("{column} IN ({})", ps.join(", "))
+            }
+            Dialect::Postgres => format!("{column} = ANY(?1::text[])"),
+        }
+    }
+
+    /// The keys' parameters, in their placeholders' order.
+    pub(crate) fn params(&self) -> Vec<Param<'_>> {
+        match self.dialect {
+            Dialect::Sqlite => self
+                .ids
+                .iter()
+                .map(|id| id.map_or(Param::Null, Param::Text))
+                .collect(),
+            Dialect::Postgres => vec![Param::Texts(&self.ids)],
+        }
+    }
+}
+
 /// `(?a, CAST(?b AS BIGINT), ...)` rows for a multi-row statement: `rows` rows of `casts.len()`
 /// columns, numbered from 1; a column whose cast is `""` is bound as it is (text).
 pub(crate) fn values_rows(rows: usize, casts: &[&str]) -> String {
@@ -418,20 +662,6 @@ pub(crate) fn values_rows(rows: usize, casts: &[&str]) -> String {
         out.push(')');
     }
     out
-}
-
-/// A statement's text for `rows` rows: `one` (built once, for the single-row case that every single
-/// write takes) or `build(rows)`.
-pub(crate) fn one_or_many<'a>(
-    one: &'a str,
-    rows: usize,
-    build: impl Fn(usize) -> String,
-) -> std::borrow::Cow<'a, str> {
-    if rows == 1 {
-        std::borrow::Cow::Borrowed(one)
-    } else {
-        std::borrow::Cow::Owned(build(rows))
-    }
 }
 
 #[cfg(test)]
@@ -495,5 +725,66 @@ mod tests {
             "(?1, CAST(?2 AS BIGINT)), (?3, CAST(?4 AS BIGINT))"
         );
         assert_eq!(values_rows(1, &[""]), "(?1)");
+    }
+
+    #[test]
+    fn rows_are_a_values_list_on_sqlite_and_one_array_per_column_on_postgres() {
+        const COLS: &[Col] = &[Col::Text, Col::Int, Col::Blob];
+        let push = |rows: &mut Rows<'_>| {
+            rows.push(&[Param::Text("a"), Param::Int(1), Param::Null]);
+            rows.push(&[Param::Null, Param::Int(2), Param::Blob(&[7])]);
+        };
+        let mut lite = Rows::new(Dialect::Sqlite, COLS);
+        push(&mut lite);
+        assert_eq!(lite.values(), "VALUES (?1, ?2, ?3), (?4, ?5, ?6)");
+        assert_eq!(lite.table(), "(VALUES (?1, ?2, ?3), (?4, ?5, ?6)) AS v");
+        assert_eq!(lite.params().unwrap().len(), 6);
+        let mut pg = Rows::new(Dialect::Postgres, COLS);
+        push(&mut pg);
+        assert_eq!(
+            pg.values(),
+            "SELECT * FROM unnest(?1::text[], ?2::bigint[], ?3::bytea[])"
+        );
+        assert_eq!(
+            pg.table(),
+            "unnest(?1::text[], ?2::bigint[], ?3::bytea[]) AS v(column1, column2, column3)"
+        );
+        assert_eq!(
+            pg.params().unwrap(),
+            vec![
+                Param::Texts(&[Some("a"), None]),
+                Param::Ints(&[Some(1), Some(2)]),
+                Param::Blobs(&[None, Some(&[7u8][..])]),
+            ]
+        );
+        // The text does not depend on the row count.
+        let mut one = Rows::new(Dialect::Postgres, COLS);
+        one.push(&[Param::Text("b"), Param::Null, Param::Null]);
+        assert_eq!(one.values(), pg.values());
+        // A value of another type than its column's is refused, not bound as something else.
+        let mut bad = Rows::new(Dialect::Postgres, COLS);
+        bad.push(&[Param::Int(1), Param::Int(1), Param::Null]);
+        let e = bad.params().unwrap_err().to_string();
+        assert!(e.contains("column 1 (Text) cannot take Int(1)"), "{e}");
+        let mut short = Rows::new(Dialect::Sqlite, COLS);
+        short.push(&[Param::Null]);
+        assert!(short.params().is_err());
+    }
+
+    #[test]
+    fn id_lists_are_in_lists_on_sqlite_and_one_array_on_postgres() {
+        let ids = ["d1", "d2", "d3"];
+        let lite = IdList::new(Dialect::Sqlite, &ids);
+        assert_eq!(lite.condition("d.id"), "d.id IN (?1, ?2, ?3)");
+        assert_eq!(
+            lite.params(),
+            vec![Param::Text("d1"), Param::Text("d2"), Param::Text("d3")]
+        );
+        let pg = IdList::new(Dialect::Postgres, &ids);
+        assert_eq!(pg.condition("d.id"), "d.id = ANY(?1::text[])");
+        assert_eq!(
+            pg.params(),
+            vec![Param::Texts(&[Some("d1"), Some("d2"), Some("d3")])]
+        );
     }
 }

@@ -2,8 +2,6 @@
 //! attempt rows, subscription events, and a receipt's settled state. A leaf of `crate::sql`: the attempt,
 //! session and ingest code call it; it calls none of them.
 
-use std::sync::LazyLock;
-
 use serde_json::Value;
 use tb_core::attempt::{AttemptRow, SubscriptionEvent};
 use tb_core::delivery::DeliveryState;
@@ -14,7 +12,7 @@ use tb_core::receipt::{self, ReceiptState};
 use super::packed_events;
 use super::read::{self, no_row};
 use crate::p;
-use crate::sql::{Db, Param, ToParam};
+use crate::sql::{Col, Db, Param, Rows, ToParam};
 use crate::StoreResult;
 
 pub(crate) fn insert_run_event(
@@ -190,9 +188,11 @@ impl RunLog<'_> {
                 })),
             }
         }
-        let mut params: Vec<Param<'_>> = Vec::with_capacity(rows.len() * 7);
+        use Col::{Int, Text};
+        const EVENT_COLS: &[Col] = &[Text, Int, Text, Text, Text, Text, Int];
+        let mut events = Rows::new(c.dialect(), EVENT_COLS);
         for r in &rows {
-            params.extend([
+            events.push(&[
                 r.run_id.to_param(),
                 r.sequence.to_param(),
                 r.event_id.to_param(),
@@ -202,53 +202,45 @@ impl RunLog<'_> {
                 r.at.to_param(),
             ]);
         }
-        fn sql(n: usize) -> String {
-            format!(
-                "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) \
-                 VALUES {}",
-                super::values_rows(n, &[""; 7])
-            )
-        }
-        static ONE: LazyLock<String> = LazyLock::new(|| sql(1));
-        let events_sql = super::one_or_many(&ONE, rows.len(), sql);
-        // The outbox rows in chunks of at most OUTBOX_ROWS (5 parameters each: many live webhooks
-        // times a batch's events stay under PostgreSQL's 65 535 parameters per statement).
+        let events_sql = format!(
+            "INSERT INTO run_events (run_id, sequence, event_id, type, payload, causation_id, timestamp) {}",
+            events.values()
+        );
+        let params = events.params()?;
+        // The outbox rows in chunks of at most OUTBOX_ROWS (5 parameters each on SQLite: many live
+        // webhooks times a batch's events stay under its parameters per statement; 5 arrays on
+        // PostgreSQL).
         const OUTBOX_ROWS: usize = 2_000;
-        let chunks: Vec<(String, Vec<Param<'_>>)> = outbox
+        const OUTBOX_COLS: &[Col] = &[Text, Text, Text, Text, Int];
+        let chunks: Vec<Rows<'_>> = outbox
             .chunks(OUTBOX_ROWS)
             .map(|chunk| {
-                let mut ps: Vec<Param<'_>> = Vec::with_capacity(chunk.len() * 5);
-                let mut rows = Vec::with_capacity(chunk.len());
-                for (k, o) in chunk.iter().enumerate() {
-                    ps.extend([
+                let mut rows = Rows::new(c.dialect(), OUTBOX_COLS);
+                for o in chunk {
+                    rows.push(&[
                         o.id.to_param(),
                         o.event_id.to_param(),
                         o.webhook_id.to_param(),
                         o.run_id.to_param(),
                         o.due_at.to_param(),
                     ]);
-                    let n = k * 5;
-                    rows.push(format!(
-                        "(?{}, ?{}, ?{}, ?{}, ?{}, 'webhook', NULL, ?{}, '{{}}', 'pending', ?{}, ?{}, ?{}, 'outbound_webhook')",
-                        n + 1,
-                        n + 2,
-                        n + 3,
-                        n + 3,
-                        n + 2,
-                        n + 4,
-                        n + 5,
-                        n + 5,
-                        n + 5
-                    ));
                 }
-                let sql = format!(
-                    "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
-                       inputs, state, due_at, created_at, updated_at, kind) VALUES {}",
-                    rows.join(", ")
-                );
-                (sql, ps)
+                rows
             })
             .collect();
+        let chunks: Vec<(String, Vec<Param<'_>>)> = chunks
+            .iter()
+            .map(|rows| {
+                let sql = format!(
+                    "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
+                       inputs, state, due_at, created_at, updated_at, kind) \
+                     SELECT v.column1, v.column2, v.column3, v.column3, v.column2, 'webhook', NULL, v.column4, '{{}}', \
+                       'pending', v.column5, v.column5, v.column5, 'outbound_webhook' FROM {}",
+                    rows.table()
+                );
+                Ok((sql, rows.params()?))
+            })
+            .collect::<StoreResult<_>>()?;
         let mut writes: Vec<(&str, &[Param<'_>])> = vec![(&events_sql, &params)];
         writes.extend(chunks.iter().map(|(sql, ps)| (sql.as_str(), &ps[..])));
         c.exec_many(&writes)?;
@@ -311,9 +303,11 @@ pub(crate) fn insert_attempts(c: &dyn Db, rows: &[&AttemptRow]) -> StoreResult<(
     if rows.is_empty() {
         return Ok(());
     }
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(rows.len() * 9);
+    use Col::{Int, Text};
+    const COLS: &[Col] = &[Text, Int, Text, Text, Text, Int, Int, Int, Text];
+    let mut attempts = Rows::new(c.dialect(), COLS);
     for a in rows {
-        params.extend([
+        attempts.push(&[
             a.delivery_id.to_param(),
             a.attempt.to_param(),
             a.event_id.to_param(),
@@ -325,16 +319,14 @@ pub(crate) fn insert_attempts(c: &dyn Db, rows: &[&AttemptRow]) -> StoreResult<(
             a.message.to_param(),
         ]);
     }
-    fn sql(n: usize) -> String {
-        format!(
+    c.exec(
+        &format!(
             "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, \
-             duration_ms, next_due_at, message) VALUES {}",
-            super::values_rows(n, &[""; 9])
-        )
-    }
-    // One row (every single attempt, on SQLite's writer thread): the text is built once.
-    static ONE: LazyLock<String> = LazyLock::new(|| sql(1));
-    c.exec(&super::one_or_many(&ONE, rows.len(), sql), &params)?;
+             duration_ms, next_due_at, message) {}",
+            attempts.values()
+        ),
+        &attempts.params()?,
+    )?;
     Ok(())
 }
 
@@ -364,21 +356,12 @@ pub(crate) fn insert_events(c: &dyn Db, events: &[SubscriptionEvent]) -> StoreRe
     if events.is_empty() {
         return Ok(());
     }
+    use Col::{Int, Text};
+    const COLS: &[Col] = &[Text, Text, Text, Text, Text, Int];
     let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
-    let mut params: Vec<Param<'_>> = Vec::with_capacity(events.len() * 6);
-    let mut rows = Vec::with_capacity(events.len());
-    for (i, (e, payload)) in events.iter().zip(&payloads).enumerate() {
-        let n = i * 6;
-        rows.push(format!(
-            "(?{}, ?{}, ?{}, ?{}, ?{}, ?{})",
-            n + 1,
-            n + 2,
-            n + 3,
-            n + 4,
-            n + 5,
-            n + 6
-        ));
-        params.extend([
+    let mut rows = Rows::new(c.dialect(), COLS);
+    for (e, payload) in events.iter().zip(&payloads) {
+        rows.push(&[
             e.event_id.to_param(),
             e.subscription_id.to_param(),
             e.event_type.to_param(),
@@ -389,11 +372,10 @@ pub(crate) fn insert_events(c: &dyn Db, events: &[SubscriptionEvent]) -> StoreRe
     }
     c.exec(
         &format!(
-            "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
-             VALUES {}",
-            rows.join(", ")
+            "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) {}",
+            rows.values()
         ),
-        &params,
+        &rows.params()?,
     )?;
     Ok(())
 }

@@ -14,6 +14,13 @@ impl rusqlite::ToSql for Param<'_> {
             Param::Real(f) => ValueRef::Real(f),
             Param::Text(s) => ValueRef::Text(s.as_bytes()),
             Param::Blob(b) => ValueRef::Blob(b),
+            // SQLite has no arrays; the shared code sends it `VALUES` lists instead
+            // (`crate::sql::Rows`).
+            Param::Texts(_) | Param::Ints(_) | Param::Blobs(_) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    "an array parameter is PostgreSQL only".into(),
+                ))
+            }
         }))
     }
 }
