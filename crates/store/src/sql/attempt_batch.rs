@@ -248,3 +248,173 @@ fn write_decided(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    //! The batch paths' SQLite texts (the SQLite store commits one job at a time, so only these
+    //! tests run them there; `tests/batches.rs` and `tests/statement_shapes.rs` run them on
+    //! PostgreSQL).
+
+    use bytes::Bytes;
+    use serde_json::json;
+    use tb_core::attempt::{AttemptReport, RunStart};
+    use tb_core::delivery::{AttemptDecision, DeliveryKind, DeliveryState};
+    use tb_core::ids::{new_id, IdKind};
+    use tb_core::lease::Completion;
+    use tb_core::receipt::{ReceiptSource, ReceiptState};
+    use tb_core::run::RunStatus;
+    use tb_core::subscription::FailurePolicy;
+
+    use super::commit_attempts;
+    use crate::model::*;
+    use crate::p;
+    use crate::sql::ingest_batch::{commit_receipts, ReceiptCommit};
+    use crate::sql::Db;
+
+    fn receipt(key: &str) -> ReceiptCommit {
+        let receipt = NewReceipt {
+            id: new_id(IdKind::Receipt),
+            source: ReceiptSource::Webhook,
+            subscription_id: "hooks".into(),
+            dedup_key: key.into(),
+            provider_event_id: key.into(),
+            event_type: "thing.happened".into(),
+            normalized: json!({"event": "thing.happened"}),
+            state: ReceiptState::Routed,
+            content_type: None,
+            body: Bytes::from(format!("body {key}")),
+            received_at: 2_000,
+            dedup_until: 2_000 + 86_400_000,
+            deliveries: vec![NewDelivery {
+                id: new_id(IdKind::Delivery),
+                kind: DeliveryKind::Binding,
+                binding_id: "all".into(),
+                action: "start_run".into(),
+                workflow_id: Some("noop".into()),
+                run_id: Some(new_id(IdKind::Run)),
+                inputs: json!({"key": key}),
+                params: None,
+                state: DeliveryState::Pending,
+                dead_letter_reason: None,
+            }],
+            capability: None,
+            lease: Some(LeaseRequest {
+                owner: "w".into(),
+                lease_ms: 60_000,
+                limit: 1,
+            }),
+            trace_context: None,
+        };
+        ReceiptCommit {
+            normalized: receipt.normalized.to_string(),
+            inputs: vec![json!({"key": key}).to_string()],
+            receipt,
+        }
+    }
+
+    fn delivered(lease: &Lease) -> AttemptCommit {
+        AttemptCommit {
+            delivery_id: lease.delivery.id.clone(),
+            report: AttemptReport {
+                lease: Completion {
+                    token: lease.token.clone(),
+                    attempt: 1,
+                },
+                event_id: new_id(IdKind::Event),
+                decision: AttemptDecision::Delivered,
+                failure: None,
+                started_at: 3_000,
+                duration_ms: 1,
+                run: Some(RunStart {
+                    id: lease.delivery.run_id.clone().expect("a run"),
+                    workflow_id: "noop".into(),
+                    inputs: lease.delivery.inputs.clone(),
+                    status: RunStatus::Completed,
+                    dead_letter: None,
+                    session: false,
+                }),
+                effect: None,
+                failure_policy: FailurePolicy {
+                    failure_window_ms: 0,
+                    dead_letter_after_ms: 0,
+                    dead_letter_min_failures: 1,
+                },
+            },
+            effect: None,
+            now: 3_000,
+        }
+    }
+
+    fn count(c: &dyn Db, sql: &str) -> i64 {
+        c.value(sql, p![]).unwrap().unwrap()
+    }
+
+    #[test]
+    fn receipt_and_attempt_batches_commit_on_sqlite() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        crate::sqlite::migrate(&conn).unwrap();
+        let c: &dyn Db = &conn;
+        c.exec(
+            "INSERT INTO subscriptions (id, source, connector, config, state, created_at, updated_at) \
+             VALUES ('hooks', 'webhook', 'standard-webhooks', '{}', 'active', 1, 1)",
+            p![],
+        )
+        .unwrap();
+        // Two new keys and a second receipt for the first key (a duplicate of it).
+        let items = vec![receipt("a"), receipt("b"), receipt("a")];
+        let out = commit_receipts(c, &items).unwrap();
+        let mut leases = Vec::new();
+        for o in &out[..2] {
+            match o.as_ref().unwrap() {
+                IngestOutcome::Accepted { leased, .. } => leases.push(leased[0].clone()),
+                other => panic!("a new key: {other:?}"),
+            }
+        }
+        assert!(
+            matches!(out[2], Ok(IngestOutcome::Duplicate { .. })),
+            "{:?}",
+            out[2]
+        );
+        assert_eq!(count(c, "SELECT COUNT(*) FROM receipts"), 2);
+        assert_eq!(
+            count(
+                c,
+                "SELECT COUNT(*) FROM deliveries WHERE lease_token IS NOT NULL"
+            ),
+            2
+        );
+        assert_eq!(
+            count(
+                c,
+                "SELECT SUM(dedup_live) + SUM(updated_at = received_at) FROM receipts"
+            ),
+            4
+        );
+        let body: Vec<u8> = c
+            .value("SELECT body FROM receipts WHERE dedup_key = 'b'", p![])
+            .unwrap()
+            .unwrap();
+        assert_eq!(body, b"body b");
+        let attempts: Vec<AttemptCommit> = leases.iter().map(delivered).collect();
+        let done = commit_attempts(c, &attempts).unwrap();
+        for (d, l) in done.iter().zip(&leases) {
+            assert_eq!(d.as_ref().unwrap().run_id, l.delivery.run_id);
+        }
+        assert_eq!(
+            count(
+                c,
+                "SELECT COUNT(*) FROM deliveries WHERE state = 'delivered' AND lease_token IS NULL"
+            ),
+            2
+        );
+        assert_eq!(count(c, "SELECT COUNT(*) FROM attempts"), 2);
+        assert_eq!(count(c, "SELECT COUNT(*) FROM runs"), 2);
+        assert_eq!(
+            count(
+                c,
+                "SELECT COUNT(*) FROM receipts WHERE state = 'consumed' AND updated_at = 3000"
+            ),
+            2
+        );
+    }
+}

@@ -442,8 +442,8 @@ enum Array<'a> {
 ///   statement kind, however the batches are sized (the server keeps a plan per prepared statement
 ///   and connection; a text per batch size made thousands of them).
 ///
-/// The placeholders are `?1 ... ?k` (SQLite: `?1 ... ?(k * rows)`); a statement binds
-/// [`Rows::params`] first, then any of its own parameters numbered from [`Rows::next_param`].
+/// The placeholders are `?1 ... ?k` for `k` columns (SQLite: `?1 ... ?(k * rows)`); the statement
+/// binds [`Rows::params`] and nothing else.
 #[derive(Debug)]
 pub(crate) struct Rows<'a> {
     dialect: Dialect,
@@ -518,11 +518,6 @@ impl<'a> Rows<'a> {
         }
     }
 
-    /// How many rows were pushed.
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
     /// Whether no row was pushed.
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
@@ -549,14 +544,6 @@ impl<'a> Rows<'a> {
         match self.dialect {
             Dialect::Sqlite => format!("VALUES {}", self.sqlite_rows()),
             Dialect::Postgres => format!("SELECT * FROM {}", self.unnest()),
-        }
-    }
-
-    /// The number of the first placeholder after the rows' own (`?N` for a statement's next parameter).
-    pub(crate) fn next_param(&self) -> usize {
-        match self.dialect {
-            Dialect::Sqlite => self.flat.len() + 1,
-            Dialect::Postgres => self.cols.len() + 1,
         }
     }
 

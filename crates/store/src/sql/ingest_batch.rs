@@ -3,8 +3,9 @@
 //! dedup key is found by the receipts' insert, as for one receipt.
 //!
 //! Per batch of N receipts:
-//! 1. ONE `INSERT INTO receipts ... VALUES (...), ... ON CONFLICT (subscription_id, dedup_key) DO
-//!    NOTHING RETURNING id`, rows ordered by (subscription, dedup key), so two batches that wait on
+//! 1. ONE `INSERT INTO receipts ... SELECT ... FROM <rows> ON CONFLICT (subscription_id, dedup_key) DO
+//!    NOTHING RETURNING id` ([`write::insert_receipts_sql`]; the rows are a `VALUES` list on SQLite,
+//!    arrays expanded by `unnest` on PostgreSQL: [`super::Rows`]), rows ordered by (subscription, dedup key), so two batches that wait on
 //!    each other's in-flight keys wait in one global order and cannot deadlock. A second receipt for
 //!    one key in the same batch conflicts with the first, as it would in a later transaction.
 //!    Each receipt row carries its raw body (`NULL` when empty).
@@ -16,14 +17,14 @@
 use std::collections::HashSet;
 
 use super::batch::in_savepoint;
-use super::write::{self, ReceiptPlan, INSERT_DELIVERY_INTO, INSERT_RECEIPT, ON_DEDUP};
-use super::{Db, Param};
+use super::write::{self, ReceiptPlan};
+use super::{Db, Param, Rows};
 use crate::model::{IngestOutcome, NewReceipt};
 use crate::{StoreError, StoreResult};
 
 /// Deliveries above which a receipt takes the single path, so one statement's parameters stay bounded
-/// ([`write::RECEIPT_PARAMS`] per receipt and 19 per delivery, at most [`super::batch::MAX_BATCH`] receipts: far below
-/// PostgreSQL's 65 535).
+/// on SQLite ([`write::RECEIPT_PARAMS`] per receipt and 19 per delivery, at most
+/// [`super::batch::MAX_BATCH`] receipts: far below its 32 766; PostgreSQL binds one array per column).
 const MAX_BATCHED_DELIVERIES: usize = 16;
 
 /// A receipt to commit, with its JSON texts serialized by the caller (`normalized`, and `inputs`, one
@@ -68,16 +69,17 @@ pub(crate) fn commit_receipts(
         (&x.subscription_id, &x.dedup_key).cmp(&(&y.subscription_id, &y.dedup_key))
     });
     if !batched.is_empty() {
-        let params: Vec<Param<'_>> = batched
+        let params: Vec<Vec<Param<'_>>> = batched
             .iter()
-            .flat_map(|i| write::receipt_params(&items[*i].receipt, &items[*i].normalized))
+            .map(|i| write::receipt_params(&items[*i].receipt, &items[*i].normalized))
             .collect();
-        let sql = format!(
-            "{INSERT_RECEIPT} VALUES {} {ON_DEDUP} RETURNING id",
-            write::receipt_values(batched.len())
-        );
+        let mut rows = Rows::new(c.dialect(), write::RECEIPT_COLS);
+        for row in &params {
+            rows.push(row);
+        }
+        let sql = write::insert_receipts_sql(&rows);
         let inserted: HashSet<String> = c
-            .query(&sql, &params)?
+            .query(&sql, &rows.params()?)?
             .iter()
             .map(|r| r.get::<String>(0))
             .collect::<StoreResult<_>>()?;
@@ -109,15 +111,13 @@ pub(crate) fn commit_receipts(
 fn write_rows(c: &dyn Db, plans: &[(usize, ReceiptPlan<'_>)]) -> StoreResult<()> {
     let per_plan: Vec<Vec<[Param<'_>; 19]>> =
         plans.iter().map(|(_, p)| p.delivery_params()).collect();
-    let rows: Vec<&[Param<'_>; 19]> = per_plan.iter().flatten().collect();
+    let mut rows = Rows::new(c.dialect(), write::DELIVERY_COLS);
+    for row in per_plan.iter().flatten() {
+        rows.push(row);
+    }
     if rows.is_empty() {
         return Ok(());
     }
-    let delivery_params: Vec<Param<'_>> = rows.iter().flat_map(|r| r.iter().copied()).collect();
-    let delivery_sql = format!(
-        "{INSERT_DELIVERY_INTO} VALUES {}",
-        write::delivery_values(rows.len())
-    );
-    c.exec_many(&[(&delivery_sql, &delivery_params)])?;
+    c.exec(&write::insert_deliveries_sql(&rows), &rows.params()?)?;
     Ok(())
 }

@@ -20,6 +20,6 @@ mod store;
 pub(crate) mod write;
 
 pub use db::{numbered_to_dollar, to_postgres, Db, Dialect, FromValue, Param, Row, ToParam, Value};
-pub(crate) use db::{values_rows, Col, IdList, Rows};
+pub(crate) use db::{Col, IdList, Rows};
 pub use session::waits::wait_view;
 pub use store::{Backend, SqlStore};

@@ -6,7 +6,7 @@
 use std::sync::LazyLock;
 
 use crate::p;
-use crate::sql::{Db, Dialect, Param, ToParam};
+use crate::sql::{Col, Db, Dialect, Param, Rows, ToParam};
 use serde_json::Value;
 use tb_core::attempt;
 use tb_core::delivery::DeliveryState;
@@ -161,6 +161,53 @@ pub(crate) fn receipt_values(n: usize) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The columns of [`receipt_params`], in order: the rows of the batch path's receipts insert
+/// ([`insert_receipts_sql`]).
+pub(crate) const RECEIPT_COLS: &[Col] = {
+    use Col::{Blob, Int, Text};
+    &[
+        Text, Text, Text, Text, Text, Text, Text, Text, Int, Int, Int, Int, Text, Blob,
+    ]
+};
+
+/// The batch path's receipts insert: [`INSERT_RECEIPT`] of `rows` ([`RECEIPT_COLS`], each row
+/// [`receipt_params`]), the same columns as [`receipt_values`] (`updated_at` is `received_at`,
+/// `dedup_live` is 1 while the window is open), then [`ON_DEDUP`] and `RETURNING id`. The rows are
+/// inserted in their order. One text for any number of rows on PostgreSQL ([`Rows`]); `WHERE true`
+/// lets SQLite parse the `ON CONFLICT` after a `SELECT` (sqlite.org/lang_upsert.html, "Parsing
+/// Ambiguity").
+pub(crate) fn insert_receipts_sql(rows: &Rows<'_>) -> String {
+    format!(
+        "{INSERT_RECEIPT} SELECT v.column1, v.column2, v.column3, v.column4, v.column5, v.column6, \
+         v.column7, v.column8, v.column9, v.column10, v.column10, v.column11, \
+         CASE WHEN v.column11 > v.column10 THEN 1 ELSE 0 END, v.column12, v.column13, v.column14 \
+         FROM {} WHERE true {ON_DEDUP} RETURNING id",
+        rows.table()
+    )
+}
+
+/// The columns of [`ReceiptPlan::delivery_params`], in order: the rows of the batch path's
+/// deliveries insert ([`insert_deliveries_sql`]).
+pub(crate) const DELIVERY_COLS: &[Col] = {
+    use Col::{Int, Text};
+    &[
+        Text, Text, Text, Text, Text, Text, Text, Text, Text, Text, Int, Text, Int, Text, Text,
+        Text, Int, Text, Text,
+    ]
+};
+
+/// The batch path's deliveries insert: [`INSERT_DELIVERY_INTO`] of `rows` ([`DELIVERY_COLS`], each
+/// row [`ReceiptPlan::delivery_params`]), as [`delivery_values`] (`updated_at` is `created_at`). One
+/// text for any number of rows on PostgreSQL ([`Rows`]).
+pub(crate) fn insert_deliveries_sql(rows: &Rows<'_>) -> String {
+    format!(
+        "{INSERT_DELIVERY_INTO} SELECT v.column1, v.column2, v.column3, v.column4, v.column5, \
+         v.column6, v.column7, v.column8, v.column9, v.column10, v.column11, v.column12, v.column13, \
+         v.column13, v.column14, v.column15, v.column16, v.column17, v.column18, v.column19 FROM {}",
+        rows.table()
+    )
 }
 
 /// Parameters of one receipt's row in [`receipt_values`].

@@ -1,0 +1,257 @@
+//! PostgreSQL keeps a parsed statement and its plans per prepared statement and connection, so the
+//! store's batched writes must not prepare one statement text per batch size: their rows go as one
+//! array per column (`unnest`), their key lists as one array (`= ANY`). This test commits receipts and
+//! attempts in batches of many sizes on a pool of ONE connection (so every statement lands on it) and
+//! then counts that connection's prepared statements (`pg_prepared_statements`). Skips, with a printed
+//! reason, only when PostgreSQL cannot be reached and `CI` is unset. Every wait is bounded by [`LIMIT`].
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde_json::json;
+use tb_core::attempt::{AttemptReport, RunStart};
+use tb_core::delivery::{AttemptDecision, DeliveryKind, DeliveryState};
+use tb_core::ids::{new_id, IdKind};
+use tb_core::lease::Completion;
+use tb_core::receipt::{ReceiptSource, ReceiptState};
+use tb_core::run::RunStatus;
+use tb_core::subscription::{FailurePolicy, Source};
+use tokio::sync::Barrier;
+use trigger_bridge_store::postgres::testing::TestDatabase;
+use trigger_bridge_store::postgres::{PgStore, PoolOptions};
+use trigger_bridge_store::*;
+
+/// The longest any racing task may take before the test fails.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The batch sizes the rounds aim at (each round races this many commits of each kind).
+const SIZES: std::ops::RangeInclusive<usize> = 2..=40;
+
+const IMMEDIATE: FailurePolicy = FailurePolicy {
+    failure_window_ms: 0,
+    dead_letter_after_ms: 0,
+    dead_letter_min_failures: 1,
+};
+
+/// Runs `f(i)` for `i in 0..n` as `n` tasks that start together; their results in `i` order.
+async fn race<T, F, Fut>(n: usize, f: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = T> + Send + 'static,
+{
+    let barrier = Arc::new(Barrier::new(n));
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let b = barrier.clone();
+            let fut = f(i);
+            tokio::spawn(async move {
+                b.wait().await;
+                fut.await
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        let r = tokio::time::timeout(LIMIT, t)
+            .await
+            .expect("a racing task took too long");
+        out.push(r.expect("a racing task panicked"));
+    }
+    out
+}
+
+/// A receipt for dedup key `key` with one pending `start_run` delivery of `noop`, handed to worker
+/// `w` at commit.
+fn receipt(key: &str) -> NewReceipt {
+    NewReceipt {
+        id: new_id(IdKind::Receipt),
+        source: ReceiptSource::Webhook,
+        subscription_id: "hooks".into(),
+        dedup_key: key.into(),
+        provider_event_id: key.into(),
+        event_type: "thing.happened".into(),
+        normalized: json!({"event": "thing.happened"}),
+        state: ReceiptState::Routed,
+        content_type: Some("application/json".into()),
+        body: Bytes::from(format!("{{\"key\":\"{key}\"}}")),
+        received_at: 2_000,
+        dedup_until: 2_000 + 86_400_000,
+        deliveries: vec![NewDelivery {
+            id: new_id(IdKind::Delivery),
+            kind: DeliveryKind::Binding,
+            binding_id: "all".into(),
+            action: "start_run".into(),
+            workflow_id: Some("noop".into()),
+            run_id: Some(new_id(IdKind::Run)),
+            inputs: json!({"key": key}),
+            params: None,
+            state: DeliveryState::Pending,
+            dead_letter_reason: None,
+        }],
+        capability: None,
+        lease: Some(LeaseRequest {
+            owner: "w".into(),
+            lease_ms: 60_000,
+            limit: 1,
+        }),
+        trace_context: None,
+    }
+}
+
+/// The delivered attempt of `lease`, starting its `noop` run completed.
+fn delivered(lease: &Lease) -> AttemptCommit {
+    let run_id = lease.delivery.run_id.clone().expect("a start_run delivery");
+    AttemptCommit {
+        delivery_id: lease.delivery.id.clone(),
+        report: AttemptReport {
+            lease: Completion {
+                token: lease.token.clone(),
+                attempt: lease.delivery.attempts + 1,
+            },
+            event_id: new_id(IdKind::Event),
+            decision: AttemptDecision::Delivered,
+            failure: None,
+            started_at: 3_000,
+            duration_ms: 1,
+            run: Some(RunStart {
+                id: run_id,
+                workflow_id: "noop".into(),
+                inputs: lease.delivery.inputs.clone(),
+                status: RunStatus::Completed,
+                dead_letter: None,
+                session: false,
+            }),
+            effect: None,
+            failure_policy: IMMEDIATE,
+        },
+        effect: None,
+        now: 3_000,
+    }
+}
+
+/// The texts of the statements prepared on the pool's (one) connection.
+async fn prepared(pg: &PgStore) -> Vec<String> {
+    pg.pool()
+        .write(|db| {
+            db.rows("SELECT statement FROM pg_prepared_statements", &[], |r| {
+                r.get::<String>(0)
+            })
+        })
+        .await
+        .expect("read pg_prepared_statements")
+}
+
+/// How many prepared statements write `table` (`INSERT INTO table` or `UPDATE table`).
+fn writing(statements: &[String], table: &str) -> usize {
+    let (ins, upd) = (format!("INSERT INTO {table} "), format!("UPDATE {table} "));
+    statements
+        .iter()
+        .filter(|s| s.starts_with(&ins) || s.starts_with(&upd))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batches_of_every_size_share_one_prepared_statement_per_kind() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let opts = PoolOptions {
+        connections: 1,
+        queue_capacity: 10_000,
+    };
+    let pg = Arc::new(
+        PgStore::connect(db.url(), opts)
+            .await
+            .expect("open postgres"),
+    );
+    pg.upsert_subscription(
+        SubscriptionDef {
+            id: "hooks".into(),
+            source: Source::Webhook,
+            connector: "standard-webhooks".into(),
+            config: json!({}),
+            failure_threshold: 0,
+        },
+        1_000,
+    )
+    .await
+    .unwrap();
+    let mut runs = BTreeSet::new();
+    for n in SIZES {
+        let leases = race(n, |i| {
+            let s = pg.clone();
+            async move { s.commit_receipt(receipt(&format!("k{n}-{i}"))).await }
+        })
+        .await;
+        let leases: Arc<Vec<Lease>> = Arc::new(
+            leases
+                .into_iter()
+                .map(|out| match out.expect("receipt committed") {
+                    IngestOutcome::Accepted { mut leased, .. } => leased.remove(0),
+                    other => panic!("a new key: {other:?}"),
+                })
+                .collect(),
+        );
+        let done = race(n, |i| {
+            let (s, leases) = (pg.clone(), leases.clone());
+            async move { s.commit_attempt(delivered(&leases[i])).await }
+        })
+        .await;
+        for out in done {
+            runs.insert(out.expect("attempt committed").run_id.expect("a run"));
+        }
+    }
+    let total: usize = SIZES.sum();
+    assert_eq!(runs.len(), total, "every attempt started its own run");
+    let (receipts, attempts) = pg.largest_batches();
+    eprintln!("largest batches: {receipts} receipts, {attempts} attempts");
+    assert!(
+        receipts >= 8 && attempts >= 8,
+        "batches of many sizes formed: largest {receipts} receipts, {attempts} attempts"
+    );
+    let statements = prepared(&pg).await;
+    for table in [
+        "receipts",
+        "deliveries",
+        "runs",
+        "attempts",
+        "run_events",
+        "subscription_events",
+    ] {
+        eprintln!("{table}: {} statements", writing(&statements, table));
+    }
+    eprintln!(
+        "prepared statements on the connection: {}",
+        statements.len()
+    );
+    for s in &statements {
+        eprintln!("  {}", s.chars().take(110).collect::<String>());
+    }
+    // One text per statement kind, whatever the batch sizes: the batch path's inserts and updates,
+    // plus the single paths' own (a receipt: its insert and its state's update, single and batched;
+    // deliveries: insert and fenced update, single and batched). With a text per batch size this
+    // connection held 95 (41 receipts inserts, 41 deliveries inserts).
+    let short: Vec<String> = statements
+        .iter()
+        .map(|s| s.chars().take(120).collect())
+        .collect();
+    for (table, most) in [
+        ("runs", 2),
+        ("attempts", 2),
+        ("run_events", 2),
+        ("subscription_events", 2),
+        ("deliveries", 4),
+        ("receipts", 4),
+    ] {
+        let n = writing(&statements, table);
+        assert!(n <= most, "{n} statements write {table}: {short:#?}");
+    }
+    assert!(
+        statements.len() <= 30,
+        "{} statements prepared: {short:#?}",
+        statements.len()
+    );
+}
