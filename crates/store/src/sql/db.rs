@@ -439,8 +439,9 @@ enum Array<'a> {
 ///   is per connection and cheap), so the text varies with the row count.
 /// - PostgreSQL: one array parameter per column, expanded with `unnest` (which zips the arrays row by
 ///   row, in order), so the text is the same for any row count: one prepared statement per
-///   statement kind, however the batches are sized (the server keeps a plan per prepared statement
-///   and connection; a text per batch size made thousands of them).
+///   statement kind, however the batches are sized (the server keeps a parse tree and plans per
+///   prepared statement and connection; a text per batch size made up to one per kind and size,
+///   hundreds per connection).
 ///
 /// The placeholders are `?1 ... ?k` for `k` columns (SQLite: `?1 ... ?(k * rows)`); the statement
 /// binds [`Rows::params`] and nothing else.
