@@ -18,10 +18,10 @@
 //!   covered and every later write get [`StoreError::Unavailable`].
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
@@ -295,7 +295,9 @@ fn run_loop(
         if let Err(std_mpsc::SendError(c)) = done.send(committed) {
             // The sync thread is gone: nothing can be made durable any more.
             for job in c.jobs {
-                job.finish(Err(StoreError::Unavailable("the sync thread stopped".into())));
+                job.finish(Err(StoreError::Unavailable(
+                    "the sync thread stopped".into(),
+                )));
             }
             return;
         }
@@ -477,8 +479,11 @@ mod tests {
     fn insert(w: &Arc<Writer>, k: i64) -> tokio::task::JoinHandle<StoreResult<()>> {
         let w = w.clone();
         tokio::spawn(async move {
-            w.write(move |c| c.exec("INSERT INTO t (k) VALUES (?1)", crate::p![k]).map(|_| ()))
-                .await
+            w.write(move |c| {
+                c.exec("INSERT INTO t (k) VALUES (?1)", crate::p![k])
+                    .map(|_| ())
+            })
+            .await
         })
     }
 
@@ -509,7 +514,10 @@ mod tests {
         until(|| visible(&path, 1), "the first commit").await;
         until(|| gate.calls.load(Ordering::SeqCst) == 1, "the first flush").await;
         assert!(!first.is_finished(), "answered before the flush");
-        assert!(!d.is_settled(), "a committed batch counts as durable before its flush");
+        assert!(
+            !d.is_settled(),
+            "a committed batch counts as durable before its flush"
+        );
         // The writer goes on while the disk works: four more batches commit behind the held flush.
         let rest: Vec<_> = (2..=5).map(|k| insert(&w, k)).collect();
         until(|| visible(&path, 5), "the later commits").await;
@@ -518,7 +526,11 @@ mod tests {
         // One flush answers the first batch; ONE more covers every batch committed meanwhile.
         gate.open.send(Ok(())).unwrap();
         first.await.unwrap().unwrap();
-        until(|| gate.calls.load(Ordering::SeqCst) == 2, "the second flush").await;
+        until(
+            || gate.calls.load(Ordering::SeqCst) == 2,
+            "the second flush",
+        )
+        .await;
         gate.open.send(Ok(())).unwrap();
         for h in rest {
             h.await.unwrap().unwrap();
@@ -544,7 +556,10 @@ mod tests {
             tokio::spawn(async move { d.settled().await })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!waiting.is_finished(), "the read was released before the flush");
+        assert!(
+            !waiting.is_finished(),
+            "the read was released before the flush"
+        );
         gate.open.send(Ok(())).unwrap();
         tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
