@@ -77,6 +77,26 @@ fn migrations_apply_once_then_are_a_no_op() {
     assert_eq!(schema, db.schema());
 }
 
+/// Receipts leave room on their pages so that their one update (the settled state) stays a heap-only
+/// tuple (migration 0016): checked on the table the migrations made.
+#[test]
+fn receipts_pages_keep_room_for_their_update() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let mut c = client(&db);
+    pg::migrate(&mut c).unwrap();
+    let options: Vec<String> = c
+        .query_one(
+            "SELECT COALESCE(reloptions, '{}')::TEXT[] FROM pg_class \
+             WHERE oid = to_regclass(current_schema() || '.receipts')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(options, vec!["fillfactor=70".to_string()]);
+}
+
 #[test]
 fn concurrent_migrations_from_three_clients_apply_once_and_none_fails() {
     let Some(db) = TestDatabase::create() else {

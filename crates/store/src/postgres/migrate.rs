@@ -66,6 +66,10 @@ pub const MIGRATIONS: &[(i64, &str)] = &[
         15,
         include_str!("../../migrations/postgres/0015_receipt_body.sql"),
     ),
+    (
+        16,
+        include_str!("../../migrations/postgres/0016_receipts_fillfactor.sql"),
+    ),
 ];
 
 /// The first of the two `pg_advisory_xact_lock(int4, int4)` keys that serialize migrations ("tbmg");
