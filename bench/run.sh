@@ -105,7 +105,7 @@ cpu_per() { # µs of server CPU per answered request
   echo
   echo "Written by \`bench/run.sh\` on $(date -u +%Y-%m-%dT%H:%MZ) (commit $(git rev-parse --short HEAD))."
   echo "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(df -h "$(dirname "$DATA")" | awk 'NR==2{print $1}'); the load generator runs on the same cores as the server."
-  echo "Settings: DURATION=${DURATION}s per scenario, $CONN connections, 1 KiB Standard Webhooks bodies, SQLite WAL + synchronous=FULL."
+  echo "Settings: DURATION=${DURATION}s per scenario, $CONN connections, 1 KiB Standard Webhooks bodies, SQLite WAL, each group commit flushed (fdatasync) before its callers are answered."
   echo
   cat "$out/goals.md"
   echo

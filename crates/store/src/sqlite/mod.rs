@@ -139,8 +139,9 @@ fn configure(conn: &Connection, read_only: bool) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// Opens a connection to `path` with exactly the store's write settings (WAL, `synchronous=FULL`,
-/// cache and busy timeout). Used by the storage baseline benchmark so it commits the way the store does.
+/// Opens a connection to `path` with the store's connection settings (WAL, `synchronous=FULL`, cache and
+/// busy timeout); [`Writer::start`] turns it to `synchronous=NORMAL` and flushes the WAL itself. Used by
+/// the storage baseline benchmark so it commits the way the store does.
 pub fn open_configured(path: &Path) -> StoreResult<Connection> {
     let conn = Connection::open(path).map_err(db)?;
     configure(&conn, false).map_err(db)?;
