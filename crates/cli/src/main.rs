@@ -196,7 +196,16 @@ fn serve_as_replica(args: serve::ServeArgs) -> anyhow::Result<i32> {
     result
 }
 
+/// mimalloc's `mi_option_purge_delay` (its `mimalloc.h`, enum `mi_option_e`, the same index in its v2
+/// and v3): how long freed memory stays committed before it goes back to the OS, in ms (default 10).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
 fn main() -> ExitCode {
+    // Freed memory goes back to the OS at once: a burst of large bodies must not leave the process
+    // holding their pages past the body budget (docs/limits.md; `crates/cli/tests/edge.rs`, ten parallel
+    // 25 MiB bodies peak at ~1.45x their size with mimalloc's default delay, ~1.25x with none).
+    // SAFETY: set before any other thread exists; mimalloc reads the option when it purges.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
     let cli = Cli::parse();
     if !matches!(
         cli.cmd,
