@@ -3,11 +3,13 @@
 //! transactions (one multi-row statement per table); each caller must still get its own answer: one
 //! receipt per dedup key (a duplicate in the same batch included), one attempt per lease, a stale token
 //! refused without touching the others. SQLite commits them one job at a time and must answer the same.
-//! Every wait is bounded by [`LIMIT`].
+//! Every race is bounded (`support::race`, 60 s).
+
+mod support;
+use support::race;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
@@ -18,14 +20,10 @@ use tb_core::lease::Completion;
 use tb_core::receipt::{ReceiptSource, ReceiptState};
 use tb_core::run::RunStatus;
 use tb_core::subscription::{FailurePolicy, Source};
-use tokio::sync::Barrier;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::sqlite::SqliteStore;
 use trigger_bridge_store::*;
-
-/// The longest any racing task may take before the test fails.
-const LIMIT: Duration = Duration::from_secs(60);
 
 /// Rounds a PostgreSQL race is repeated until a batch of several items formed (each round is a
 /// fresh set of items).
@@ -74,34 +72,6 @@ async fn handles() -> Vec<Handle> {
             largest: Box::new(move || p2.largest_batches()),
             _guard: Box::new(db),
         });
-    }
-    out
-}
-
-/// Runs `f(i)` for `i in 0..n` as `n` tasks that start together; their results in `i` order.
-async fn race<T, F, Fut>(n: usize, f: F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = T> + Send + 'static,
-{
-    let barrier = Arc::new(Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let b = barrier.clone();
-            let fut = f(i);
-            tokio::spawn(async move {
-                b.wait().await;
-                fut.await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(n);
-    for t in tasks {
-        let r = tokio::time::timeout(LIMIT, t)
-            .await
-            .expect("a racing task took too long");
-        out.push(r.expect("a racing task panicked"));
     }
     out
 }

@@ -1,12 +1,14 @@
 //! The session path under real concurrency (DESIGN §9): several store handles on ONE database, tasks on
 //! a multi-thread runtime started together behind a barrier. On PostgreSQL each handle is a `PgStore` of
 //! its own (its own connection pool, as a replica has) on one `TestDatabase` schema; on SQLite the tasks
-//! share one `SqliteStore` (one process, one writer). Every wait is bounded by [`LIMIT`].
+//! share one `SqliteStore` (one process, one writer). Every race is bounded (`support::race`, 60 s).
+
+mod support;
+use support::race;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
@@ -20,14 +22,10 @@ use tb_core::signal::{DataPlacement, MailboxPolicy, SignalSource, SourceKind};
 use tb_core::subscription::{FailurePolicy, Source};
 use tb_core::turn::TurnState;
 use tb_core::wait::{WaitKind, WaitSpec, WaitState};
-use tokio::sync::Barrier;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::sqlite::SqliteStore;
 use trigger_bridge_store::*;
-
-/// The longest any racing task may take before the test fails.
-const LIMIT: Duration = Duration::from_secs(60);
 
 /// What keeps a backend's storage alive for the length of a test.
 type Guard = Box<dyn std::any::Any + Send>;
@@ -52,35 +50,6 @@ async fn handles(n: usize) -> Vec<(&'static str, Vec<Arc<dyn Store>>, Guard)> {
             stores.push(Arc::new(pg));
         }
         out.push(("postgres", stores, Box::new(db)));
-    }
-    out
-}
-
-/// Runs `f(i)` for `i in 0..n` as `n` tasks that start together behind a barrier; returns their
-/// results in `i` order. Panics when a task panics or takes longer than [`LIMIT`].
-async fn race<T, F, Fut>(n: usize, f: F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = T> + Send + 'static,
-{
-    let barrier = Arc::new(Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let b = barrier.clone();
-            let fut = f(i);
-            tokio::spawn(async move {
-                b.wait().await;
-                fut.await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(n);
-    for t in tasks {
-        let r = tokio::time::timeout(LIMIT, t)
-            .await
-            .expect("a racing task took too long");
-        out.push(r.expect("a racing task panicked"));
     }
     out
 }

@@ -3,11 +3,13 @@
 //! array per column (`unnest`), their key lists as one array (`= ANY`). This test commits receipts and
 //! attempts in batches of many sizes on a pool of ONE connection (so every statement lands on it) and
 //! then counts that connection's prepared statements (`pg_prepared_statements`). Skips, with a printed
-//! reason, only when PostgreSQL cannot be reached and `CI` is unset. Every wait is bounded by [`LIMIT`].
+//! reason, only when PostgreSQL cannot be reached and `CI` is unset. Every race is bounded (`support::race`, 60 s).
+
+mod support;
+use support::race;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use serde_json::json;
@@ -18,13 +20,9 @@ use tb_core::lease::Completion;
 use tb_core::receipt::{ReceiptSource, ReceiptState};
 use tb_core::run::RunStatus;
 use tb_core::subscription::{FailurePolicy, Source};
-use tokio::sync::Barrier;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::*;
-
-/// The longest any racing task may take before the test fails.
-const LIMIT: Duration = Duration::from_secs(60);
 
 /// The batch sizes the rounds aim at (each round races this many commits of each kind).
 const SIZES: std::ops::RangeInclusive<usize> = 2..=40;
@@ -34,34 +32,6 @@ const IMMEDIATE: FailurePolicy = FailurePolicy {
     dead_letter_after_ms: 0,
     dead_letter_min_failures: 1,
 };
-
-/// Runs `f(i)` for `i in 0..n` as `n` tasks that start together; their results in `i` order.
-async fn race<T, F, Fut>(n: usize, f: F) -> Vec<T>
-where
-    T: Send + 'static,
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = T> + Send + 'static,
-{
-    let barrier = Arc::new(Barrier::new(n));
-    let tasks: Vec<_> = (0..n)
-        .map(|i| {
-            let b = barrier.clone();
-            let fut = f(i);
-            tokio::spawn(async move {
-                b.wait().await;
-                fut.await
-            })
-        })
-        .collect();
-    let mut out = Vec::with_capacity(n);
-    for t in tasks {
-        let r = tokio::time::timeout(LIMIT, t)
-            .await
-            .expect("a racing task took too long");
-        out.push(r.expect("a racing task panicked"));
-    }
-    out
-}
 
 /// A receipt for dedup key `key` with one pending `start_run` delivery of `noop`, handed to worker
 /// `w` at commit.

@@ -177,9 +177,12 @@ impl Writer {
                     .name("tb-sqlite-sync".into())
                     .spawn(move || sync_loop(done_rx, sync, d, sync_alive))
                     .expect("spawn sync thread");
-                run_loop(conn, rx, &writer_durability, &done_tx);
+                run_loop(&conn, rx, &writer_durability, &done_tx);
                 drop(done_tx);
                 let _ = syncer.join();
+                // Closed only after the last flush: the last connection to close may checkpoint and
+                // delete the WAL file the sync thread flushes.
+                drop(conn);
             })
             .expect("spawn writer thread");
         Writer {
@@ -265,7 +268,7 @@ struct Committed {
 }
 
 fn run_loop(
-    conn: Connection,
+    conn: &Connection,
     mut rx: mpsc::Receiver<Box<dyn Job>>,
     durability: &Durability,
     done: &std_mpsc::SyncSender<Committed>,
@@ -279,7 +282,7 @@ fn run_loop(
                 Err(_) => break,
             }
         }
-        let (seq, result) = run_batch(&conn, &mut batch, durability);
+        let (seq, result) = run_batch(conn, &mut batch, durability);
         if result.is_ok() {
             // One group commit holds the whole batch (the bench reports transactions per event).
             metrics::counter!("tb_store_transactions_total", "backend" => "sqlite").increment(1);
