@@ -215,6 +215,16 @@ async fn a_dead_writer_makes_the_store_unavailable() {
         Err(e @ StoreError::Unavailable(_)) => assert_eq!(e.code().http_status(), 503),
         other => panic!("writes after the writer died are Unavailable, got {other:?}"),
     }
+    // Refused before it ran: the subscription was not written.
+    let db = rusqlite::Connection::open(store.path()).unwrap();
+    let n: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM subscriptions WHERE id = 's'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 0, "a refused write was committed");
 }
 
 #[tokio::test]

@@ -47,7 +47,10 @@ pub trait Backend: Send + Sync + 'static {
     /// Waits until every commit a read that just ended could have seen is durable (SQLite answers a
     /// batch's writers only after its WAL flush, and a reader may see the batch in between; see
     /// `crate::sqlite::durable`). Default: at once (PostgreSQL shows a commit only once it is flushed).
-    async fn settled(&self) {}
+    /// Errors: `Unavailable` once the store stopped (what the read saw may never be flushed).
+    async fn settled(&self) -> StoreResult<()> {
+        Ok(())
+    }
 
     /// Whether the backend can take writes (its writer or pool is running).
     fn is_alive(&self) -> bool;
@@ -194,7 +197,7 @@ impl<B: Backend> Store for SqlStore<B> {
             .await?;
         if found.is_some() {
             // A duplicate answer names a receipt: only once that receipt is durable.
-            self.backend.settled().await;
+            self.backend.settled().await?;
         }
         Ok(found)
     }
@@ -316,7 +319,7 @@ impl<B: Backend> Store for SqlStore<B> {
             .backend
             .read_now(move |c| read::get_receipt(c, &id))
             .await;
-        self.backend.settled().await;
+        self.backend.settled().await?;
         r
     }
     async fn list_receipts(&self, q: ListQuery) -> StoreResult<Vec<ReceiptRecord>> {
@@ -599,7 +602,7 @@ impl<B: Backend> Store for SqlStore<B> {
             .read_now(move |c| session::capability_by_hash(c, &hash, now))
             .await?;
         if found.is_some() {
-            self.backend.settled().await;
+            self.backend.settled().await?;
         }
         Ok(found)
     }

@@ -13,8 +13,11 @@
 //! until the batches that could be in its snapshot are synced ([`Durability::settled`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use tokio::sync::watch;
+
+use crate::{StoreError, StoreResult};
 
 /// The writer's and the sync thread's counters, shared with the readers.
 pub(crate) struct Durability {
@@ -22,6 +25,9 @@ pub(crate) struct Durability {
     committing: AtomicU64,
     /// The last batch whose frames are flushed (or whose commit failed: nothing of it is visible).
     synced: watch::Sender<u64>,
+    /// Why the store stopped (a failed flush, the sync thread gone): from then on nothing is written,
+    /// and a read may have seen a batch that will never be flushed, so reads fail too.
+    stopped: Mutex<Option<String>>,
 }
 
 impl Durability {
@@ -29,6 +35,7 @@ impl Durability {
         Durability {
             committing: AtomicU64::new(0),
             synced: watch::Sender::new(0),
+            stopped: Mutex::new(None),
         }
     }
 
@@ -57,12 +64,31 @@ impl Durability {
     /// Waits until everything a read that has just finished could have seen is durable: every batch
     /// whose `COMMIT` began before now. Call it AFTER the read (a snapshot is taken at the read's first
     /// statement, so a batch visible to it began its commit before this call). Returns at once when
-    /// nothing is pending, which is the common case; at most one `fdatasync` otherwise. If the sync
-    /// thread is gone (the store is closing or dead), it returns rather than wait forever.
-    pub(crate) async fn settled(&self) {
+    /// nothing is pending, which is the common case; at most one `fdatasync` otherwise. Errors:
+    /// `Unavailable` once the store stopped ([`Self::stop`]): what the read saw may never be flushed.
+    pub(crate) async fn settled(&self) -> StoreResult<()> {
         let need = self.committing.load(Ordering::SeqCst);
         let mut rx = self.synced.subscribe();
         let _ = rx.wait_for(|s| *s >= need).await;
+        self.check()
+    }
+
+    /// Stops the store for good with `why` (the first reason is kept) and releases every waiting
+    /// reader, which then gets the error.
+    pub(crate) fn stop(&self, why: &str) {
+        self.stopped
+            .lock()
+            .expect("durability lock")
+            .get_or_insert_with(|| why.to_string());
+        self.synced_up_to(u64::MAX);
+    }
+
+    /// `Unavailable` with the reason once the store stopped; `Ok` before.
+    pub(crate) fn check(&self) -> StoreResult<()> {
+        match self.stopped.lock().expect("durability lock").as_ref() {
+            Some(why) => Err(StoreError::Unavailable(why.clone())),
+            None => Ok(()),
+        }
     }
 
     /// [`Self::settled`] for a caller that is not async (a blocking thread).

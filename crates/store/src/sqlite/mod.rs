@@ -332,12 +332,12 @@ impl Backend for SqliteBackend {
         let r = self.read_blocking(f).await;
         // Nothing is shown before it is durable (`durable`): a snapshot may hold a batch whose WAL
         // flush is still running.
-        self.durability.settled().await;
+        self.durability.settled().await?;
         r
     }
 
-    async fn settled(&self) {
-        self.durability.settled().await;
+    async fn settled(&self) -> StoreResult<()> {
+        self.durability.settled().await
     }
 
     async fn read_now<T, F>(&self, f: F) -> StoreResult<T>

@@ -15,7 +15,9 @@
 //! - if the thread dies anyway, [`Writer::is_alive`] turns false and every later write gets
 //!   [`StoreError::Unavailable`];
 //! - a failed flush of the WAL stops the store (as PostgreSQL does on a failed fsync): the batches it
-//!   covered and every later write get [`StoreError::Unavailable`].
+//!   covered get [`StoreError::Unavailable`]; every later write is refused before it runs (nothing of
+//!   it is committed), and every later read fails too, since it may have seen a batch never flushed.
+//!   A dead sync thread stops the store the same way.
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
@@ -204,6 +206,8 @@ impl Writer {
     }
 
     fn enqueue(&self, job: Box<dyn Job>) -> StoreResult<()> {
+        // A stopped store writes nothing more (a failed flush, the sync thread gone).
+        self.durability.check()?;
         let guard = self.tx.lock().expect("writer lock");
         let Some(tx) = guard.as_ref() else {
             return Err(StoreError::Unavailable("store is closed".into()));
@@ -282,6 +286,13 @@ fn run_loop(
                 Err(_) => break,
             }
         }
+        if let Err(e) = durability.check() {
+            // Stopped after these were queued: refused without running, nothing of them committed.
+            for job in batch.drain(..) {
+                job.finish(Err(e.clone()));
+            }
+            continue;
+        }
         let (seq, result) = run_batch(conn, &mut batch, durability);
         if result.is_ok() {
             // One group commit holds the whole batch (the bench reports transactions per event).
@@ -328,11 +339,12 @@ struct SyncGuard {
 
 impl Drop for SyncGuard {
     fn drop(&mut self) {
-        self.durability.synced_up_to(u64::MAX);
         if std::thread::panicking() {
             self.alive.store(false, Ordering::SeqCst);
+            self.durability.stop("the store's sync thread died");
             tracing::error!("the store's sync thread died; the store is unavailable");
         }
+        self.durability.synced_up_to(u64::MAX);
     }
 }
 
@@ -363,7 +375,9 @@ fn sync_loop(
                 tracing::error!(error = %e, "fdatasync of the SQLite WAL failed; the store stops");
                 metrics::counter!("tb_writer_batch_failures_total").increment(1);
                 alive.store(false, Ordering::SeqCst);
-                broken = Some(format!("the WAL could not be flushed to disk: {e}"));
+                let why = format!("the WAL could not be flushed to disk: {e}");
+                durability.stop(&why);
+                broken = Some(why);
             }
         }
         let last = group.last().map(|c| c.seq).unwrap_or(0);
@@ -542,7 +556,8 @@ mod tests {
         assert!(d.is_settled());
         tokio::time::timeout(Duration::from_secs(5), d.settled())
             .await
-            .expect("settled once flushed");
+            .expect("settled once flushed")
+            .expect("the store is running");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -567,15 +582,17 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), waiting)
             .await
             .expect("released by the flush")
-            .unwrap();
+            .unwrap()
+            .expect("the store is running");
         first.await.unwrap().unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_flush_fails_its_writers_and_stops_the_store() {
         let dir = tempfile::tempdir().unwrap();
-        let (w, gate, _path) = gated(dir.path());
+        let (w, gate, path) = gated(dir.path());
         let w = Arc::new(w);
+        let d = w.durability();
         let first = insert(&w, 1);
         until(|| gate.calls.load(Ordering::SeqCst) == 1, "the flush").await;
         gate.open
@@ -587,9 +604,20 @@ mod tests {
             "{err:?}"
         );
         assert!(!w.is_alive(), "the store goes on after a failed flush");
-        // A later write is refused too, without a flush.
+        // A later write is refused before it runs: nothing of it is committed, and no flush.
         let later = insert(&w, 2).await.unwrap().unwrap_err();
         assert!(matches!(later, StoreError::Unavailable(_)), "{later:?}");
+        let r = Connection::open(&path).unwrap();
+        let k2: i64 = r
+            .query_row("SELECT COUNT(*) FROM t WHERE k = 2", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(k2, 0, "a refused write was committed");
         assert_eq!(gate.calls.load(Ordering::SeqCst), 1);
+        // A read may have seen the batch whose flush failed: it is refused, not shown.
+        let read = d.settled().await.unwrap_err();
+        assert!(
+            matches!(&read, StoreError::Unavailable(m) if m.contains("EIO from the test")),
+            "{read:?}"
+        );
     }
 }
