@@ -25,9 +25,10 @@ pub(crate) struct Durability {
     committing: AtomicU64,
     /// The last batch whose frames are flushed (or whose commit failed: nothing of it is visible).
     synced: watch::Sender<u64>,
-    /// Why the store stopped (a failed flush, the sync thread gone): from then on nothing is written,
-    /// and a read may have seen a batch that will never be flushed, so reads fail too.
-    stopped: Mutex<Option<String>>,
+    /// Why the store stopped (a failed flush, the sync thread gone), and the last batch flushed by
+    /// then: from then on nothing is written, and a read that may have seen a later batch (one that
+    /// will never be flushed) fails.
+    stopped: Mutex<Option<(String, u64)>>,
 }
 
 impl Durability {
@@ -65,28 +66,33 @@ impl Durability {
     /// whose `COMMIT` began before now. Call it AFTER the read (a snapshot is taken at the read's first
     /// statement, so a batch visible to it began its commit before this call). Returns at once when
     /// nothing is pending, which is the common case; at most one `fdatasync` otherwise. Errors:
-    /// `Unavailable` once the store stopped ([`Self::stop`]): what the read saw may never be flushed.
+    /// `Unavailable` once the store stopped ([`Self::stop`]) with a batch the read could have seen not
+    /// flushed (after a failed flush, every later read); a store stopped with everything flushed reads on.
     pub(crate) async fn settled(&self) -> StoreResult<()> {
         let need = self.committing.load(Ordering::SeqCst);
         let mut rx = self.synced.subscribe();
         let _ = rx.wait_for(|s| *s >= need).await;
-        self.check()
+        match self.stopped.lock().expect("durability lock").as_ref() {
+            Some((why, flushed)) if need > *flushed => Err(StoreError::Unavailable(why.clone())),
+            _ => Ok(()),
+        }
     }
 
     /// Stops the store for good with `why` (the first reason is kept) and releases every waiting
     /// reader, which then gets the error.
     pub(crate) fn stop(&self, why: &str) {
+        let flushed = *self.synced.borrow();
         self.stopped
             .lock()
             .expect("durability lock")
-            .get_or_insert_with(|| why.to_string());
+            .get_or_insert_with(|| (why.to_string(), flushed));
         self.synced_up_to(u64::MAX);
     }
 
     /// `Unavailable` with the reason once the store stopped; `Ok` before.
     pub(crate) fn check(&self) -> StoreResult<()> {
         match self.stopped.lock().expect("durability lock").as_ref() {
-            Some(why) => Err(StoreError::Unavailable(why.clone())),
+            Some((why, _)) => Err(StoreError::Unavailable(why.clone())),
             None => Ok(()),
         }
     }
