@@ -6,20 +6,17 @@
 //! Every race is bounded (`support::race`, 60 s).
 
 mod support;
-use support::race;
+use support::{delivered, race, receipt};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::json;
-use tb_core::attempt::{AttemptReport, RunStart};
-use tb_core::delivery::{AttemptDecision, DeliveryKind, DeliveryState};
+use tb_core::delivery::DeliveryState;
 use tb_core::ids::{new_id, IdKind};
-use tb_core::lease::Completion;
-use tb_core::receipt::{ReceiptSource, ReceiptState};
+use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
-use tb_core::subscription::{FailurePolicy, Source};
+use tb_core::subscription::Source;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::sqlite::SqliteStore;
@@ -28,12 +25,6 @@ use trigger_bridge_store::*;
 /// Rounds a PostgreSQL race is repeated until a batch of several items formed (each round is a
 /// fresh set of items).
 const ROUNDS: usize = 5;
-
-const IMMEDIATE: FailurePolicy = FailurePolicy {
-    failure_window_ms: 0,
-    dead_letter_after_ms: 0,
-    dead_letter_min_failures: 1,
-};
 
 /// A store, what keeps its storage alive, and how to read its largest batches.
 struct Handle {
@@ -89,79 +80,6 @@ async fn subscription(s: &dyn Store, id: &str) {
     )
     .await
     .unwrap();
-}
-
-/// A receipt for dedup key `key` with one pending `start_run` delivery of `noop`, handed to worker
-/// `w` at commit when `lease` is set; its delivery is created dead-lettered when `dead` is set.
-fn receipt(key: &str, lease: bool, dead: bool) -> NewReceipt {
-    NewReceipt {
-        id: new_id(IdKind::Receipt),
-        source: ReceiptSource::Webhook,
-        subscription_id: "hooks".into(),
-        dedup_key: key.into(),
-        provider_event_id: key.into(),
-        event_type: "thing.happened".into(),
-        normalized: json!({"event": "thing.happened"}),
-        state: ReceiptState::Routed,
-        content_type: Some("application/json".into()),
-        body: Bytes::from(format!("{{\"key\":\"{key}\"}}")),
-        received_at: 2_000,
-        dedup_until: 2_000 + 86_400_000,
-        deliveries: vec![NewDelivery {
-            id: new_id(IdKind::Delivery),
-            kind: DeliveryKind::Binding,
-            binding_id: "all".into(),
-            action: "start_run".into(),
-            workflow_id: Some("noop".into()),
-            run_id: Some(new_id(IdKind::Run)),
-            inputs: json!({"key": key}),
-            params: None,
-            state: if dead {
-                DeliveryState::DeadLettered
-            } else {
-                DeliveryState::Pending
-            },
-            dead_letter_reason: dead.then(|| "subscription_dead_lettered".into()),
-        }],
-        capability: None,
-        lease: lease.then(|| LeaseRequest {
-            owner: "w".into(),
-            lease_ms: 60_000,
-            limit: 1,
-        }),
-        trace_context: None,
-    }
-}
-
-/// The delivered attempt of `lease` (token `token`), starting its `noop` run completed.
-fn delivered(lease: &Lease, token: &str) -> AttemptCommit {
-    let run_id = lease.delivery.run_id.clone().expect("a start_run delivery");
-    AttemptCommit {
-        delivery_id: lease.delivery.id.clone(),
-        report: AttemptReport {
-            lease: Completion {
-                token: token.into(),
-                attempt: lease.delivery.attempts + 1,
-            },
-            event_id: new_id(IdKind::Event),
-            decision: AttemptDecision::Delivered,
-            failure: None,
-            started_at: 3_000,
-            duration_ms: 1,
-            run: Some(RunStart {
-                id: run_id,
-                workflow_id: "noop".into(),
-                inputs: lease.delivery.inputs.clone(),
-                status: RunStatus::Completed,
-                dead_letter: None,
-                session: false,
-            }),
-            effect: None,
-            failure_policy: IMMEDIATE,
-        },
-        effect: None,
-        now: 3_000,
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -11,96 +11,14 @@ use support::race;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::json;
-use tb_core::attempt::{AttemptReport, RunStart};
-use tb_core::delivery::{AttemptDecision, DeliveryKind, DeliveryState};
-use tb_core::ids::{new_id, IdKind};
-use tb_core::lease::Completion;
-use tb_core::receipt::{ReceiptSource, ReceiptState};
-use tb_core::run::RunStatus;
-use tb_core::subscription::{FailurePolicy, Source};
+use tb_core::subscription::Source;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::*;
 
 /// The batch sizes the rounds aim at (each round races this many commits of each kind).
 const SIZES: std::ops::RangeInclusive<usize> = 2..=40;
-
-const IMMEDIATE: FailurePolicy = FailurePolicy {
-    failure_window_ms: 0,
-    dead_letter_after_ms: 0,
-    dead_letter_min_failures: 1,
-};
-
-/// A receipt for dedup key `key` with one pending `start_run` delivery of `noop`, handed to worker
-/// `w` at commit.
-fn receipt(key: &str) -> NewReceipt {
-    NewReceipt {
-        id: new_id(IdKind::Receipt),
-        source: ReceiptSource::Webhook,
-        subscription_id: "hooks".into(),
-        dedup_key: key.into(),
-        provider_event_id: key.into(),
-        event_type: "thing.happened".into(),
-        normalized: json!({"event": "thing.happened"}),
-        state: ReceiptState::Routed,
-        content_type: Some("application/json".into()),
-        body: Bytes::from(format!("{{\"key\":\"{key}\"}}")),
-        received_at: 2_000,
-        dedup_until: 2_000 + 86_400_000,
-        deliveries: vec![NewDelivery {
-            id: new_id(IdKind::Delivery),
-            kind: DeliveryKind::Binding,
-            binding_id: "all".into(),
-            action: "start_run".into(),
-            workflow_id: Some("noop".into()),
-            run_id: Some(new_id(IdKind::Run)),
-            inputs: json!({"key": key}),
-            params: None,
-            state: DeliveryState::Pending,
-            dead_letter_reason: None,
-        }],
-        capability: None,
-        lease: Some(LeaseRequest {
-            owner: "w".into(),
-            lease_ms: 60_000,
-            limit: 1,
-        }),
-        trace_context: None,
-    }
-}
-
-/// The delivered attempt of `lease`, starting its `noop` run completed.
-fn delivered(lease: &Lease) -> AttemptCommit {
-    let run_id = lease.delivery.run_id.clone().expect("a start_run delivery");
-    AttemptCommit {
-        delivery_id: lease.delivery.id.clone(),
-        report: AttemptReport {
-            lease: Completion {
-                token: lease.token.clone(),
-                attempt: lease.delivery.attempts + 1,
-            },
-            event_id: new_id(IdKind::Event),
-            decision: AttemptDecision::Delivered,
-            failure: None,
-            started_at: 3_000,
-            duration_ms: 1,
-            run: Some(RunStart {
-                id: run_id,
-                workflow_id: "noop".into(),
-                inputs: lease.delivery.inputs.clone(),
-                status: RunStatus::Completed,
-                dead_letter: None,
-                session: false,
-            }),
-            effect: None,
-            failure_policy: IMMEDIATE,
-        },
-        effect: None,
-        now: 3_000,
-    }
-}
 
 /// The texts of the statements prepared on the pool's (one) connection.
 async fn prepared(pg: &PgStore) -> Vec<String> {
@@ -153,7 +71,10 @@ async fn batches_of_every_size_share_one_prepared_statement_per_kind() {
     for n in SIZES {
         let leases = race(n, |i| {
             let s = pg.clone();
-            async move { s.commit_receipt(receipt(&format!("k{n}-{i}"))).await }
+            async move {
+                s.commit_receipt(support::receipt(&format!("k{n}-{i}"), true, false))
+                    .await
+            }
         })
         .await;
         let leases: Arc<Vec<Lease>> = Arc::new(
@@ -167,7 +88,10 @@ async fn batches_of_every_size_share_one_prepared_statement_per_kind() {
         );
         let done = race(n, |i| {
             let (s, leases) = (pg.clone(), leases.clone());
-            async move { s.commit_attempt(delivered(&leases[i])).await }
+            async move {
+                s.commit_attempt(support::delivered(&leases[i], &leases[i].token))
+                    .await
+            }
         })
         .await;
         for out in done {
