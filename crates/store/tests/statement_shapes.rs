@@ -149,3 +149,73 @@ async fn batches_of_every_size_share_one_prepared_statement_per_kind() {
         statements.len()
     );
 }
+
+/// The round trips of one event when nothing queues (one connection, one commit at a time): the
+/// receipt's insert and its delivery's go together with the `BEGIN` (1), then the `COMMIT` (2); the
+/// attempt's locked load goes with the live outbound webhooks (1), the run row alone (2), every write
+/// after it together (3), then the `COMMIT` (4). Counted by the pool ([`PgPool::round_trips`]) on a
+/// second event, so statement preparation (once per connection) is not in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_event_takes_two_round_trips_to_commit_and_four_to_start_its_run() {
+    let Some(db) = TestDatabase::create() else {
+        return;
+    };
+    let opts = PoolOptions {
+        connections: 1,
+        queue_capacity: 100,
+    };
+    let pg = PgStore::connect(db.url(), opts)
+        .await
+        .expect("open postgres");
+    pg.upsert_subscription(
+        SubscriptionDef {
+            id: "hooks".into(),
+            source: Source::Webhook,
+            connector: "standard-webhooks".into(),
+            config: json!({}),
+            failure_threshold: 0,
+        },
+        1_000,
+    )
+    .await
+    .unwrap();
+    let mut trips = Vec::new();
+    for key in ["warm", "measured"] {
+        let before = pg.pool().round_trips();
+        let lease = match pg
+            .commit_receipt(support::receipt(key, true, false))
+            .await
+            .expect("receipt committed")
+        {
+            IngestOutcome::Accepted { mut leased, .. } => leased.remove(0),
+            other => panic!("a new key: {other:?}"),
+        };
+        let committed = pg.pool().round_trips();
+        let done = pg
+            .commit_attempt(support::delivered(&lease, &lease.token))
+            .await
+            .expect("attempt committed");
+        assert!(done.run_id.is_some(), "the attempt started its run");
+        trips.push((committed - before, pg.pool().round_trips() - committed));
+    }
+    eprintln!(
+        "round trips (receipt, attempt): warm-up {:?}, then {:?}",
+        trips[0], trips[1]
+    );
+    assert_eq!(trips[1], (2, 4), "round trips of the second event");
+    // The run's first events and the attempt are all there (the pipeline wrote every statement).
+    let run = pg
+        .pool()
+        .write(|db| {
+            db.rows(
+                "SELECT (SELECT COUNT(*) FROM runs), (SELECT COUNT(*) FROM attempts), \
+                 (SELECT COUNT(*) FROM deliveries WHERE state = 'delivered' AND lease_token IS NULL), \
+                 (SELECT COUNT(*) FROM receipts WHERE state = 'consumed')",
+                &[],
+                |r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)?, r.get::<i64>(2)?, r.get::<i64>(3)?)),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!(run, vec![(2, 2, 2, 2)]);
+}

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 
 use bytes::BytesMut;
@@ -71,6 +72,8 @@ pub struct PgDb<'c> {
     client: &'c Client,
     rt: &'c Runtime,
     cache: &'c RefCell<StatementCache>,
+    /// The pool's count of round trips (`PgPool::round_trips`): one per awaited message.
+    trips: &'c AtomicU64,
     /// The `BEGIN ...` still to send (with the next statement); `None` once sent, or in autocommit.
     begin: Slot<Option<&'static str>>,
     /// Whether a `BEGIN` was sent.
@@ -88,12 +91,14 @@ impl<'c> PgDb<'c> {
         client: &'c Client,
         rt: &'c Runtime,
         cache: &'c RefCell<StatementCache>,
+        trips: &'c AtomicU64,
         begin: &'static str,
     ) -> PgDb<'c> {
         PgDb {
             client,
             rt,
             cache,
+            trips,
             begin: Slot::new(Some(begin)),
             begun: Slot::new(false),
             begin_failed: RefCell::new(None),
@@ -105,11 +110,13 @@ impl<'c> PgDb<'c> {
         client: &'c Client,
         rt: &'c Runtime,
         cache: &'c RefCell<StatementCache>,
+        trips: &'c AtomicU64,
     ) -> PgDb<'c> {
         PgDb {
             client,
             rt,
             cache,
+            trips,
             begin: Slot::new(None),
             begun: Slot::new(false),
             begin_failed: RefCell::new(None),
@@ -137,6 +144,7 @@ impl<'c> PgDb<'c> {
         if let Some(st) = self.cache.borrow().map.get(sql) {
             return Ok(st.clone());
         }
+        self.trips.fetch_add(1, Ordering::Relaxed);
         let st = match self.rt.block_on(self.client.prepare(&to_postgres(sql))) {
             Ok(st) => st,
             Err(e) => {
@@ -167,6 +175,7 @@ impl<'c> PgDb<'c> {
     /// be sent, it is sent first, in the same round trip. Errors: the `BEGIN` failed (typed by
     /// [`classify`]; kept for [`PgDb::take_begin_error`], and `work`'s own answer is dropped).
     fn block<T>(&self, work: impl Future<Output = T>) -> StoreResult<T> {
+        self.trips.fetch_add(1, Ordering::Relaxed);
         let Some(begin) = self.begin.take() else {
             return Ok(self.rt.block_on(work));
         };
@@ -283,10 +292,7 @@ impl Db for PgDb<'_> {
     /// the transaction is aborted and the later ones fail with `25P02`, so the error returned is the
     /// first one in order. In autocommit each statement commits on its own.
     fn exec_many(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<u64>> {
-        let prepared = statements
-            .iter()
-            .map(|(sql, _)| self.statement(sql))
-            .collect::<StoreResult<Vec<Statement>>>()?;
+        let prepared = self.prepare_all(statements)?;
         let binds: Vec<Vec<&(dyn ToSql + Sync)>> =
             statements.iter().map(|(_, params)| bind(params)).collect();
         let sent = prepared
@@ -295,6 +301,43 @@ impl Db for PgDb<'_> {
             .map(|(st, b)| self.client.execute(st, b))
             .collect::<Vec<_>>();
         let answers = self.block(all_in_order(sent))?;
+        self.answers(statements, answers)
+    }
+
+    /// As [`Db::exec_many`] here, for queries: every query is sent before any answer is read (one
+    /// round trip).
+    fn query_many(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<Vec<Row>>> {
+        let prepared = self.prepare_all(statements)?;
+        let binds: Vec<Vec<&(dyn ToSql + Sync)>> =
+            statements.iter().map(|(_, params)| bind(params)).collect();
+        let sent = prepared
+            .iter()
+            .zip(&binds)
+            .map(|(st, b)| self.client.query(st, b))
+            .collect::<Vec<_>>();
+        let answers = self.block(all_in_order(sent))?;
+        self.answers(statements, answers)?
+            .iter()
+            .map(|rows| rows.iter().map(row).collect())
+            .collect()
+    }
+}
+
+impl PgDb<'_> {
+    /// The prepared statement of each of `statements`, in order.
+    fn prepare_all(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<Statement>> {
+        statements
+            .iter()
+            .map(|(sql, _)| self.statement(sql))
+            .collect()
+    }
+
+    /// The answers of a pipeline, typed; the first error in order is returned.
+    fn answers<T>(
+        &self,
+        statements: &[(&str, &[Param<'_>])],
+        answers: Vec<Result<T, tokio_postgres::Error>>,
+    ) -> StoreResult<Vec<T>> {
         answers
             .into_iter()
             .zip(statements)

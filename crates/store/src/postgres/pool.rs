@@ -24,7 +24,7 @@
 
 use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -140,6 +140,8 @@ pub struct PgPool {
     live: Arc<AtomicUsize>,
     capacity: usize,
     connections: usize,
+    /// Network round trips of every connection so far ([`PgPool::round_trips`]).
+    trips: Arc<AtomicU64>,
 }
 
 /// One connection thread's state: its settings, its runtime (which drives the client's connection
@@ -149,6 +151,8 @@ struct Conn {
     rt: Runtime,
     client: Option<Client>,
     cache: RefCell<StatementCache>,
+    /// The pool's count of round trips.
+    trips: Arc<AtomicU64>,
 }
 
 impl Conn {
@@ -183,10 +187,12 @@ impl PgPool {
         let (tx, rx) = mpsc::sync_channel::<Box<dyn Job>>(capacity);
         let rx = Arc::new(Mutex::new(rx));
         let live = Arc::new(AtomicUsize::new(0));
+        let trips = Arc::new(AtomicU64::new(0));
         let (ready_tx, ready_rx) = mpsc::channel::<StoreResult<()>>();
         let mut threads = Vec::with_capacity(n);
         for i in 0..n {
             let (cfg, rx, ready) = (cfg.clone(), rx.clone(), ready_tx.clone());
+            let conn_trips = trips.clone();
             live.fetch_add(1, Ordering::SeqCst);
             let guard = LiveGuard(live.clone());
             let spawned = std::thread::Builder::new()
@@ -219,6 +225,7 @@ impl PgPool {
                         rt,
                         client: Some(client),
                         cache: RefCell::new(StatementCache::new()),
+                        trips: conn_trips,
                     };
                     run_loop(&mut conn, &rx);
                 });
@@ -239,6 +246,7 @@ impl PgPool {
             live,
             capacity,
             connections: n,
+            trips,
         };
         // Every thread answers once: connected or not (bounded by the connect timeout).
         let mut first_err = None;
@@ -266,6 +274,14 @@ impl PgPool {
     /// Connections the pool was started with.
     pub fn connections(&self) -> usize {
         self.connections
+    }
+
+    /// Network round trips to the server of every connection so far: one per message the driver awaits
+    /// an answer to (a pipeline of statements with the `BEGIN` sent with it, a statement's preparation,
+    /// a `COMMIT`, a `ROLLBACK`). What the store's pipelining is measured by
+    /// (`tests/statement_shapes.rs`); the connection's own setup is not counted.
+    pub fn round_trips(&self) -> u64 {
+        self.trips.load(Ordering::Relaxed)
     }
 
     /// Connection threads still running.
@@ -463,7 +479,7 @@ fn run_once(conn: &mut Conn, job: &mut dyn Job) -> Run {
         }
     }
     let client = conn.client.as_ref().expect("connected above");
-    let (run, lost) = in_transaction(client, &conn.rt, &conn.cache, job);
+    let (run, lost) = in_transaction(client, &conn.rt, &conn.cache, &conn.trips, job);
     if lost {
         conn.reset();
     }
@@ -497,17 +513,18 @@ fn in_transaction(
     client: &Client,
     rt: &Runtime,
     cache: &RefCell<StatementCache>,
+    trips: &AtomicU64,
     job: &mut dyn Job,
 ) -> (Run, bool) {
     if job.access() == Access::Point {
         let r = {
-            let db = PgDb::autocommit(client, rt, cache);
+            let db = PgDb::autocommit(client, rt, cache, trips);
             job.run(&db)
         };
         let lost = client.is_closed() || matches!(r, Err(StoreError::Unavailable(_)));
         return (Run::Done(r), lost);
     }
-    let db = PgDb::transaction(client, rt, cache, begin_sql(job.access()));
+    let db = PgDb::transaction(client, rt, cache, trips, begin_sql(job.access()));
     let r = job.run(&db);
     if let Some(e) = db.take_begin_error() {
         // Nothing of the job ran in a transaction. A BEGIN that failed on a live connection (it
@@ -521,6 +538,10 @@ fn in_transaction(
     }
     let begun = db.begun();
     let write = job.access() == Access::Write;
+    if begun || r.is_ok() {
+        // The COMMIT, the ROLLBACK, or the empty transaction below.
+        trips.fetch_add(1, Ordering::Relaxed);
+    }
     let r = match r {
         Ok(()) => {
             let committed = if begun {

@@ -8,7 +8,7 @@
 //! queue behind one row. The subscription is first read without a lock; when the rule's answer writes
 //! it, the row is locked, read again, and the rule asked again on what the lock holds.
 //!
-//! Statements (issue #10). An attempt without a local effect loads the delivery, its receipt and the
+//! Statements. An attempt without a local effect loads the delivery, its receipt and the
 //! subscription in ONE statement (`FOR UPDATE OF d, r` on PostgreSQL: the delivery's row, then the
 //! receipt's, in that order; the subscription unlocked); an attempt with one locks the delivery alone,
 //! applies the effect (which locks its run), then the receipt, so the order above holds either way. A
@@ -19,21 +19,27 @@
 //! start exists is not read first: the run row is inserted `ON CONFLICT (id) DO NOTHING`, and when it
 //! existed the rule is asked again with `run_exists` (it then writes no run). The subscription events
 //! go in one multi-row `INSERT`.
+//!
+//! Round trips on PostgreSQL (an attempt without a local effect, the common case): the `BEGIN`, the
+//! joined load and the live outbound webhooks go out together; the run row alone (its answer decides);
+//! every write after it as one [`Pipeline`]; then the `COMMIT`: four in all.
 
 use crate::p;
-use crate::sql::{Col, Db, Dialect, IdList, Row, Rows, ToParam, Value as SqlValue};
+use crate::sql::{Col, Db, Dialect, IdList, Pipeline, Row, Rows, ToParam, Value as SqlValue};
 use serde_json::Value;
+use std::sync::LazyLock;
 use tb_core::attempt::{
     after_attempt, AttemptSnapshot, AttemptWrites, DeliveryRow, EffectDone, ReceiptRow, RunCreate,
     RunStart, SiblingDelivery, StreakUpdate, SubscriptionRow,
 };
 use tb_core::delivery::DeliveryState;
 use tb_core::lease::{self, LeaseRow};
+use tb_core::outbox;
 use tb_core::receipt::ReceiptState;
 use tb_core::signal::MailboxPolicy;
 
 use super::lease::{lock_lease, lost};
-use super::log::{insert_attempt, insert_events, NewRunEvent, RunLog};
+use super::log::{live_webhooks, queue_attempts, queue_events, NewRunEvent, RunLog, LIVE_WEBHOOKS};
 use super::read::{self, bad};
 use crate::model::*;
 use crate::session::Effect;
@@ -49,11 +55,11 @@ pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<Attem
         None => load_joined(c, id)?,
         Some(_) => None,
     };
-    let (mut snapshot, filled, session) = match joined {
-        Some(snapshot) => {
+    let (mut snapshot, filled, session, hooks) = match joined {
+        Some((snapshot, hooks)) => {
             lease::accepts_completion(&snapshot.delivery.lease, &a.report.lease)
                 .map_err(lost(id))?;
-            (snapshot, None, None)
+            (snapshot, None, None, Some(hooks))
         }
         None => {
             let (d, lease_row) = lock_lease(c, id)?;
@@ -68,7 +74,7 @@ pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<Attem
                 }
                 None => (None, None),
             };
-            (load(c, &d, lease_row)?, filled, session)
+            (load(c, &d, lease_row)?, filled, session, None)
         }
     };
     let report = filled.as_ref().unwrap_or(&a.report);
@@ -93,6 +99,7 @@ pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<Attem
         &receipt_id,
         &a.report.lease.token,
         session,
+        hooks,
         a.now,
     )?;
     Ok(AttemptCommitted {
@@ -154,16 +161,24 @@ const JOINED_RECEIPT: usize = JOINED_TOKEN + 1;
 const JOINED_SUB: usize = JOINED_RECEIPT + 2;
 
 /// The snapshot of an attempt without a local effect, loaded by [`JOINED`] (then the receipt's other
-/// deliveries when it has several); `None` when no row came back: no such delivery, or one without a
-/// receipt row (the caller takes the path of [`load`], which tells them apart).
-fn load_joined(c: &dyn Db, id: &str) -> StoreResult<Option<AttemptSnapshot>> {
+/// deliveries when it has several), with the live outbound webhooks a run it starts fans out to
+/// ([`LIVE_WEBHOOKS`], sent with the load: one round trip on PostgreSQL); `None` when no row came back:
+/// no such delivery, or one without a receipt row (the caller takes the path of [`load`], which tells
+/// them apart).
+fn load_joined(
+    c: &dyn Db,
+    id: &str,
+) -> StoreResult<Option<(AttemptSnapshot, Vec<outbox::LiveWebhook>)>> {
+    static LOCKED: LazyLock<String> = LazyLock::new(|| format!("{JOINED} FOR UPDATE OF d, r"));
     let sql = match c.dialect() {
-        Dialect::Sqlite => JOINED.to_string(),
-        Dialect::Postgres => format!("{JOINED} FOR UPDATE OF d, r"),
+        Dialect::Sqlite => JOINED,
+        Dialect::Postgres => LOCKED.as_str(),
     };
-    match c.query(&sql, p![id])?.pop() {
+    let mut answers = c.query_many(&[(sql, p![id]), (LIVE_WEBHOOKS, p![])])?;
+    let hooks = live_webhooks(&answers.pop().unwrap_or_default())?;
+    match answers.pop().and_then(|mut rows| rows.pop()) {
         None => Ok(None),
-        Some(row) => snapshot_from_joined(c, row).map(Some),
+        Some(row) => Ok(Some((snapshot_from_joined(c, row)?, hooks))),
     }
 }
 
@@ -292,18 +307,23 @@ fn subscription_row(s: &SubscriptionRecord) -> SubscriptionRow {
     }
 }
 
-/// Writes `w` (of an attempt on a delivery of receipt `receipt_id`) in the rule's order. The delivery's update is fenced on `token` and goes first, so a lost
-/// race is `LeaseLost` before anything else is written.
+/// Writes `w` (of an attempt on a delivery of receipt `receipt_id`) in the rule's order, as ONE
+/// [`Pipeline`] (one round trip on PostgreSQL); a session the run starts is written after it. The
+/// delivery's update is fenced on `token` and goes first: a lost race is `LeaseLost`, and the caller
+/// rolls back what was sent after it. `hooks` are the live outbound webhooks when the load read them
+/// (read here otherwise, when a run is started).
 fn apply(
     c: &dyn Db,
     w: &AttemptWrites,
     receipt_id: &str,
     token: &str,
     session: Option<(Value, MailboxPolicy)>,
+    hooks: Option<Vec<outbox::LiveWebhook>>,
     now: i64,
 ) -> StoreResult<()> {
     let u = &w.delivery;
-    let n = c.exec(
+    let mut q = Pipeline::new();
+    let fence = q.push(
         "UPDATE deliveries SET state = ?3, attempts = ?4, due_at = ?5, lease_owner = NULL, lease_token = NULL, \
          lease_until = NULL, first_attempt_at = ?6, last_error = ?7, dead_letter_reason = ?8, updated_at = ?9, \
          run_id = ?10, consumed_at = ?11 WHERE id = ?1 AND lease_token = ?2",
@@ -320,45 +340,53 @@ fn apply(
             u.run_id,
             u.consumed_at
         ],
-    )?;
-    lease::fenced(n).map_err(lost(&w.attempt.delivery_id))?;
-    insert_attempt(c, &w.attempt)?;
-    insert_events(c, &w.events)?;
+    );
+    queue_attempts(&mut q, c.dialect(), &[&w.attempt])?;
+    queue_events(&mut q, c.dialect(), &w.events)?;
     if let Some(run) = &w.run {
-        // Its row is in already (`insert_run_row`, before these writes).
-        insert_run_events(c, run)?;
-        if let (true, Some((content, mailbox))) = (run.start_session, &session) {
-            super::session::start_session(c, &run.id, content, mailbox, now)?;
-        }
+        // Its row is in already (`insert_run_row`, before these writes): its first events, packed.
+        let events: Vec<NewRunEvent<'_>> = first_events(run).collect();
+        let mut log = match hooks {
+            Some(hooks) => RunLog::with_hooks(c, hooks),
+            None => RunLog::new(c),
+        };
+        log.queue_first_events(&mut q, &[&events])?;
     }
     if let Some(state) = w.receipt_state {
-        c.exec(
+        q.push(
             "UPDATE receipts SET state = ?2, updated_at = ?3 WHERE id = ?1",
             p![receipt_id, state.as_str(), now],
-        )?;
+        );
     }
     if let Some(s) = &w.subscription {
         match &s.streak {
-            StreakUpdate::Reset { last_success_at } => c.exec(
+            StreakUpdate::Reset { last_success_at } => q.push(
                 "UPDATE subscriptions SET consecutive_failures = 0, first_failure_at = NULL, \
                  last_success_at = ?2 WHERE id = ?1",
                 p![s.id, last_success_at],
-            )?,
+            ),
             StreakUpdate::Failed {
                 consecutive_failures,
                 first_failure_at,
                 last_error,
-            } => c.exec(
+            } => q.push(
                 "UPDATE subscriptions SET consecutive_failures = ?2, first_failure_at = ?3, \
                  last_error = ?4 WHERE id = ?1",
                 p![s.id, consecutive_failures, first_failure_at, last_error],
-            )?,
+            ),
         };
         if let Some(state) = s.state {
-            c.exec(
+            q.push(
                 "UPDATE subscriptions SET state = ?2, updated_at = ?3, state_changed_at = ?3 WHERE id = ?1",
                 p![s.id, state.as_str(), now],
-            )?;
+            );
+        }
+    }
+    let counts = q.send(c)?;
+    lease::fenced(counts[fence]).map_err(lost(&w.attempt.delivery_id))?;
+    if let (Some(run), Some((content, mailbox))) = (&w.run, &session) {
+        if run.start_session {
+            super::session::start_session(c, &run.id, content, mailbox, now)?;
         }
     }
     Ok(())
@@ -402,13 +430,6 @@ pub(crate) fn insert_run_rows(c: &dyn Db, runs: &[&RunCreate]) -> StoreResult<Ve
         .iter()
         .map(|r| r.get::<String>(0))
         .collect()
-}
-
-/// Appends the new run's first events as one packed row (`super::packed_events`; each event fans out
-/// to the outbox), in one statement.
-fn insert_run_events(c: &dyn Db, r: &RunCreate) -> StoreResult<()> {
-    let events: Vec<NewRunEvent<'_>> = first_events(r).collect();
-    RunLog::new(c).append_first_events(&[&events])
 }
 
 /// A new run's first events, as the run log appends them (at the run's creation time).

@@ -18,10 +18,11 @@
 //! 3. The rest are written with one statement each for: the run rows (`ON CONFLICT (id) DO NOTHING
 //!    RETURNING id`; an item whose run existed is decided again with `run_exists`), the fenced delivery
 //!    updates (`UPDATE ... FROM (VALUES ...)` on SQLite, `FROM unnest(...)` on PostgreSQL: `super::Rows`,
-//!    `RETURNING id`: under the lock every fence holds, and a
-//!    fence that does not is an error for the whole batch), the attempt rows, the subscription events,
-//!    the run events with their outbox rows ([`super::log::RunLog::append_first_events`]: one packed
-//!    row per new run) and the receipts' states.
+//!    under the lock every fence holds, and a fence that does not, by its row count, is an error for
+//!    the whole batch), the attempt rows, the subscription events, the run events with their outbox
+//!    rows ([`super::log::RunLog::queue_first_events`]: one packed row per new run) and the receipts'
+//!    states, all sent as one [`Pipeline`] (one round trip on PostgreSQL). The live outbound webhooks
+//!    the outbox fans out to are read with step 1's load.
 //!
 //! A batch that fails as a whole (a statement error) is rolled back; the caller then commits its items
 //! one by one (`crate::sql::batch`), so every item still gets its own answer.
@@ -35,10 +36,11 @@ use super::attempt::{
 };
 use super::batch::in_savepoint;
 use super::lease::lost;
-use super::log::{insert_attempts, insert_events, NewRunEvent, RunLog};
-use super::{Col, Db, IdList, Rows, ToParam};
+use super::log::{live_webhooks, queue_attempts, queue_events, NewRunEvent, RunLog, LIVE_WEBHOOKS};
+use super::{Col, Db, IdList, Pipeline, Rows, ToParam};
 use crate::model::{AttemptCommit, AttemptCommitted};
 use crate::{StoreError, StoreResult};
+use tb_core::outbox::LiveWebhook;
 
 /// Commits `items` in the open transaction and answers each. An item's own refusal (`LeaseLost`,
 /// `NotFound`, `Rejected`) is its answer; an error that says the transaction itself failed
@@ -65,10 +67,14 @@ pub(crate) fn commit_attempts(
         }
     }
     let mut snapshots: HashMap<String, AttemptSnapshot> = HashMap::new();
+    let mut hooks = None;
     if !batched_ids.is_empty() {
         let ids = IdList::new(c.dialect(), &batched_ids);
         let sql = joined_many_sql(c.dialect(), &ids);
-        for row in c.query(&sql, &ids.params())? {
+        let params = ids.params();
+        let mut answers = c.query_many(&[(&sql, &params), (LIVE_WEBHOOKS, &[])])?;
+        hooks = Some(live_webhooks(&answers.pop().unwrap_or_default())?);
+        for row in answers.pop().unwrap_or_default() {
             let s = snapshot_from_joined(c, row)?;
             snapshots.insert(s.delivery.id.clone(), s);
         }
@@ -138,7 +144,7 @@ pub(crate) fn commit_attempts(
         }
     }
     if !decided.is_empty() {
-        write_decided(c, items, &decided)?;
+        write_decided(c, items, &decided, hooks.unwrap_or_default())?;
         for (i, _, w) in &decided {
             answers[*i] = Some(Ok(AttemptCommitted {
                 subscription_transition: w.transition,
@@ -162,12 +168,14 @@ pub(crate) fn commit_attempts(
         .collect())
 }
 
-/// Writes every decided item: the fenced delivery updates first (all must hold), then the attempts,
-/// the subscription events, the run events with their outbox, and the receipts' states.
+/// Writes every decided item as ONE [`Pipeline`] (one round trip on PostgreSQL): the fenced delivery
+/// updates first (all must hold), then the attempts, the subscription events, the run events with
+/// their outbox (to `hooks`, the live outbound webhooks read with the load), and the receipts' states.
 fn write_decided(
     c: &dyn Db,
     items: &[AttemptCommit],
     decided: &[(usize, AttemptSnapshot, AttemptWrites)],
+    hooks: Vec<LiveWebhook>,
 ) -> StoreResult<()> {
     // Deliveries, fenced on the token each item holds.
     use Col::{Int, Text};
@@ -194,27 +202,19 @@ fn write_decided(
          lease_owner = NULL, lease_token = NULL, lease_until = NULL, first_attempt_at = v.column6, \
          last_error = v.column7, dead_letter_reason = v.column8, updated_at = v.column9, \
          run_id = v.column10, consumed_at = v.column11 \
-         FROM {} WHERE deliveries.id = v.column1 AND deliveries.lease_token = v.column2 \
-         RETURNING id",
+         FROM {} WHERE deliveries.id = v.column1 AND deliveries.lease_token = v.column2",
         rows.table()
     );
-    let params = rows.params()?;
-    let updated = c.query(&sql, &params)?.len();
-    if updated != decided.len() {
-        // Every row is locked and its token was checked: a fence that fails here is a bug.
-        return Err(StoreError::Database(format!(
-            "batched attempt commit: {updated} of {} fenced delivery updates held under lock",
-            decided.len()
-        )));
-    }
+    let mut q = Pipeline::new();
+    let fence = q.push(sql, &rows.params()?);
     let attempts: Vec<&tb_core::attempt::AttemptRow> =
         decided.iter().map(|(_, _, w)| &w.attempt).collect();
-    insert_attempts(c, &attempts)?;
+    queue_attempts(&mut q, c.dialect(), &attempts)?;
     let events: Vec<tb_core::attempt::SubscriptionEvent> = decided
         .iter()
         .flat_map(|(_, _, w)| w.events.iter().cloned())
         .collect();
-    insert_events(c, &events)?;
+    queue_events(&mut q, c.dialect(), &events)?;
     // Each new run's first events, as one packed row per run (`super::packed_events`).
     let run_events: Vec<Vec<NewRunEvent<'_>>> = decided
         .iter()
@@ -222,7 +222,7 @@ fn write_decided(
         .map(|r| first_events(r).collect())
         .collect();
     let groups: Vec<&[NewRunEvent<'_>]> = run_events.iter().map(Vec::as_slice).collect();
-    RunLog::new(c).append_first_events(&groups)?;
+    RunLog::with_hooks(c, hooks).queue_first_events(&mut q, &groups)?;
     // Receipts whose state the rule changed.
     let states: Vec<(&str, &str, i64)> = decided
         .iter()
@@ -237,14 +237,23 @@ fn write_decided(
         for (id, st, at) in &states {
             rows.push(&[id.to_param(), st.to_param(), at.to_param()]);
         }
-        c.exec(
-            &format!(
+        q.push(
+            format!(
                 "UPDATE receipts SET state = v.column2, updated_at = v.column3 \
                  FROM {} WHERE receipts.id = v.column1",
                 rows.table()
             ),
             &rows.params()?,
-        )?;
+        );
+    }
+    let updated = q.send(c)?[fence];
+    if updated != decided.len() as u64 {
+        // Every row is locked and its token was checked: a fence that fails here is a bug (the
+        // writes sent after it are rolled back with the batch).
+        return Err(StoreError::Database(format!(
+            "batched attempt commit: {updated} of {} fenced delivery updates held under lock",
+            decided.len()
+        )));
     }
     Ok(())
 }

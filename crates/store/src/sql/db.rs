@@ -322,6 +322,17 @@ pub trait Db {
             .map(|(sql, params)| self.exec(sql, params))
             .collect()
     }
+
+    /// Runs the queries `statements` in order inside the same transaction; returns each one's rows, in
+    /// the same order. As [`Db::exec_many`]: for reads none of which depends on another's answer (the
+    /// attempt's locked load and the live outbound webhooks it may fan out to), sent together on
+    /// PostgreSQL (one round trip), one by one by default. Errors: the first failing query's.
+    fn query_many(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<Vec<Row>>> {
+        statements
+            .iter()
+            .map(|(sql, params)| self.query(sql, params))
+            .collect()
+    }
 }
 
 impl dyn Db + '_ {

@@ -12,7 +12,7 @@ use tb_core::receipt::{self, ReceiptState};
 use super::packed_events;
 use super::read::{self, no_row};
 use crate::p;
-use crate::sql::{Col, Db, Param, Rows, ToParam};
+use crate::sql::{Col, Db, Dialect, Param, Pipeline, Row, Rows, ToParam};
 use crate::StoreResult;
 
 pub(crate) fn insert_run_event(
@@ -51,6 +51,22 @@ pub(crate) fn insert_run_event_with_id(
     RunLog::new(c).append(event_id, run, seq, ty, payload, causation, now)
 }
 
+/// The live outbound webhooks (`id`, `events` JSON), read by [`live_webhooks`].
+pub(crate) const LIVE_WEBHOOKS: &str = "SELECT id, events FROM webhooks WHERE deleted = 0";
+
+/// The rows of [`LIVE_WEBHOOKS`] as the outbox rule reads them (an unreadable `events` list takes no
+/// event).
+pub(crate) fn live_webhooks(rows: &[Row]) -> StoreResult<Vec<outbox::LiveWebhook>> {
+    rows.iter()
+        .map(|r| {
+            Ok(outbox::LiveWebhook {
+                id: r.get(0)?,
+                events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
 /// Appends run events inside one transaction, with their outbox: one `webhook` delivery per live
 /// outbound webhook that takes the event's type (the rule: `tb_core::outbox`). The live webhooks are
 /// read at most once per `RunLog` (an attempt that starts a run appends two or three events), not once
@@ -64,6 +80,15 @@ impl<'c> RunLog<'c> {
     /// A log writer on `c` (the open transaction).
     pub(crate) fn new(c: &'c dyn Db) -> RunLog<'c> {
         RunLog { c, hooks: None }
+    }
+
+    /// A log writer on `c` that fans out to `hooks`, the live outbound webhooks the transaction read
+    /// already ([`LIVE_WEBHOOKS`], sent with the statement that locked what the events follow from).
+    pub(crate) fn with_hooks(c: &'c dyn Db, hooks: Vec<outbox::LiveWebhook>) -> RunLog<'c> {
+        RunLog {
+            c,
+            hooks: Some(hooks),
+        }
     }
 
     /// Appends event `event_id` at `seq` of run `run` and its outbox deliveries (due at `now`, Unix ms).
@@ -117,19 +142,10 @@ struct StoredRow<'a> {
 }
 
 impl RunLog<'_> {
-    /// The live outbound webhooks, read once per `RunLog`.
+    /// The live outbound webhooks, read once per `RunLog` (unless given to [`RunLog::with_hooks`]).
     fn hooks(&mut self) -> StoreResult<&[outbox::LiveWebhook]> {
         if self.hooks.is_none() {
-            self.hooks = Some(self.c.rows(
-                "SELECT id, events FROM webhooks WHERE deleted = 0",
-                p![],
-                |r| {
-                    Ok(outbox::LiveWebhook {
-                        id: r.get(0)?,
-                        events: serde_json::from_str(&r.get::<String>(1)?).unwrap_or_default(),
-                    })
-                },
-            )?);
+            self.hooks = Some(live_webhooks(&self.c.query(LIVE_WEBHOOKS, p![])?)?);
         }
         Ok(self.hooks.as_deref().unwrap_or_default())
     }
@@ -139,20 +155,27 @@ impl RunLog<'_> {
     /// trip on PostgreSQL); nothing when `events` is empty.
     pub(crate) fn append_many(&mut self, events: &[NewRunEvent<'_>]) -> StoreResult<()> {
         let groups: Vec<&[NewRunEvent<'_>]> = events.chunks(1).collect();
-        self.append_groups(&groups)
+        let mut q = Pipeline::new();
+        self.queue_groups(&mut q, &groups)?;
+        q.send(self.c).map(drop)
     }
 
-    /// Appends new runs' first events (`tb_core::attempt::first_events`), one group per run, each
-    /// group as ONE packed `run_events` row (`super::packed_events`; a group that cannot share a row,
-    /// one row per event), with one outbox delivery per event as [`RunLog::append_many`]; nothing when
-    /// `runs` holds no event.
-    pub(crate) fn append_first_events(&mut self, runs: &[&[NewRunEvent<'_>]]) -> StoreResult<()> {
-        self.append_groups(runs)
+    /// Queues new runs' first events (`super::attempt::first_events`) on `q` (the caller sends `q` with the rest of its step): one group
+    /// per run, each group as ONE packed `run_events` row (`super::packed_events`; a group that cannot
+    /// share a row, one row per event), with one outbox delivery per event as [`RunLog::append_many`];
+    /// nothing when `runs` holds no event.
+    pub(crate) fn queue_first_events(
+        &mut self,
+        q: &mut Pipeline,
+        runs: &[&[NewRunEvent<'_>]],
+    ) -> StoreResult<()> {
+        self.queue_groups(q, runs)
     }
 
-    /// Appends `groups`: each as one packed row when [`packed_events::pack`] takes it, else one row
-    /// per event; the outbox per event either way.
-    fn append_groups(&mut self, groups: &[&[NewRunEvent<'_>]]) -> StoreResult<()> {
+    /// Queues `groups` on `q`: each as one packed row when [`packed_events::pack`] takes it, else one
+    /// row per event; the outbox per event either way (reading the live webhooks first if this log
+    /// has not read them).
+    fn queue_groups(&mut self, q: &mut Pipeline, groups: &[&[NewRunEvent<'_>]]) -> StoreResult<()> {
         let events = || groups.iter().flat_map(|g| g.iter());
         if events().next().is_none() {
             return Ok(());
@@ -241,9 +264,10 @@ impl RunLog<'_> {
                 Ok((sql, rows.params()?))
             })
             .collect::<StoreResult<_>>()?;
-        let mut writes: Vec<(&str, &[Param<'_>])> = vec![(&events_sql, &params)];
-        writes.extend(chunks.iter().map(|(sql, ps)| (sql.as_str(), &ps[..])));
-        c.exec_many(&writes)?;
+        q.push(events_sql, &params);
+        for (sql, ps) in chunks {
+            q.push(sql, &ps);
+        }
         Ok(())
     }
 }
@@ -300,12 +324,23 @@ pub(crate) fn insert_attempt(c: &dyn Db, a: &AttemptRow) -> StoreResult<()> {
 
 /// Inserts `attempts` rows in one multi-row `INSERT` (nothing when `rows` is empty).
 pub(crate) fn insert_attempts(c: &dyn Db, rows: &[&AttemptRow]) -> StoreResult<()> {
+    let mut q = Pipeline::new();
+    queue_attempts(&mut q, c.dialect(), rows)?;
+    q.send(c).map(drop)
+}
+
+/// [`insert_attempts`] queued on `q` (in `dialect`) instead of run.
+pub(crate) fn queue_attempts(
+    q: &mut Pipeline,
+    dialect: Dialect,
+    rows: &[&AttemptRow],
+) -> StoreResult<()> {
     if rows.is_empty() {
         return Ok(());
     }
     use Col::{Int, Text};
     const COLS: &[Col] = &[Text, Int, Text, Text, Text, Int, Int, Int, Text];
-    let mut attempts = Rows::new(c.dialect(), COLS);
+    let mut attempts = Rows::new(dialect, COLS);
     for a in rows {
         attempts.push(&[
             a.delivery_id.to_param(),
@@ -319,39 +354,50 @@ pub(crate) fn insert_attempts(c: &dyn Db, rows: &[&AttemptRow]) -> StoreResult<(
             a.message.to_param(),
         ]);
     }
-    c.exec(
-        &format!(
+    q.push(
+        format!(
             "INSERT INTO attempts (delivery_id, attempt, event_id, outcome, error_class, started_at, \
              duration_ms, next_due_at, message) {}",
             attempts.values()
         ),
         &attempts.params()?,
-    )?;
+    );
     Ok(())
 }
 
 /// Inserts a run-less trigger event into `subscription_events`.
 pub(crate) fn insert_event(c: &dyn Db, e: &SubscriptionEvent) -> StoreResult<()> {
-    c.exec(
-        "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        p![
-            e.event_id,
-            e.subscription_id,
-            e.event_type,
-            e.payload.to_string(),
-            e.delivery_id,
-            e.timestamp
-        ],
-    )?;
-    Ok(())
+    insert_events(c, std::slice::from_ref(e))
 }
 
 /// Inserts run-less trigger events into `subscription_events` in one multi-row `INSERT` (nothing when
 /// `events` is empty).
 pub(crate) fn insert_events(c: &dyn Db, events: &[SubscriptionEvent]) -> StoreResult<()> {
+    let mut q = Pipeline::new();
+    queue_events(&mut q, c.dialect(), events)?;
+    q.send(c).map(drop)
+}
+
+/// [`insert_events`] queued on `q` (in `dialect`) instead of run.
+pub(crate) fn queue_events(
+    q: &mut Pipeline,
+    dialect: Dialect,
+    events: &[SubscriptionEvent],
+) -> StoreResult<()> {
     if let [e] = events {
-        return insert_event(c, e);
+        q.push(
+            "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            p![
+                e.event_id,
+                e.subscription_id,
+                e.event_type,
+                e.payload.to_string(),
+                e.delivery_id,
+                e.timestamp
+            ],
+        );
+        return Ok(());
     }
     if events.is_empty() {
         return Ok(());
@@ -359,7 +405,7 @@ pub(crate) fn insert_events(c: &dyn Db, events: &[SubscriptionEvent]) -> StoreRe
     use Col::{Int, Text};
     const COLS: &[Col] = &[Text, Text, Text, Text, Text, Int];
     let payloads: Vec<String> = events.iter().map(|e| e.payload.to_string()).collect();
-    let mut rows = Rows::new(c.dialect(), COLS);
+    let mut rows = Rows::new(dialect, COLS);
     for (e, payload) in events.iter().zip(&payloads) {
         rows.push(&[
             e.event_id.to_param(),
@@ -370,12 +416,12 @@ pub(crate) fn insert_events(c: &dyn Db, events: &[SubscriptionEvent]) -> StoreRe
             e.timestamp.to_param(),
         ]);
     }
-    c.exec(
-        &format!(
+    q.push(
+        format!(
             "INSERT INTO subscription_events (event_id, subscription_id, type, payload, delivery_id, timestamp) {}",
             rows.values()
         ),
         &rows.params()?,
-    )?;
+    );
     Ok(())
 }

@@ -12,6 +12,7 @@ pub(crate) mod ingest_batch;
 pub(crate) mod lease;
 pub(crate) mod log;
 pub(crate) mod packed_events;
+mod pipeline;
 pub(crate) mod read;
 pub(crate) mod schedule;
 pub(crate) mod services;
@@ -21,5 +22,6 @@ pub(crate) mod write;
 
 pub use db::{numbered_to_dollar, to_postgres, Db, Dialect, FromValue, Param, Row, ToParam, Value};
 pub(crate) use db::{Col, IdList, Rows};
+pub(crate) use pipeline::Pipeline;
 pub use session::waits::wait_view;
 pub use store::{Backend, SqlStore};

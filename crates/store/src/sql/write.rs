@@ -56,8 +56,9 @@ pub(crate) fn insert_subscription(
 
 /// `normalized` and `inputs` (one per delivery) are the JSON texts, serialized by the caller so the
 /// writer thread does no serialization. The receipt's insert (which carries its raw body) decides (a
-/// taken dedup key is a duplicate); its deliveries depend on nothing the database answers, so they are
-/// built first and sent together. Deliveries handed over at commit ([`NewReceipt::lease`]) are written
+/// taken dedup key is a duplicate). Its deliveries are sent with it, in the same pipeline (one round
+/// trip on PostgreSQL): each insert is guarded by the receipt's row existing ([`guarded_delivery`]), so
+/// a duplicate inserts none. Deliveries handed over at commit ([`NewReceipt::lease`]) are written
 /// leased, and their [`Lease`]s are built from what was written (no read back).
 pub(crate) fn commit_receipt(
     c: &dyn Db,
@@ -71,11 +72,20 @@ pub(crate) fn commit_receipt(
     // Built once: the writer thread (SQLite's only one) does no formatting per receipt.
     static ONE_RECEIPT: LazyLock<String> =
         LazyLock::new(|| format!("{INSERT_RECEIPT} VALUES {} {ON_DEDUP}", receipt_values(1)));
-    static ONE_DELIVERY: LazyLock<String> =
-        LazyLock::new(|| format!("{INSERT_DELIVERY_INTO} VALUES {}", delivery_values(1)));
+    static ONE_DELIVERY: LazyLock<String> = LazyLock::new(guarded_delivery);
     let row = receipt_params(r, normalized);
-    let inserted = c.exec(&ONE_RECEIPT, &row)?;
-    if inserted == 0 {
+    let plan = ReceiptPlan::new(r, inputs);
+    let delivery_params = plan.delivery_params();
+    let mut writes: Vec<(&str, &[Param<'_>])> = vec![(ONE_RECEIPT.as_str(), &row[..])];
+    writes.extend(
+        delivery_params
+            .iter()
+            .map(|ps| (ONE_DELIVERY.as_str(), &ps[..])),
+    );
+    let counts = c.exec_many(&writes)?;
+    if counts[0] == 0 {
+        // Nothing of it was written: each delivery's guard found no receipt row, or (the same receipt
+        // committed again after an unknown outcome) its own row already there.
         // The key is taken. If its window has passed, release it and take it (rare path).
         let released = c.exec(
             "UPDATE receipts SET dedup_live = 0 WHERE subscription_id = ?1 AND dedup_key = ?2 \
@@ -88,16 +98,44 @@ pub(crate) fn commit_receipt(
         return read::duplicate_of(c, &r.subscription_id, &r.dedup_key, r.received_at)?
             .ok_or_else(|| StoreError::Database("dedup conflict without a receipt".into()));
     }
-    let plan = ReceiptPlan::new(r, inputs);
-    let delivery_params = plan.delivery_params();
-    let writes: Vec<(&str, &[Param<'_>])> = delivery_params
-        .iter()
-        .map(|ps| (ONE_DELIVERY.as_str(), &ps[..]))
-        .collect();
-    if !writes.is_empty() {
-        c.exec_many(&writes)?;
+    if let Some(k) = counts[1..].iter().position(|n| *n != 1) {
+        // The receipt is new, so each of its deliveries must be too: a taken id is a bug, never skipped.
+        return Err(StoreError::Database(format!(
+            "delivery {} of a new receipt was not inserted: its id is taken",
+            k + 1
+        )));
     }
     plan.finish(c)
+}
+
+/// One delivery of a receipt, sent in the receipt's own pipeline: its [`INSERT_DELIVERY_INTO`] from its
+/// [`ReceiptPlan::delivery_params`] (each cast to its column's type, since a `SELECT` list gives
+/// PostgreSQL no column to infer it from), inserted only when its receipt's row exists (`WHERE EXISTS`:
+/// the receipt's insert just before it wrote the row, or found its dedup key taken and wrote nothing).
+/// A delivery whose id exists inserts nothing (`ON CONFLICT (id) DO NOTHING`): the same receipt
+/// committed a second time (a retry after an unknown commit outcome) finds its first commit's rows
+/// and is a duplicate; [`commit_receipt`] refuses a new receipt whose delivery inserted nothing.
+fn guarded_delivery() -> String {
+    let values: Vec<String> = DELIVERY_COLS
+        .iter()
+        .enumerate()
+        .map(|(k, col)| {
+            match col {
+                Col::Int => format!("CAST(?{} AS BIGINT)", k + 1),
+                Col::Text => format!("CAST(?{} AS TEXT)", k + 1),
+                // No delivery column holds bytes; the two dialects name the type differently.
+                Col::Blob => format!("?{}", k + 1),
+            }
+        })
+        .collect();
+    // `updated_at` is `created_at` (the 13th parameter).
+    format!(
+        "{INSERT_DELIVERY_INTO} SELECT {}, {}, {} WHERE EXISTS (SELECT 1 FROM receipts WHERE id = ?2) \
+         ON CONFLICT (id) DO NOTHING",
+        values[..13].join(", "),
+        values[12],
+        values[13..].join(", ")
+    )
 }
 
 /// The receipt's insert up to its `VALUES` (the columns of [`receipt_params`]). The raw body is the
@@ -108,28 +146,11 @@ pub(crate) const INSERT_RECEIPT: &str = "INSERT INTO receipts (id, subscription_
 /// What a taken dedup key does to the receipt's insert: nothing (the insert reports 0 rows).
 pub(crate) const ON_DEDUP: &str =
     "ON CONFLICT (subscription_id, dedup_key) WHERE dedup_live = 1 DO NOTHING";
-/// The deliveries' insert up to its `VALUES` (the columns of [`delivery_values`] and
-/// [`ReceiptPlan::delivery_params`]).
+/// The deliveries' insert up to its rows (the columns of [`ReceiptPlan::delivery_params`], with
+/// `created_at` bound twice: `updated_at` is `created_at`).
 pub(crate) const INSERT_DELIVERY_INTO: &str =
     "INSERT INTO deliveries (id, receipt_id, subscription_id, binding_id, dedup_key, action, workflow_id, run_id, \
      inputs, state, due_at, dead_letter_reason, created_at, updated_at, params, lease_owner, lease_token, lease_until, kind, trace_context)";
-
-/// `n` rows of [`INSERT_DELIVERY_INTO`]'s values, 19 parameters each (`updated_at` is
-/// `created_at`).
-pub(crate) fn delivery_values(n: usize) -> String {
-    (0..n)
-        .map(|i| {
-            let k: Vec<String> = (1..=19).map(|j| format!("?{}", i * 19 + j)).collect();
-            format!(
-                "({}, {}, {})",
-                k[..13].join(", "),
-                k[12],
-                k[13..].join(", ")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
 
 /// `n` rows of [`INSERT_RECEIPT`]'s values, [`RECEIPT_PARAMS`] parameters each ([`receipt_params`]);
 /// `updated_at` is `received_at` and `dedup_live` is 1 while the window is open.
@@ -199,7 +220,7 @@ pub(crate) const DELIVERY_COLS: &[Col] = {
 };
 
 /// The batch path's deliveries insert: [`INSERT_DELIVERY_INTO`] of `rows` ([`DELIVERY_COLS`], each
-/// row [`ReceiptPlan::delivery_params`]), as [`delivery_values`] (`updated_at` is `created_at`). One
+/// row [`ReceiptPlan::delivery_params`]; `updated_at` is `created_at`). One
 /// text for any number of rows on PostgreSQL ([`Rows`]).
 pub(crate) fn insert_deliveries_sql(rows: &Rows<'_>) -> String {
     format!(
@@ -302,7 +323,7 @@ impl<'a> ReceiptPlan<'a> {
         }
     }
 
-    /// The 19 parameters of [`delivery_values`] for each delivery.
+    /// The 19 parameters of [`INSERT_DELIVERY_INTO`]'s row (`created_at` once) for each delivery.
     pub(crate) fn delivery_params(&self) -> Vec<[Param<'_>; 19]> {
         let r = self.r;
         self.rows
@@ -792,15 +813,27 @@ pub(crate) fn release_subscription(c: &dyn Db, id: &str) -> StoreResult<bool> {
 
 #[cfg(test)]
 mod tests {
-    use super::delivery_values;
+    use super::guarded_delivery;
 
     #[test]
-    fn delivery_rows_bind_created_at_twice_and_number_on() {
-        let two = delivery_values(2);
-        assert!(two.starts_with("(?1, ?2,"), "{two}");
-        assert!(two.contains("?12, ?13, ?13, ?14,"), "{two}");
-        assert!(two.contains("?18, ?19), (?20, ?21,"), "{two}");
-        assert!(two.contains("?31, ?32, ?32, ?33,"), "{two}");
-        assert!(two.ends_with("?38)"), "{two}");
+    fn a_guarded_delivery_binds_created_at_twice_and_waits_for_its_receipt() {
+        let sql = guarded_delivery();
+        assert!(
+            sql.contains("SELECT CAST(?1 AS TEXT), CAST(?2 AS TEXT),"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains(
+                "CAST(?12 AS TEXT), CAST(?13 AS BIGINT), CAST(?13 AS BIGINT), CAST(?14 AS TEXT),"
+            ),
+            "{sql}"
+        );
+        assert!(
+            sql.ends_with(
+                "CAST(?19 AS TEXT) WHERE EXISTS (SELECT 1 FROM receipts WHERE id = ?2) \
+                 ON CONFLICT (id) DO NOTHING"
+            ),
+            "{sql}"
+        );
     }
 }
