@@ -11,12 +11,10 @@ use support::{delivered, race, receipt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::json;
 use tb_core::delivery::DeliveryState;
 use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::ReceiptState;
 use tb_core::run::RunStatus;
-use tb_core::subscription::Source;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::sqlite::SqliteStore;
@@ -68,18 +66,7 @@ async fn handles() -> Vec<Handle> {
 }
 
 async fn subscription(s: &dyn Store, id: &str) {
-    s.upsert_subscription(
-        SubscriptionDef {
-            id: id.into(),
-            source: Source::Webhook,
-            connector: "standard-webhooks".into(),
-            config: json!({}),
-            failure_threshold: 0,
-        },
-        1_000,
-    )
-    .await
-    .unwrap();
+    support::webhook_subscription(s, id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

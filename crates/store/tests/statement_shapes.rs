@@ -11,8 +11,6 @@ use support::race;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use serde_json::json;
-use tb_core::subscription::Source;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::*;
@@ -55,18 +53,7 @@ async fn batches_of_every_size_share_one_prepared_statement_per_kind() {
             .await
             .expect("open postgres"),
     );
-    pg.upsert_subscription(
-        SubscriptionDef {
-            id: "hooks".into(),
-            source: Source::Webhook,
-            connector: "standard-webhooks".into(),
-            config: json!({}),
-            failure_threshold: 0,
-        },
-        1_000,
-    )
-    .await
-    .unwrap();
+    support::webhook_subscription(&*pg, "hooks").await;
     let mut runs = BTreeSet::new();
     for n in SIZES {
         let leases = race(n, |i| {
@@ -167,18 +154,9 @@ async fn one_event_takes_two_round_trips_to_commit_and_four_to_start_its_run() {
     let pg = PgStore::connect(db.url(), opts)
         .await
         .expect("open postgres");
-    pg.upsert_subscription(
-        SubscriptionDef {
-            id: "hooks".into(),
-            source: Source::Webhook,
-            connector: "standard-webhooks".into(),
-            config: json!({}),
-            failure_threshold: 0,
-        },
-        1_000,
-    )
-    .await
-    .unwrap();
+    support::webhook_subscription(&pg, "hooks").await;
+    // `support::delivered` attempts at a fixed time whose subscription needs no write (no streak, a
+    // fresh `last_success_at`): the attempt's path without the subscription's lock and update.
     let mut trips = Vec::new();
     for key in ["warm", "measured"] {
         let before = pg.pool().round_trips();

@@ -46,7 +46,8 @@ use crate::session::Effect;
 use crate::session::NewRun;
 use crate::{StoreError, StoreResult};
 
-/// Records attempt `a` (see [`AttemptCommit`]). Errors: `LeaseLost` (nothing written: another token,
+/// Records attempt `a` (see [`AttemptCommit`]). Errors: `LeaseLost` (nothing committed, the caller
+/// rolls back what was sent: another token,
 /// a terminal delivery, an attempt already recorded, or the fenced update lost); `Rejected` when the
 /// local effect is refused (the caller rolls everything back); `NotFound("delivery")`.
 pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<AttemptCommitted> {
@@ -59,7 +60,7 @@ pub(crate) fn commit_attempt(c: &dyn Db, a: &AttemptCommit) -> StoreResult<Attem
         Some((snapshot, hooks)) => {
             lease::accepts_completion(&snapshot.delivery.lease, &a.report.lease)
                 .map_err(lost(id))?;
-            (snapshot, None, None, Some(hooks))
+            (snapshot, None, None, hooks)
         }
         None => {
             let (d, lease_row) = lock_lease(c, id)?;
@@ -161,25 +162,39 @@ const JOINED_RECEIPT: usize = JOINED_TOKEN + 1;
 const JOINED_SUB: usize = JOINED_RECEIPT + 2;
 
 /// The snapshot of an attempt without a local effect, loaded by [`JOINED`] (then the receipt's other
-/// deliveries when it has several), with the live outbound webhooks a run it starts fans out to
-/// ([`LIVE_WEBHOOKS`], sent with the load: one round trip on PostgreSQL); `None` when no row came back:
-/// no such delivery, or one without a receipt row (the caller takes the path of [`load`], which tells
-/// them apart).
+/// deliveries when it has several), with the live outbound webhooks a run it starts fans out to when
+/// they came with the load ([`with_live_webhooks`]); `None` when no row came back: no such delivery, or
+/// one without a receipt row (the caller takes the path of [`load`], which tells them apart).
 fn load_joined(
     c: &dyn Db,
     id: &str,
-) -> StoreResult<Option<(AttemptSnapshot, Vec<outbox::LiveWebhook>)>> {
+) -> StoreResult<Option<(AttemptSnapshot, Option<Vec<outbox::LiveWebhook>>)>> {
     static LOCKED: LazyLock<String> = LazyLock::new(|| format!("{JOINED} FOR UPDATE OF d, r"));
     let sql = match c.dialect() {
         Dialect::Sqlite => JOINED,
         Dialect::Postgres => LOCKED.as_str(),
     };
-    let mut answers = c.query_many(&[(sql, p![id]), (LIVE_WEBHOOKS, p![])])?;
-    let hooks = live_webhooks(&answers.pop().unwrap_or_default())?;
-    match answers.pop().and_then(|mut rows| rows.pop()) {
+    let (rows, hooks) = with_live_webhooks(c, sql, p![id])?;
+    match rows.into_iter().next() {
         None => Ok(None),
         Some(row) => Ok(Some((snapshot_from_joined(c, row)?, hooks))),
     }
+}
+
+/// Runs the load `sql`; on PostgreSQL with the live outbound webhooks ([`LIVE_WEBHOOKS`]) in the same
+/// round trip, which an attempt that starts a run fans out to. On SQLite (no network) they are not read
+/// here: the run log reads them only when a run starts (`None`).
+pub(crate) fn with_live_webhooks(
+    c: &dyn Db,
+    sql: &str,
+    params: &[crate::sql::Param<'_>],
+) -> StoreResult<(Vec<Row>, Option<Vec<outbox::LiveWebhook>>)> {
+    if c.dialect() == Dialect::Sqlite {
+        return Ok((c.query(sql, params)?, None));
+    }
+    let mut answers = c.query_many(&[(sql, params), (LIVE_WEBHOOKS, p![])])?;
+    let hooks = live_webhooks(&answers.pop().unwrap_or_default())?;
+    Ok((answers.pop().unwrap_or_default(), Some(hooks)))
 }
 
 /// [`JOINED`] for the deliveries `ids` (`d.id IN (?1, ..., ?n)` on SQLite, `d.id = ANY(?1::text[])` on

@@ -21,8 +21,8 @@
 //!    under the lock every fence holds, and a fence that does not, by its row count, is an error for
 //!    the whole batch), the attempt rows, the subscription events, the run events with their outbox
 //!    rows ([`super::log::RunLog::queue_first_events`]: one packed row per new run) and the receipts'
-//!    states, all sent as one [`Pipeline`] (one round trip on PostgreSQL). The live outbound webhooks
-//!    the outbox fans out to are read with step 1's load.
+//!    states, all sent as one [`Pipeline`] (one round trip on PostgreSQL). On PostgreSQL the live
+//!    outbound webhooks the outbox fans out to are read with step 1's load.
 //!
 //! A batch that fails as a whole (a statement error) is rolled back; the caller then commits its items
 //! one by one (`crate::sql::batch`), so every item still gets its own answer.
@@ -33,10 +33,11 @@ use tb_core::attempt::{after_attempt, AttemptSnapshot, AttemptWrites};
 
 use super::attempt::{
     commit_attempt, first_events, insert_run_rows, joined_many_sql, snapshot_from_joined,
+    with_live_webhooks,
 };
 use super::batch::in_savepoint;
 use super::lease::lost;
-use super::log::{live_webhooks, queue_attempts, queue_events, NewRunEvent, RunLog, LIVE_WEBHOOKS};
+use super::log::{queue_attempts, queue_events, NewRunEvent, RunLog};
 use super::{Col, Db, IdList, Pipeline, Rows, ToParam};
 use crate::model::{AttemptCommit, AttemptCommitted};
 use crate::{StoreError, StoreResult};
@@ -71,10 +72,9 @@ pub(crate) fn commit_attempts(
     if !batched_ids.is_empty() {
         let ids = IdList::new(c.dialect(), &batched_ids);
         let sql = joined_many_sql(c.dialect(), &ids);
-        let params = ids.params();
-        let mut answers = c.query_many(&[(&sql, &params), (LIVE_WEBHOOKS, &[])])?;
-        hooks = Some(live_webhooks(&answers.pop().unwrap_or_default())?);
-        for row in answers.pop().unwrap_or_default() {
+        let (rows, read) = with_live_webhooks(c, &sql, &ids.params())?;
+        hooks = read;
+        for row in rows {
             let s = snapshot_from_joined(c, row)?;
             snapshots.insert(s.delivery.id.clone(), s);
         }
@@ -144,7 +144,7 @@ pub(crate) fn commit_attempts(
         }
     }
     if !decided.is_empty() {
-        write_decided(c, items, &decided, hooks.unwrap_or_default())?;
+        write_decided(c, items, &decided, hooks)?;
         for (i, _, w) in &decided {
             answers[*i] = Some(Ok(AttemptCommitted {
                 subscription_transition: w.transition,
@@ -170,12 +170,13 @@ pub(crate) fn commit_attempts(
 
 /// Writes every decided item as ONE [`Pipeline`] (one round trip on PostgreSQL): the fenced delivery
 /// updates first (all must hold), then the attempts, the subscription events, the run events with
-/// their outbox (to `hooks`, the live outbound webhooks read with the load), and the receipts' states.
+/// their outbox (to `hooks`, the live outbound webhooks read with the load; read here when `None`), and
+/// the receipts' states.
 fn write_decided(
     c: &dyn Db,
     items: &[AttemptCommit],
     decided: &[(usize, AttemptSnapshot, AttemptWrites)],
-    hooks: Vec<LiveWebhook>,
+    hooks: Option<Vec<LiveWebhook>>,
 ) -> StoreResult<()> {
     // Deliveries, fenced on the token each item holds.
     use Col::{Int, Text};
@@ -222,7 +223,11 @@ fn write_decided(
         .map(|r| first_events(r).collect())
         .collect();
     let groups: Vec<&[NewRunEvent<'_>]> = run_events.iter().map(Vec::as_slice).collect();
-    RunLog::with_hooks(c, hooks).queue_first_events(&mut q, &groups)?;
+    let mut log = match hooks {
+        Some(hooks) => RunLog::with_hooks(c, hooks),
+        None => RunLog::new(c),
+    };
+    log.queue_first_events(&mut q, &groups)?;
     // Receipts whose state the rule changed.
     let states: Vec<(&str, &str, i64)> = decided
         .iter()
@@ -356,6 +361,44 @@ mod tests {
 
     fn count(c: &dyn Db, sql: &str) -> i64 {
         c.value(sql, p![]).unwrap().unwrap()
+    }
+
+    #[test]
+    fn the_same_receipt_committed_twice_is_a_duplicate_and_writes_nothing_more() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        crate::sqlite::migrate(&conn).unwrap();
+        let c: &dyn Db = &conn;
+        let one = receipt("again");
+        let r = &one.receipt;
+        let first = crate::sql::write::commit_receipt(c, r, &one.normalized, &one.inputs).unwrap();
+        assert!(matches!(first, IngestOutcome::Accepted { .. }), "{first:?}");
+        // A retry after an unknown commit outcome sends the very same receipt, ids and all.
+        let second = crate::sql::write::commit_receipt(c, r, &one.normalized, &one.inputs).unwrap();
+        match second {
+            IngestOutcome::Duplicate { receipt_id, .. } => assert_eq!(receipt_id, r.id),
+            other => panic!("a duplicate: {other:?}"),
+        }
+        assert_eq!(count(c, "SELECT COUNT(*) FROM receipts"), 1);
+        assert_eq!(count(c, "SELECT COUNT(*) FROM deliveries"), 1);
+        // Another receipt of the same key (new ids) is a duplicate that inserts no delivery either.
+        let other = receipt("again");
+        let third =
+            crate::sql::write::commit_receipt(c, &other.receipt, &other.normalized, &other.inputs)
+                .unwrap();
+        assert!(
+            matches!(third, IngestOutcome::Duplicate { .. }),
+            "{third:?}"
+        );
+        assert_eq!(count(c, "SELECT COUNT(*) FROM deliveries"), 1);
+        // A new receipt whose delivery id is taken is refused, never committed without it.
+        let mut clash = receipt("clash");
+        clash.receipt.deliveries[0].id = r.deliveries[0].id.clone();
+        let refused =
+            crate::sql::write::commit_receipt(c, &clash.receipt, &clash.normalized, &clash.inputs);
+        match refused {
+            Err(crate::StoreError::Database(m)) => assert!(m.contains("id is taken"), "{m}"),
+            other => panic!("refused: {other:?}"),
+        }
     }
 
     #[test]

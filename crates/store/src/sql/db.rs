@@ -304,9 +304,11 @@ pub trait Db {
 
     /// Runs `statements` (`(sql, params)` each, as [`Db::exec`] takes them) in order inside the same
     /// transaction; returns each one's row count, in the same order. For writes whose inputs do not
-    /// depend on each other's results: every statement is sent whatever the earlier ones answer, so
-    /// a caller that must decide from a count (e.g. `ON CONFLICT DO NOTHING` inserting 0 rows) runs
-    /// that statement alone with [`Db::exec`] and pipelines what follows it.
+    /// depend on each other's results: every statement is sent whatever the earlier ones answer. A
+    /// caller that decides from a count reads it afterwards and, when the decision is "stop", returns
+    /// an error so the transaction (or the item's savepoint) rolls back what was sent after it (the
+    /// attempt's fence, `sql/pipeline.rs`); when what follows depends on the count's value, not just
+    /// on whether to go on, it runs that statement alone with [`Db::exec`] (the run row's insert).
     ///
     /// PostgreSQL sends them all, then reads all the answers: one network round trip instead of one
     /// per statement (what makes it worth using on any hot path: the attempt's commit, the ingest

@@ -1,5 +1,6 @@
 //! Writes gathered from several helpers and sent together with ONE [`Db::exec_many`]: on PostgreSQL one
-//! network round trip for all of them instead of one each (docs/architecture.md, "Round trips").
+//! network round trip for all of them instead of one each (docs/architecture.md §7, the PostgreSQL
+//! adapter's round trips).
 //!
 //! A helper that would run its statement at once (`insert_attempts`, a run event and its outbox, a
 //! receipt's state) queues it here instead; the caller sends the queue when every statement of the step

@@ -85,7 +85,13 @@ pub(crate) fn commit_receipt(
     let counts = c.exec_many(&writes)?;
     if counts[0] == 0 {
         // Nothing of it was written: each delivery's guard found no receipt row, or (the same receipt
-        // committed again after an unknown outcome) its own row already there.
+        // committed again after an unknown outcome) its own row already there. A delivery written
+        // anyway (that receipt's delivery row gone, e.g. swept) must not commit under a duplicate.
+        if counts[1..].iter().any(|n| *n != 0) {
+            return Err(StoreError::Database(
+                "a duplicate receipt inserted a delivery: its receipt id exists already".into(),
+            ));
+        }
         // The key is taken. If its window has passed, release it and take it (rare path).
         let released = c.exec(
             "UPDATE receipts SET dedup_live = 0 WHERE subscription_id = ?1 AND dedup_key = ?2 \

@@ -13,8 +13,27 @@ use tb_core::lease::Completion;
 use tb_core::receipt::{ReceiptSource, ReceiptState};
 use tb_core::run::RunStatus;
 use tb_core::subscription::FailurePolicy;
+use tb_core::subscription::Source;
 use tokio::sync::Barrier;
-use trigger_bridge_store::{AttemptCommit, Lease, LeaseRequest, NewDelivery, NewReceipt};
+use trigger_bridge_store::{
+    AttemptCommit, Lease, LeaseRequest, NewDelivery, NewReceipt, Store, SubscriptionDef,
+};
+
+/// Creates (or updates) webhook subscription `id` (Standard Webhooks, no failure threshold) at 1 000.
+pub async fn webhook_subscription(s: &dyn Store, id: &str) {
+    s.upsert_subscription(
+        SubscriptionDef {
+            id: id.into(),
+            source: Source::Webhook,
+            connector: "standard-webhooks".into(),
+            config: json!({}),
+            failure_threshold: 0,
+        },
+        1_000,
+    )
+    .await
+    .expect("subscription created");
+}
 
 /// How long one racing task may take before the test fails.
 const LIMIT: Duration = Duration::from_secs(60);
