@@ -29,6 +29,14 @@ pub const LEASE_MARGIN_MS: u64 = 1_000;
 /// Default http executor timeout, in ms.
 pub const DEFAULT_EXECUTOR_TIMEOUT_MS: u64 = 15_000;
 
+/// Days raw request bodies are kept after their receipt settled when `[server].body_retention_days`
+/// is unset (`serve`'s sweeper and `sweep`).
+pub const DEFAULT_BODY_RETENTION_DAYS: u32 = 7;
+
+/// Days a dead-lettered delivery stays readable when `[server].dead_letter_retention_days` is unset
+/// (RFC 0232 `retentionDays`; `serve`'s sweeper, the API's purge date and `sweep`).
+pub const DEFAULT_DEAD_LETTER_RETENTION_DAYS: u32 = 14;
+
 /// `[server]`.
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -62,9 +70,11 @@ pub struct ServerSection {
     pub dead_letter_min_failures: Option<u32>,
     /// This host's id in discovery and run ancestry (default `trigger-bridge`).
     pub host_id: Option<String>,
-    /// Days a dead-lettered delivery stays readable (default 14; RFC 0232 `retentionDays`).
+    /// Days a dead-lettered delivery stays readable (default [`DEFAULT_DEAD_LETTER_RETENTION_DAYS`];
+    /// RFC 0232 `retentionDays`).
     pub dead_letter_retention_days: Option<u32>,
-    /// Days raw request bodies are kept after their receipt settled (default 7); receipts stay.
+    /// Days raw request bodies are kept after their receipt settled (default
+    /// [`DEFAULT_BODY_RETENTION_DAYS`]); receipts stay.
     pub body_retention_days: Option<u32>,
     /// Outbound webhooks are durable (retried, dead-lettered; default true) or best-effort (one attempt,
     /// breaker: 4 failures open it for 1 h).

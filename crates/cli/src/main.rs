@@ -26,6 +26,7 @@ mod serve;
 mod services_client;
 mod sessions_client;
 mod store_open;
+mod sweep;
 mod telemetry;
 mod test_worker;
 
@@ -54,6 +55,9 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Create or upgrade the store's schema, then exit.
     Migrate(migrate::MigrateArgs),
+    /// Run one retention pass now (settled receipts' bodies, old dead letters, expired idempotency and
+    /// signal records), print what it removed, then exit. A SQLite store's server must be stopped.
+    Sweep(sweep::SweepArgs),
     /// Validate a config file (connectors, secrets, workflows, bindings) and say what to fix.
     CheckConfig {
         /// Configuration file (TOML).
@@ -234,6 +238,7 @@ async fn command(opts: api_client::ClientOpts, cmd: Cmd) -> anyhow::Result<i32> 
         Cmd::Serve(_) => unreachable!("serve runs on its own runtime"),
         Cmd::Migrate(a) if a.copy.requested() => migrate_copy::run(a.copy).await.map(|()| 0),
         Cmd::Migrate(a) => migrate::run(a).await,
+        Cmd::Sweep(a) => sweep::run(a, opts.json).await,
         Cmd::CheckConfig { config } => match config::load(&config) {
             Ok(l) => {
                 let (s, b, w) = &l.catalog_parts;

@@ -43,13 +43,26 @@ pub enum Target {
 /// The store `migrate` works on: `--database-url`, `--data-dir`, then the config's `database_url`,
 /// then its `data_dir`, then `./data`. Errors: the config file cannot be read or parsed.
 pub fn target(args: &MigrateArgs) -> anyhow::Result<Target> {
-    if let Some(u) = args.database_url.as_ref().filter(|u| !u.is_empty()) {
-        return Ok(Target::Postgres(u.clone()));
+    target_of(
+        args.database_url.as_deref(),
+        args.data_dir.as_deref(),
+        args.config.as_deref(),
+    )
+}
+
+/// [`target`] from the three flags (`sweep` takes the same ones).
+pub fn target_of(
+    database_url: Option<&str>,
+    data_dir: Option<&Path>,
+    config: Option<&Path>,
+) -> anyhow::Result<Target> {
+    if let Some(u) = database_url.filter(|u| !u.is_empty()) {
+        return Ok(Target::Postgres(u.to_string()));
     }
-    if let Some(d) = &args.data_dir {
-        return Ok(Target::Sqlite(d.clone()));
+    if let Some(d) = data_dir {
+        return Ok(Target::Sqlite(d.to_path_buf()));
     }
-    if let Some(c) = &args.config {
+    if let Some(c) = config {
         let server = configured_server(c)?;
         if let Some(u) = server.database_url {
             return Ok(Target::Postgres(u));
@@ -61,7 +74,8 @@ pub fn target(args: &MigrateArgs) -> anyhow::Result<Target> {
     Ok(Target::Sqlite(PathBuf::from("./data")))
 }
 
-fn configured_server(path: &Path) -> anyhow::Result<crate::config::ServerSection> {
+/// The `[server]` section of the config file at `path`. Errors: it cannot be read or parsed.
+pub fn configured_server(path: &Path) -> anyhow::Result<crate::config::ServerSection> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read config {}", path.display()))?;
     let cfg: crate::config::Config =

@@ -327,8 +327,14 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
             engine.clone(),
             tb_engine::sweeper::SweeperConfig {
                 interval: std::time::Duration::from_secs(60),
-                body_retention: day * server.body_retention_days.unwrap_or(7),
-                dead_letter_retention: day * server.dead_letter_retention_days.unwrap_or(14),
+                body_retention: day
+                    * server
+                        .body_retention_days
+                        .unwrap_or(crate::config::DEFAULT_BODY_RETENTION_DAYS),
+                dead_letter_retention: day
+                    * server
+                        .dead_letter_retention_days
+                        .unwrap_or(crate::config::DEFAULT_DEAD_LETTER_RETENTION_DAYS),
                 batch: 1000,
             },
             stop_rx.clone(),
@@ -345,7 +351,9 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
                 .host_id
                 .clone()
                 .unwrap_or_else(|| "trigger-bridge".into()),
-            dead_letter_retention_days: server.dead_letter_retention_days.unwrap_or(14),
+            dead_letter_retention_days: server
+                .dead_letter_retention_days
+                .unwrap_or(crate::config::DEFAULT_DEAD_LETTER_RETENTION_DAYS),
             ..Default::default()
         },
     };

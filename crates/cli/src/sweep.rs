@@ -1,0 +1,121 @@
+//! `trigger-bridge sweep`: one retention pass now, then exit. The same pass `serve`'s sweeper runs
+//! every minute (`tb_engine::sweeper::sweep_once`): raw bodies of settled receipts older than the body
+//! retention, dead letters older than the dead-letter retention, expired idempotency records and settled
+//! signal records. For an operator who shortened a retention and wants the space back now, and for the
+//! benchmark that counts retention's cost per event (`bench/sweep.sh`).
+//!
+//! The store is chosen as `migrate` chooses it (`--database-url`, `--data-dir`, then the config's
+//! `[server]`). A SQLite data dir is locked for the pass, so the server using it must be stopped; on
+//! PostgreSQL the pass runs beside live replicas (each step is its own short transaction, as theirs).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::config::{DEFAULT_BODY_RETENTION_DAYS, DEFAULT_DEAD_LETTER_RETENTION_DAYS};
+use crate::migrate::{configured_server, target_of, Target};
+use crate::store_open::{self, Choice};
+
+/// Most jobs waiting for the store during the pass (it runs one at a time).
+const QUEUE: usize = 16;
+/// PostgreSQL connections the pass opens.
+const PG_CONNECTIONS: usize = 1;
+/// Rows examined per kind per transaction, as the server's sweeper.
+const BATCH: u32 = 1_000;
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// `sweep` flags.
+#[derive(clap::Args, Debug)]
+pub struct SweepArgs {
+    /// Directory of the SQLite store [default: [server].data_dir of --config, else ./data]. The server
+    /// using it must be stopped (the data dir is locked).
+    #[arg(long, env = "TRIGGER_BRIDGE_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// PostgreSQL database to sweep instead, postgres://user[:password]@host[:port]/db [default:
+    /// [server].database_url of --config]; wins over --data-dir. Replicas may keep running.
+    #[arg(long, env = "TRIGGER_BRIDGE_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// Configuration file whose [server] store and retention settings are used.
+    #[arg(long, short, env = "TRIGGER_BRIDGE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Days raw bodies are kept after their receipt settled; 0 removes every settled receipt's body
+    /// [default: [server].body_retention_days of --config, else 7].
+    #[arg(long, value_name = "DAYS")]
+    pub body_retention_days: Option<u32>,
+    /// Days dead letters stay readable; 0 removes every dead letter [default:
+    /// [server].dead_letter_retention_days of --config, else 14].
+    #[arg(long, value_name = "DAYS")]
+    pub dead_letter_retention_days: Option<u32>,
+}
+
+/// The retention of one pass, in days: the flag, else the config's, else the server's default.
+fn days(flag: Option<u32>, configured: Option<u32>, default: u32) -> u32 {
+    flag.or(configured).unwrap_or(default)
+}
+
+/// Runs one pass and prints what it removed (`--json`: one object with `bodies`, `dead_letters`,
+/// `idempotency`, `signals` and `elapsed_ms`). Errors: the config cannot be read, the store cannot be
+/// opened (a SQLite data dir in use by a server is refused, naming its pid), or a step of the pass
+/// failed (what earlier steps removed stays removed; running the command again goes on).
+pub async fn run(args: SweepArgs, json: bool) -> anyhow::Result<i32> {
+    let server = match &args.config {
+        Some(c) => configured_server(c)?,
+        None => Default::default(),
+    };
+    let body_days = days(
+        args.body_retention_days,
+        server.body_retention_days,
+        DEFAULT_BODY_RETENTION_DAYS,
+    );
+    let dead_letter_days = days(
+        args.dead_letter_retention_days,
+        server.dead_letter_retention_days,
+        DEFAULT_DEAD_LETTER_RETENTION_DAYS,
+    );
+    let choice = match target_of(
+        args.database_url.as_deref(),
+        args.data_dir.as_deref(),
+        args.config.as_deref(),
+    )? {
+        Target::Sqlite(dir) => Choice::Sqlite { dir },
+        Target::Postgres(url) => Choice::Postgres {
+            url,
+            pool_size: PG_CONNECTIONS,
+        },
+    };
+    let opened = store_open::open(&choice, QUEUE).await?;
+    let cfg = tb_engine::sweeper::SweeperConfig {
+        interval: Duration::ZERO,
+        body_retention: DAY * body_days,
+        dead_letter_retention: DAY * dead_letter_days,
+        batch: BATCH,
+    };
+    let started = Instant::now();
+    let counts =
+        tb_engine::sweeper::sweep_once(&*opened.store, tb_engine::clock::now_ms(), &cfg).await?;
+    let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    if json {
+        let mut v = serde_json::to_value(counts)?;
+        v["elapsed_ms"] = elapsed_ms.into();
+        println!("{v}");
+    } else {
+        println!(
+            "retention pass over {}: removed {} bodies (settled over {body_days} days ago), {} dead \
+             letters (over {dead_letter_days} days old), {} expired idempotency records, {} settled \
+             signal records in {elapsed_ms} ms",
+            opened.label, counts.bodies, counts.dead_letters, counts.idempotency, counts.signals
+        );
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::days;
+
+    #[test]
+    fn the_flag_wins_over_the_config_which_wins_over_the_default() {
+        assert_eq!(days(Some(0), Some(3), 7), 0);
+        assert_eq!(days(None, Some(3), 7), 3);
+        assert_eq!(days(None, None, 7), 7);
+    }
+}
