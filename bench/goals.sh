@@ -11,7 +11,7 @@
 # backends.raw (bench/backends.sh RAW= lines for pg1 and pg3; its stderr in backends.err). A file that exists
 # is used as it is, even empty: its figures are then "-" with the reason from the .err file. Always measured here: bench/wrk/run.sh on
 # SQLite at 64, 16 and 1 connections and on PostgreSQL at 64 and 1 (WRK_COUNT events, WRK_COUNT_C1 at one
-# connection), and bench/sessions_disk.py on both stores (SESSIONS sessions).
+# connection), bench/sessions_disk.py on both stores (SESSIONS sessions) and bench/sweep.sh on both.
 #
 # Writes the markdown section to stdout, progress to stderr. A figure that cannot be measured is "-" with
 # the reason in a numbered note; no single failure stops the others. Uses 127.0.0.1:18181, 18091, 18187.
@@ -210,8 +210,23 @@ if num "$p99"; then
 else
   row 12 "p99 request -> run.started at half of peak" "$(fail "no p99 from \`bench e2e --rate <half of peak>\`: $(why "$raw/s2_e2e_half.err")")" "< 5 ms" "-"
 fi
-# 13: retention sweep cost.
-row 13 "Retention: sweeper CPU per event, SQLite" "not measured $(note "no command runs one sweep: the sweeper only runs inside \`serve\` (every 60 s, retention in whole days: \`body_retention_days\`, \`dead_letter_retention_days\`), and \`bench\` has no sweep subcommand")" "(none set)" "-"
+# 13: retention: one sweep's cost per body removed (bench/sweep.sh: a store of settled receipts, then
+# `trigger-bridge sweep --body-retention-days 0` against an empty second pass).
+echo "== goals: retention (bench/sweep.sh, SQLite and PostgreSQL)" >&2
+sweep_sqlite=$(bench/sweep.sh "$B" 2>"$raw/sweep_sqlite.err" | grep '^sweep:')
+if have_pg; then
+  sweep_pg=$(STORE=postgres bench/sweep.sh "$B" 2>"$raw/sweep_pg.err" | grep '^sweep:')
+  [ -n "$sweep_pg" ] || sweep_pg=$(fail "bench/sweep.sh (PostgreSQL): $(why "$raw/sweep_pg.err")")
+else
+  sweep_pg=$(fail "PostgreSQL unreachable at PGURL")
+fi
+if [ -n "$sweep_sqlite" ]; then
+  row 13 "Retention: one retention pass (\`bench/sweep.sh\`: \`trigger-bridge sweep --body-retention-days 0\` over settled receipts, minus an empty pass), per body removed" \
+    "SQLite: ${sweep_sqlite#sweep: }; PostgreSQL: ${sweep_pg#sweep: }" \
+    "counted per event; on PostgreSQL no per-row deletes on hot tables" "**no**: counted, but the body is removed by one UPDATE per receipt on both backends (no partitions)"
+else
+  row 13 "Retention: one retention pass per body removed" "$(fail "bench/sweep.sh: $(why "$raw/sweep_sqlite.err")")" "counted per event" "-"
+fi
 
 sqlite_limit=$(grep -oE 'storage: [0-9]+' "$raw/storage.out" 2>/dev/null | awk '{print $2}')
 pg_limit=$(backend pg1 limit)

@@ -61,7 +61,7 @@ pub fn source_paths(from: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
         })?;
     let path = PathBuf::from(path);
     let (dir, file) = if path.is_dir() {
-        (path.clone(), path.join("trigger-bridge.db"))
+        (path.clone(), path.join(tb_store::sqlite::DB_FILE))
     } else {
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),

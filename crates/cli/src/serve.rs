@@ -335,7 +335,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
                     * server
                         .dead_letter_retention_days
                         .unwrap_or(crate::config::DEFAULT_DEAD_LETTER_RETENTION_DAYS),
-                batch: 1000,
+                batch: tb_engine::sweeper::BATCH,
             },
             stop_rx.clone(),
         ))

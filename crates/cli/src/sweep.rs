@@ -1,26 +1,28 @@
-//! `trigger-bridge sweep`: one retention pass now, then exit. The same pass `serve`'s sweeper runs
-//! every minute (`tb_engine::sweeper::sweep_once`): raw bodies of settled receipts older than the body
+//! `trigger-bridge sweep`: one retention pass now, then exit. The pass `serve`'s sweeper runs every
+//! minute (`tb_engine::sweeper::sweep_once`): raw bodies of settled receipts received before the body
 //! retention, dead letters older than the dead-letter retention, expired idempotency records and settled
-//! signal records. For an operator who shortened a retention and wants the space back now, and for the
-//! benchmark that counts retention's cost per event (`bench/sweep.sh`).
+//! signal records older than the body retention (the server's minute also drops the previous secrets of
+//! ended secret rotations; this command does not). For an operator who shortened a retention and wants
+//! the space back now, and for the benchmark that counts retention's cost per event (`bench/sweep.sh`).
 //!
-//! The store is chosen as `migrate` chooses it (`--database-url`, `--data-dir`, then the config's
-//! `[server]`). A SQLite data dir is locked for the pass, so the server using it must be stopped; on
-//! PostgreSQL the pass runs beside live replicas (each step is its own short transaction, as theirs).
+//! The store is chosen as `serve` chooses it: a database URL (`--database-url`, else the config's
+//! `database_url`) wins; else the SQLite store in `--data-dir`, else the config's `data_dir`, else
+//! `./data`, which must hold a store already (a mistyped directory is refused, never created). Opening
+//! the store applies its missing migrations, as `serve` does. A SQLite data dir is locked for the pass,
+//! so its server must be stopped; on PostgreSQL the pass runs beside live replicas of the same version
+//! (each step is its own short transaction, as theirs).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::config::{DEFAULT_BODY_RETENTION_DAYS, DEFAULT_DEAD_LETTER_RETENTION_DAYS};
-use crate::migrate::{configured_server, target_of, Target};
+use crate::migrate::configured_server;
 use crate::store_open::{self, Choice};
 
 /// Most jobs waiting for the store during the pass (it runs one at a time).
 const QUEUE: usize = 16;
 /// PostgreSQL connections the pass opens.
 const PG_CONNECTIONS: usize = 1;
-/// Rows examined per kind per transaction, as the server's sweeper.
-const BATCH: u32 = 1_000;
 const DAY: Duration = Duration::from_secs(86_400);
 
 /// `sweep` flags.
@@ -37,8 +39,9 @@ pub struct SweepArgs {
     /// Configuration file whose [server] store and retention settings are used.
     #[arg(long, short, env = "TRIGGER_BRIDGE_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Days raw bodies are kept after their receipt settled; 0 removes every settled receipt's body
-    /// [default: [server].body_retention_days of --config, else 7].
+    /// Days raw bodies of settled receipts are kept, counted from their receipt's arrival, and settled
+    /// signal records likewise; 0 removes every settled receipt's body [default:
+    /// [server].body_retention_days of --config, else 7].
     #[arg(long, value_name = "DAYS")]
     pub body_retention_days: Option<u32>,
     /// Days dead letters stay readable; 0 removes every dead letter [default:
@@ -71,23 +74,38 @@ pub async fn run(args: SweepArgs, json: bool) -> anyhow::Result<i32> {
         server.dead_letter_retention_days,
         DEFAULT_DEAD_LETTER_RETENTION_DAYS,
     );
-    let choice = match target_of(
-        args.database_url.as_deref(),
-        args.data_dir.as_deref(),
-        args.config.as_deref(),
-    )? {
-        Target::Sqlite(dir) => Choice::Sqlite { dir },
-        Target::Postgres(url) => Choice::Postgres {
+    let choice = match args
+        .database_url
+        .clone()
+        .or(server.database_url.clone())
+        .filter(|u| !u.is_empty())
+    {
+        Some(url) => Choice::Postgres {
             url,
             pool_size: PG_CONNECTIONS,
         },
+        None => {
+            let dir = args
+                .data_dir
+                .clone()
+                .or(server.data_dir.clone())
+                .unwrap_or_else(|| PathBuf::from("./data"));
+            let db = dir.join(tb_store::sqlite::DB_FILE);
+            if !db.is_file() {
+                anyhow::bail!(
+                    "no store to sweep: {} does not exist (pass the server's --data-dir, or --database-url)",
+                    db.display()
+                );
+            }
+            Choice::Sqlite { dir }
+        }
     };
     let opened = store_open::open(&choice, QUEUE).await?;
     let cfg = tb_engine::sweeper::SweeperConfig {
         interval: Duration::ZERO,
         body_retention: DAY * body_days,
         dead_letter_retention: DAY * dead_letter_days,
-        batch: BATCH,
+        batch: tb_engine::sweeper::BATCH,
     };
     let started = Instant::now();
     let counts =
@@ -99,9 +117,9 @@ pub async fn run(args: SweepArgs, json: bool) -> anyhow::Result<i32> {
         println!("{v}");
     } else {
         println!(
-            "retention pass over {}: removed {} bodies (settled over {body_days} days ago), {} dead \
-             letters (over {dead_letter_days} days old), {} expired idempotency records, {} settled \
-             signal records in {elapsed_ms} ms",
+            "retention pass over {}: removed {} bodies (of settled receipts received over {body_days} \
+             days ago), {} dead letters (over {dead_letter_days} days old), {} expired idempotency \
+             records, {} settled signal records in {elapsed_ms} ms",
             opened.label, counts.bodies, counts.dead_letters, counts.idempotency, counts.signals
         );
     }

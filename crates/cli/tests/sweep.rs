@@ -1,6 +1,7 @@
 //! `trigger-bridge sweep`: one retention pass over a stopped SQLite store removes exactly the bodies of
 //! its settled receipts older than the retention given, says so, and a second pass finds nothing; a
-//! data dir a server holds is refused.
+//! data dir a server holds is refused, and so is one without a store; the config names the store and
+//! the retention.
 
 mod common;
 use common::*;
@@ -106,16 +107,77 @@ fn one_pass_removes_the_settled_bodies_past_the_retention_and_a_second_finds_non
     assert_eq!(again["bodies"], 0, "{again}");
 
     // The receipts stay, without their bodies.
-    server.restart();
-    let receipts = server.get("/v1/receipts?limit=10");
-    assert_eq!(receipts["receipts"].as_array().map(Vec::len), Some(3));
-    let human = {
-        server.kill9();
-        sweep(&data, &["--body-retention-days", "0"])
-    };
+    let db = rusqlite::Connection::open(data.join("trigger-bridge.db")).unwrap();
+    let (receipts, held): (i64, i64) = db
+        .query_row("SELECT COUNT(*), COUNT(body) FROM receipts", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((receipts, held), (3, 0));
+    drop(db);
+    let human = sweep(&data, &["--body-retention-days", "0"]);
     let text = String::from_utf8_lossy(&human.stdout);
     assert!(
         text.starts_with("retention pass over sqlite ") && text.contains("removed 0 bodies"),
         "{text}"
     );
+}
+
+#[test]
+fn the_config_names_the_store_and_the_retention_and_a_missing_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let cfg = config(dir.path());
+    let mut server = Server::spawn(&cfg, &data, free_port());
+    let payload = dir.path().join("event.json");
+    std::fs::write(&payload, br#"{"type":"thing.happened"}"#).unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "send",
+            "--url",
+            &format!("{}/v1/trigger-subscriptions/sw/ingest", server.base),
+            "--connector",
+            "standard-webhooks",
+            "--secret",
+            SW_SECRET,
+            "--file",
+        ])
+        .arg(&payload)
+        .output()
+        .expect("run send");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.wait_for("/v1/receipts?limit=10", |v| {
+        v["receipts"][0]["state"] == "consumed"
+    });
+    server.kill9();
+    // `[server]` names the data dir and a body retention of 0 days.
+    let with_server = dir.path().join("server.toml");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(
+        &with_server,
+        format!(
+            "[server]\ndata_dir = \"{}\"\nbody_retention_days = 0\n\n{text}",
+            data.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["sweep", "--json", "--config"])
+        .arg(&with_server)
+        .env_remove("TRIGGER_BRIDGE_DATA_DIR")
+        .env_remove("TRIGGER_BRIDGE_DATABASE_URL")
+        .output()
+        .expect("run sweep");
+    assert_eq!(counts(&out)["bodies"], 1);
+    // A data dir without a store (a typo) is refused, and nothing is created there.
+    let typo = dir.path().join("dta");
+    let refused = sweep(&typo, &["--body-retention-days", "0"]);
+    assert_eq!(refused.status.code(), Some(2));
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(why.contains("no store to sweep"), "{why}");
+    assert!(!typo.exists(), "the mistyped data dir was created");
 }

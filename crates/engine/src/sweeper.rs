@@ -12,6 +12,9 @@ use tokio::sync::watch;
 
 use crate::{clock, Engine};
 
+/// Rows examined per kind per transaction by the server's sweeper and by `trigger-bridge sweep`.
+pub const BATCH: u32 = 1_000;
+
 /// Retention settings.
 #[derive(Debug, Clone)]
 pub struct SweeperConfig {

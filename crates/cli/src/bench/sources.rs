@@ -109,7 +109,7 @@ pub async fn schedules(count: usize, minutes: usize, data_dir: &Path) -> Result<
 /// `bench queue`.
 pub async fn queue(messages: usize, nats_url: &str, data_dir: &Path) -> Result<()> {
     let dir = scratch(data_dir, "bench-queue")?;
-    let db = dir.join("trigger-bridge.db");
+    let db = dir.join(tb_store::sqlite::DB_FILE);
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open_dir(&dir)?);
     let stream = format!("BENCH_{}", std::process::id());
     let mut spec = QueueSpec::new(&stream);

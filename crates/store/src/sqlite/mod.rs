@@ -177,8 +177,11 @@ pub fn migrate_to(conn: &Connection, to: i64) -> StoreResult<(i64, i64)> {
     Ok((from, to.max(from)))
 }
 
+/// The store's file in its data dir (`<data_dir>/trigger-bridge.db`, with its `-wal` and `-shm`).
+pub const DB_FILE: &str = "trigger-bridge.db";
+
 impl SqlStore<SqliteBackend> {
-    /// Opens (creating if needed) `dir/trigger-bridge.db`, migrates it, and starts the writer.
+    /// Opens (creating if needed) `dir/`[`DB_FILE`], migrates it, and starts the writer.
     /// Errors: the directory cannot be created, the file cannot be opened, or a migration failed.
     pub fn open_dir(dir: &Path) -> StoreResult<SqliteStore> {
         Self::open_dir_with(dir, StoreOptions::default())
@@ -189,7 +192,7 @@ impl SqlStore<SqliteBackend> {
         crate::create_private_dir(dir).map_err(|e| {
             StoreError::Database(format!("cannot create data dir {}: {e}", dir.display()))
         })?;
-        Self::open_with(&dir.join("trigger-bridge.db"), opts)
+        Self::open_with(&dir.join(DB_FILE), opts)
     }
 
     /// Opens (creating if needed) the database file at `path`, migrates it, and starts the writer.
