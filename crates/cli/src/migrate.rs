@@ -43,26 +43,13 @@ pub enum Target {
 /// The store `migrate` works on: `--database-url`, `--data-dir`, then the config's `database_url`,
 /// then its `data_dir`, then `./data`. Errors: the config file cannot be read or parsed.
 pub fn target(args: &MigrateArgs) -> anyhow::Result<Target> {
-    target_of(
-        args.database_url.as_deref(),
-        args.data_dir.as_deref(),
-        args.config.as_deref(),
-    )
-}
-
-/// [`target`] from the three flags (`sweep` takes the same ones).
-pub fn target_of(
-    database_url: Option<&str>,
-    data_dir: Option<&Path>,
-    config: Option<&Path>,
-) -> anyhow::Result<Target> {
-    if let Some(u) = database_url.filter(|u| !u.is_empty()) {
-        return Ok(Target::Postgres(u.to_string()));
+    if let Some(u) = args.database_url.as_ref().filter(|u| !u.is_empty()) {
+        return Ok(Target::Postgres(u.clone()));
     }
-    if let Some(d) = data_dir {
-        return Ok(Target::Sqlite(d.to_path_buf()));
+    if let Some(d) = &args.data_dir {
+        return Ok(Target::Sqlite(d.clone()));
     }
-    if let Some(c) = config {
+    if let Some(c) = &args.config {
         let server = configured_server(c)?;
         if let Some(u) = server.database_url {
             return Ok(Target::Postgres(u));

@@ -36,6 +36,34 @@ fn sweep(data: &Path, args: &[&str]) -> Output {
         .expect("run sweep")
 }
 
+/// Posts `payload` signed to subscription `sw` of the server at `base` as webhook-id `id`; asserts 202.
+fn send(base: &str, payload: &Path, id: &str) {
+    let out = Command::new(BIN)
+        .args([
+            "send",
+            "--url",
+            &format!("{base}/v1/trigger-subscriptions/sw/ingest"),
+            "--connector",
+            "standard-webhooks",
+            "--secret",
+            SW_SECRET,
+            "--delivery-id",
+            id,
+            "--json",
+            "--file",
+        ])
+        .arg(payload)
+        .output()
+        .expect("run send");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "send printed no JSON: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(v["status"], 202, "{v}");
+}
+
 fn counts(out: &Output) -> Value {
     assert!(
         out.status.success(),
@@ -59,30 +87,7 @@ fn one_pass_removes_the_settled_bodies_past_the_retention_and_a_second_finds_non
     let payload = dir.path().join("event.json");
     std::fs::write(&payload, br#"{"type":"thing.happened","data":{"n":1}}"#).unwrap();
     for i in 0..3 {
-        let out = Command::new(BIN)
-            .args([
-                "send",
-                "--url",
-                &format!("{}/v1/trigger-subscriptions/sw/ingest", server.base),
-                "--connector",
-                "standard-webhooks",
-                "--secret",
-                SW_SECRET,
-                "--delivery-id",
-                &format!("msg_sweep_retention_{i}"),
-                "--json",
-                "--file",
-            ])
-            .arg(&payload)
-            .output()
-            .expect("run send");
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
-            panic!(
-                "send printed no JSON: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        assert_eq!(v["status"], 202, "{v}");
+        send(&server.base, &payload, &format!("msg_sweep_retention_{i}"));
     }
     // Every receipt settles (its noop run completes): only then is its body the sweep's.
     server.wait_for("/v1/receipts?limit=10", |v| {
@@ -131,25 +136,7 @@ fn the_config_names_the_store_and_the_retention_and_a_missing_store_is_refused()
     let mut server = Server::spawn(&cfg, &data, free_port());
     let payload = dir.path().join("event.json");
     std::fs::write(&payload, br#"{"type":"thing.happened"}"#).unwrap();
-    let out = Command::new(BIN)
-        .args([
-            "send",
-            "--url",
-            &format!("{}/v1/trigger-subscriptions/sw/ingest", server.base),
-            "--connector",
-            "standard-webhooks",
-            "--secret",
-            SW_SECRET,
-            "--file",
-        ])
-        .arg(&payload)
-        .output()
-        .expect("run send");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    send(&server.base, &payload, "msg_sweep_config_0000");
     server.wait_for("/v1/receipts?limit=10", |v| {
         v["receipts"][0]["state"] == "consumed"
     });

@@ -4,6 +4,8 @@
 //! or in a shared batch), set to `NULL` by the retention sweeper, and moved in whole from the `bodies`
 //! table of a store written by the previous release.
 
+mod support;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +15,6 @@ use serde_json::json;
 use tb_core::delivery::{DeliveryKind, DeliveryState};
 use tb_core::ids::{new_id, IdKind};
 use tb_core::receipt::{ReceiptSource, ReceiptState};
-use tb_core::subscription::Source;
 use tokio::sync::Barrier;
 use trigger_bridge_store::postgres::testing::TestDatabase;
 use trigger_bridge_store::postgres::{self as pg, PgStore, PoolOptions};
@@ -136,18 +137,7 @@ async fn handles() -> Vec<Handle> {
 }
 
 async fn subscription(s: &dyn Store) {
-    s.upsert_subscription(
-        SubscriptionDef {
-            id: "s".into(),
-            source: Source::Webhook,
-            connector: "standard-webhooks".into(),
-            config: json!({}),
-            failure_threshold: 0,
-        },
-        1_000,
-    )
-    .await
-    .unwrap();
+    support::webhook_subscription(s, "s").await;
 }
 
 /// A receipt of `body` for dedup key `key`, received at `at` (ms): routed to one pending delivery,
