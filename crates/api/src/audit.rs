@@ -130,7 +130,7 @@ pub(crate) fn created_id(body: &Value) -> Option<&str> {
 }
 
 /// Records one action. `target` is the path's ids joined by `/`, or else the new record's id from
-/// the answer ([`CREATED_ID`]). A failed append is logged and counted (`tb_audit_append_failed_total`,
+/// the answer (`CREATED_ID`). A failed append is logged and counted (`tb_audit_append_failed_total`,
 /// by [`tb_engine::Engine::append_audit`]); the answer is not changed: the action already happened.
 pub async fn record(
     st: &AppState,
@@ -393,7 +393,7 @@ pub async fn verify_chain(st: &AppState) -> Result<Verification, ApiError> {
 }
 
 /// Checks the whole chain up to the head read first, under this server's audit key, one page of
-/// [`VERIFY_PAGE`] entries at a time (memory: one page), so appends made during the check do not count
+/// `VERIFY_PAGE` entries at a time (memory: one page), so appends made during the check do not count
 /// against it; and, given a checkpoint, that the chain still reaches it (`tb_core::audit::Verifier`).
 pub async fn verify_chain_at(
     st: &AppState,

@@ -121,7 +121,7 @@ impl Principal {
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys(pub Arc<Vec<ApiKey>>);
 
-/// Who may call a route, declared at the route in [`crate::routes`] (never derived from the path).
+/// Who may call a route, declared at the route in [`crate::routes()`] (never derived from the path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
     /// No credential: discovery, `/health`, `/metrics`, the ingest endpoints (the signature is the

@@ -80,7 +80,7 @@ pub async fn ingest(
             Ok(decoded) => decoded,
             Err((outcome, answer)) => {
                 refused(outcome);
-                return Ok(answer);
+                return Ok(*answer);
             }
         };
     // The body's share of the byte budget is held until the last clone of `bytes` is gone (the

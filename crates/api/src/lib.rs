@@ -242,7 +242,7 @@ pub fn routes(state: AppState) -> routes::Routes {
         .scoped(POST, "/v1/bindings/{id}/restore", MANAGE, bindings::restore)
 }
 
-/// The whole API router: [`routes`] (each route guarded by its own access layer) plus the 404/405
+/// The whole API router: [`routes()`] (each route guarded by its own access layer) plus the 404/405
 /// fallbacks, the error envelope and the body limit.
 pub fn router(state: AppState) -> Router {
     routes(state.clone())

@@ -2,7 +2,7 @@
 //! bindings, with secrets by reference (`env:NAME`, `file:PATH`), and its validation.
 //!
 //! [`load`] parses and validates everything and returns every problem at once, each naming the entry
-//! and saying what to fix; [`Config::into_catalog`] resolves secrets into the engine's catalog.
+//! and saying what to fix; [`Loaded::into_catalog`] resolves secrets into the engine's catalog.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};

@@ -144,7 +144,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
     let store = opened.store;
     tracing::info!(store = %opened.label, role = role.as_str(), "store open");
     let shared = matches!(choice, Choice::Postgres { .. });
-    if !shared && !(role.runs_worker() && role.serves_api()) {
+    if !shared && (!role.runs_worker() || !role.serves_api()) {
         tracing::warn!(
             role = role.as_str(),
             "--role {} on SQLite: the data dir is locked to this process, so no other process can run the other role on it; {}",

@@ -309,6 +309,7 @@ async fn shutdown_does_not_wait_for_a_never_ending_body() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let t0 = Instant::now();
+    // SAFETY: kill(2) signals a server process this test started; no memory is shared.
     unsafe { libc::kill(srv.child.id() as i32, libc::SIGTERM) };
     let mut status = None;
     while t0.elapsed() < Duration::from_secs(5) {
@@ -348,6 +349,7 @@ async fn a_second_signal_exits_at_once_and_shutdown_says_what_it_waits_for() {
     let _stuck = never_ending_body(srv.port, 0).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let pid = srv.child.id() as i32;
+    // SAFETY: kill(2) signals a server process this test started; no memory is shared.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let wait_line = |what: &str| -> String {
         let t0 = Instant::now();
@@ -367,6 +369,7 @@ async fn a_second_signal_exits_at_once_and_shutdown_says_what_it_waits_for() {
     // Still waiting for the stuck body.
     assert!(srv.child.try_wait().unwrap().is_none());
     let t0 = Instant::now();
+    // SAFETY: kill(2) signals a server process this test started; no memory is shared.
     unsafe { libc::kill(pid, libc::SIGTERM) };
     let mut status = None;
     while t0.elapsed() < Duration::from_secs(2) {

@@ -47,7 +47,7 @@ fn raise_open_files() -> u64 {
             r.rlim_cur = r.rlim_max;
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &r), 0);
         }
-        r.rlim_cur as u64
+        r.rlim_cur
     }
 }
 

@@ -198,7 +198,9 @@ impl Retry {
             {
                 Some(retry_after.map_or(backoff, |r| r.min(self.max)))
             }
-            Error::Http { status, .. } if matches!(status, 502 | 503 | 504) => Some(backoff),
+            Error::Http {
+                status: 502..=504, ..
+            } => Some(backoff),
             _ => None,
         }
     }

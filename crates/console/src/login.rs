@@ -454,7 +454,7 @@ pub async fn login_page(
 }
 
 /// `POST /ui/login` (public): checks the key, stores a login, sets the cookie, goes to `next`
-/// ([`safe_next`]). Errors: 403 `cross_site_refused` (sent from another site: [`same_origin`]); 429
+/// (`safe_next`). Errors: 403 `cross_site_refused` (sent from another site: `same_origin`); 429
 /// with `Retry-After` (the client address sent too many wrong keys, to the console or the API:
 /// [`tb_engine::failed_auth`], then every key it sends is refused unchecked); 401 (unknown key: the
 /// form again, nothing stored, counted against the address); 403 (the key lacks `operator:read`).

@@ -62,10 +62,10 @@ pub fn sensitive(key: &str) -> bool {
     let mut cur = String::new();
     let mut prev_lower = false;
     for c in key.chars() {
-        if c == '_' || c == '-' || c == '.' || c == ' ' || (c.is_uppercase() && prev_lower) {
-            if !cur.is_empty() {
-                words.push(std::mem::take(&mut cur));
-            }
+        let boundary =
+            c == '_' || c == '-' || c == '.' || c == ' ' || (c.is_uppercase() && prev_lower);
+        if boundary && !cur.is_empty() {
+            words.push(std::mem::take(&mut cur));
         }
         if c.is_alphanumeric() {
             cur.extend(c.to_lowercase());

@@ -121,7 +121,7 @@ impl Refusal {
 }
 
 /// The one liveness check of every session rule: signals, prompts, waits and claims reach a run only
-/// while it is not terminal. Errors: `Rejected(target_terminal)` "the run has ended (<status>)".
+/// while it is not terminal. Errors: `Rejected(target_terminal)` `"the run has ended (<status>)"`.
 pub fn live(status: RunStatus) -> Result<(), Refusal> {
     if status.is_terminal() {
         return Err(Refusal::rejected(

@@ -21,7 +21,7 @@ use crate::{clock, Engine};
 /// Most `(level, key)` counters of one minute. Past it, new source addresses share the key `other`
 /// (so a flood from many addresses cannot grow memory; they are then limited together).
 const MAX_CELLS: usize = 100_000;
-/// The shared source key of new addresses past [`MAX_CELLS`] (not an address, so never a real one).
+/// The shared source key of new addresses past `MAX_CELLS` (not an address, so never a real one).
 pub const OVERFLOW: &str = "*overflow*";
 /// Most pending refusal and earlier-minute counts held while the store refuses the flush.
 const MAX_PENDING: usize = 100_000;

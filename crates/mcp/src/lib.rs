@@ -57,7 +57,7 @@ impl Bridge {
     }
 
     /// The key's name and scopes, asked once (an answer is kept; a failure is asked again next
-    /// time), within [`KEY_LIMIT`]. Errors: the API's (401 for an unknown key), unreachable, or
+    /// time), within `KEY_LIMIT`. Errors: the API's (401 for an unknown key), unreachable, or
     /// `Unreachable` when the server did not answer in time.
     pub async fn key(&self) -> Result<&KeyInfo, tb_client::Error> {
         let ask = self.key.get_or_try_init(|| self.api.key_info());
@@ -237,7 +237,9 @@ mod tests {
         let mut held: Vec<_> = (0..tools::MAX_CALLS_IN_FLIGHT)
             .map(|_| b.admit().expect("under the cap"))
             .collect();
-        let e = b.admit().err().expect("one past the cap");
+        let Err(e) = b.admit() else {
+            panic!("one past the cap must be refused")
+        };
         assert_eq!(e.code, "busy");
         // A clone (another HTTP session) shares the cap.
         assert!(b.clone().admit().is_err());

@@ -37,7 +37,7 @@ pub fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
 /// Store errors. `code()` maps them onto the API's stable error codes.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
-    /// No such record; the text is "<kind> not found" (`run not found`), naming the kind of record and
+    /// No such record; the text is `"<kind> not found"` (`run not found`), naming the kind of record and
     /// never an id taken from the request. Callers match on `kind`, never on the text.
     #[error("{kind} not found")]
     NotFound { kind: RecordKind },
@@ -117,7 +117,7 @@ impl std::fmt::Display for RecordKind {
 }
 
 impl StoreError {
-    /// `NotFound { kind }`: "<kind> not found".
+    /// `NotFound { kind }`: `"<kind> not found"`.
     pub fn not_found(kind: RecordKind) -> StoreError {
         StoreError::NotFound { kind }
     }

@@ -43,12 +43,14 @@ impl Raw {
     }
 }
 
-async fn backends() -> Vec<(&'static str, Arc<dyn Store>, Raw, Option<tempfile::TempDir>)> {
+/// A backend under test: its name, the store, its raw access, and what keeps its storage alive.
+type Backend = (&'static str, Arc<dyn Store>, Raw, Option<tempfile::TempDir>);
+
+async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = SqliteStore::open_dir(dir.path()).expect("open sqlite");
     let file = dir.path().join("trigger-bridge.db");
-    let mut out: Vec<(&'static str, Arc<dyn Store>, Raw, Option<tempfile::TempDir>)> =
-        vec![("sqlite", Arc::new(s), Raw::Sqlite(file), Some(dir))];
+    let mut out: Vec<Backend> = vec![("sqlite", Arc::new(s), Raw::Sqlite(file), Some(dir))];
     if let Some(db) = TestDatabase::create() {
         let pg = PgStore::connect(db.url(), PoolOptions::default())
             .await

@@ -10,20 +10,18 @@ use trigger_bridge_store::postgres::{PgStore, PoolOptions};
 use trigger_bridge_store::sqlite::SqliteStore;
 use trigger_bridge_store::{ChangeKind, IngressCount, IngressCountQuery, QuarantineRecord, Store};
 
-async fn backends() -> Vec<(
+/// A backend under test: its name, the store, and what keeps its storage alive.
+type Backend = (
     &'static str,
     Arc<dyn Store>,
     Option<TestDatabase>,
     tempfile::TempDir,
-)> {
+);
+
+async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("tempdir");
     let s = SqliteStore::open_dir(dir.path()).expect("open sqlite");
-    let mut out: Vec<(
-        &'static str,
-        Arc<dyn Store>,
-        Option<TestDatabase>,
-        tempfile::TempDir,
-    )> = vec![("sqlite", Arc::new(s), None, dir)];
+    let mut out: Vec<Backend> = vec![("sqlite", Arc::new(s), None, dir)];
     if let Some(db) = TestDatabase::create() {
         let pg = PgStore::connect(db.url(), PoolOptions::default())
             .await

@@ -3,7 +3,7 @@
 //! On a delivery the three private headers travel together; [`check`] validates them against the
 //! payload bytes of this hop, and the caller then strips them ([`crate::headers::strip_private`])
 //! before a handler or any onward routing sees the message. The context is compact JSON (OPEN-9
-//! [choice]): `{"v":1,"kind":"root","flow_id":…,"flow_version":…,"root_execution_id":…}` exactly for
+//! \[choice\]): `{"v":1,"kind":"root","flow_id":…,"flow_version":…,"root_execution_id":…}` exactly for
 //! a root context; an `elapsed` context carries those keys and more (their names are not specified,
 //! so they are accepted as they come).
 

@@ -1,6 +1,6 @@
 //! The flow a service is handed (register reply `flows`, broadcasts), and how an inbound message
 //! finds its action. The protocol leaves the flow body opaque (OPEN-4, OPEN-10); this is the
-//! project's [choice], documented in `docs/wire.md`:
+//! project's \[choice\], documented in `docs/wire.md`:
 //!
 //! * a body is `{"nodes": [FlowNode, ...], "durable_timer": bool}`; a node names the service, the
 //!   action and the transport it is reached by (`config.target` = the inbound subject);

@@ -36,7 +36,7 @@ pub struct Retry {
 }
 
 impl Retry {
-    /// Total attempts allowed by `retry` (OPEN-8 [choice]: no policy = 1 attempt; at least 1).
+    /// Total attempts allowed by `retry` (OPEN-8 \[choice\]: no policy = 1 attempt; at least 1).
     pub fn attempts(retry: Option<&Retry>) -> i64 {
         retry.map_or(1, |r| r.max_attempts.max(1))
     }
@@ -247,7 +247,7 @@ pub fn hash(m: &Manifest) -> String {
     )
 }
 
-/// Checks what a register must refuse (wire spec §10, [SPEC] rules): a protocol major other than 1,
+/// Checks what a register must refuse (wire spec §10, \[SPEC\] rules): a protocol major other than 1,
 /// a bad or reserved service name, duplicate action / source / capability names, nats sources whose
 /// subjects give one consumer name, and a `manifest_hash` that is not the manifest's
 /// (`manifest_hash_mismatch`). Errors: a short reason, sent as the reply's `error`.

@@ -2,7 +2,7 @@
 //! typed object outputs the SDK derives `result_event` automatically; empty outputs omit it"). It is
 //! a catalog field: never hashed. It must not carry `topic` in v2.
 //!
-//! [choice] (the protocol names the keys, not their values): `event_type` and `schema_id` are
+//! \[choice\] (the protocol names the keys, not their values): `event_type` and `schema_id` are
 //! `<service>.<action>.result`, `schema_version` is `"1"`, and `fields` lists the output's properties
 //! as `{name, type, required}` (sorted by name, `required` left out when false).
 

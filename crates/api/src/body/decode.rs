@@ -51,14 +51,15 @@ pub fn coding_of(headers: &HeaderMap, limits: &Limits) -> Coding {
 /// The request as its connector sees it: with an accepted coding, the decoded body and the headers
 /// without `Content-Encoding` (as if sent without a coding); otherwise both as sent (a refused coding
 /// is the connector's 415). Err: the refusal's outcome (`too_large`, `rejected`, `overloaded`) and
-/// its answer (413, 400, 503 with `Retry-After`).
+/// its answer (413, 400, 503 with `Retry-After`), boxed: the refusal is the rare path and the
+/// answer is large.
 pub fn decode_request(
     body: Bytes,
     mut headers: HeaderMap,
     limits: &Limits,
     max_body_bytes: usize,
     gate: &IngestGate,
-) -> Result<(Bytes, HeaderMap), (&'static str, axum::response::Response)> {
+) -> Result<(Bytes, HeaderMap), (&'static str, Box<axum::response::Response>)> {
     use axum::response::IntoResponse;
     let Coding::Accepted(coding) = coding_of(&headers, limits) else {
         return Ok((body, headers));
@@ -70,19 +71,21 @@ pub fn decode_request(
         }
         Err(DecodeError::Exceeded(x)) => Err((
             "too_large",
-            crate::error::ApiError(x.error()).into_response(),
+            Box::new(crate::error::ApiError(x.error()).into_response()),
         )),
         Err(DecodeError::Corrupt) => Err((
             "rejected",
-            crate::error::ApiError::new(
-                tb_core::ErrorCode::ValidationError,
-                "the body is not valid for its Content-Encoding",
-            )
-            .into_response(),
+            Box::new(
+                crate::error::ApiError::new(
+                    tb_core::ErrorCode::ValidationError,
+                    "the body is not valid for its Content-Encoding",
+                )
+                .into_response(),
+            ),
         )),
         Err(DecodeError::Busy) => Err((
             "overloaded",
-            super::ReadError::Busy.into_response(max_body_bytes),
+            Box::new(super::ReadError::Busy.into_response(max_body_bytes)),
         )),
     }
 }

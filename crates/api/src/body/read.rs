@@ -92,7 +92,7 @@ impl ReadError {
 /// 413 instead of a reset connection; beyond this (or after 5 s) the connection is closed.
 const DRAIN_CAP: usize = 8 * 1024 * 1024;
 
-/// Reads and discards up to [`DRAIN_CAP`] bytes (at most 5 s), without buffering them.
+/// Reads and discards up to `DRAIN_CAP` bytes (at most 5 s), without buffering them.
 pub async fn drain(mut body: Body) {
     let _ = tokio::time::timeout(Duration::from_secs(5), async {
         let mut seen = 0usize;

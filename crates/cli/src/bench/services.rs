@@ -146,11 +146,11 @@ pub async fn services(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    while !engine
+    while engine
         .store
         .get_service(SERVICE)
         .await?
-        .is_some_and(|s| s.last_heartbeat_at.is_some())
+        .is_none_or(|s| s.last_heartbeat_at.is_none())
     {
         if Instant::now() > deadline {
             bail!("the service did not start within 10 s");

@@ -23,7 +23,9 @@ use tb_store::Store;
 
 /// This process's user + system CPU time.
 pub(crate) fn cpu() -> Duration {
+    // SAFETY: `rusage` is plain integers, for which all-zero bytes are a valid value.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid, writable `rusage` that outlives the call.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(u.ru_utime) + tv(u.ru_stime)

@@ -205,7 +205,7 @@ pub fn arm(
 
 /// Cancels a wait (the driver's `{action: "cancel"}`): `cancelled`, `tb.wait.cancelled{cancelled}`,
 /// status `running`. `state` is the wait's stored state (load it `FOR UPDATE` with the run row).
-/// Errors: `Conflict` "the wait is already <state>" when it is no longer armed.
+/// Errors: `Conflict` `"the wait is already <state>"` when it is no longer armed.
 pub fn cancel(counters: Counters, wait_id: &str, state: WaitState) -> Result<Writes, Refusal> {
     if state != WaitState::Armed {
         return Err(Refusal::Conflict(format!(

@@ -1,5 +1,5 @@
 //! Folds concurrent commits of one kind into one transaction (issue #10). Callers hand an item to a
-//! [`Batcher`] and await its answer; a driver task takes the first waiting item, then every item queued
+//! `Batcher` and await its answer; a driver task takes the first waiting item, then every item queued
 //! behind it (up to [`Batching::max_items`]), and runs them as ONE backend write through a batch
 //! function (`crate::sql::attempt_batch::commit_attempts`), at most [`Batching::in_flight`] batches at
 //! a time. Under light load a batch is one item, committed at once; under load the items that queue

@@ -43,7 +43,7 @@ pub enum Param<'a> {
     /// Bytes (PostgreSQL `BYTEA`, SQLite `BLOB`).
     Blob(&'a [u8]),
     /// A PostgreSQL `TEXT[]` (`None` is a `NULL` element). PostgreSQL only: SQLite has no arrays and
-    /// refuses it when the statement runs. Built by [`Rows`] and [`IdList`].
+    /// refuses it when the statement runs. Built by `Rows` and `IdList`.
     Texts(&'a [Option<&'a str>]),
     /// A PostgreSQL `BIGINT[]` (`None` is a `NULL` element). PostgreSQL only, as [`Param::Texts`].
     Ints(&'a [Option<i64>]),

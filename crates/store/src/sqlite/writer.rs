@@ -3,7 +3,7 @@
 //! in its own savepoint, so a job that fails rolls back alone. Callers are answered only after their
 //! batch is on disk: the `COMMIT` itself does not wait for the disk (`synchronous = NORMAL`); a second
 //! thread, `tb-sqlite-sync`, flushes the WAL (`fdatasync`) once for every batch committed since its last
-//! flush and then answers them, while the writer already builds the next batch ([`super::durable`]).
+//! flush and then answers them, while the writer already builds the next batch (`super::durable`).
 //!
 //! Failure rules:
 //! - the queue is bounded ([`WriterOptions::queue_capacity`] jobs); a write that finds it full gets
@@ -143,7 +143,7 @@ impl Drop for AliveGuard {
 impl Writer {
     /// Starts the writer thread on `conn` with a queue of `opts.queue_capacity` jobs (at least 1), and
     /// the sync thread that flushes the database's `-wal` file after each group commit, before the
-    /// batch's callers are answered ([`super::durable`]). Sets `synchronous = NORMAL` on `conn` (its
+    /// batch's callers are answered (`super::durable`). Sets `synchronous = NORMAL` on `conn` (its
     /// `COMMIT` no longer waits for the disk: the sync thread does). Panics if `conn` is an in-memory
     /// database (it has no WAL file) or the pragma fails.
     pub fn start(conn: Connection, opts: WriterOptions) -> Writer {
