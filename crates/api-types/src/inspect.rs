@@ -70,7 +70,7 @@ pub struct DeliveryView {
     pub last_error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_reason: Option<String>,
-    /// The W3C `traceparent` of the span that received its event (issue #14): each attempt's span
+    /// The W3C `traceparent` of the span that received its event: each attempt's span
     /// links to it. Absent when nothing traced the event.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_context: Option<String>,

@@ -1,4 +1,4 @@
-//! `GET /v1/activity` (issue #13): what happened in the last `minutes` (default 60, at most 1440),
+//! `GET /v1/activity`: what happened in the last `minutes` (default 60, at most 1440),
 //! per subscription and minute, and the queue now. The console's overview and its sparklines read it.
 //!
 //! Cost: two grouped range scans over time-ordered primary keys (receipts, attempts) and a few indexed

@@ -1,4 +1,4 @@
-//! The audit log's HTTP side (issue #13): every operator action on the API and the console is recorded
+//! The audit log's HTTP side: every operator action on the API and the console is recorded
 //! with its actor, target and outcome ([`layer`], [`record`]); `GET /v1/audit` lists the log and
 //! `GET /v1/audit/verify` checks its chain (scope `audit:read`). The chain rules are
 //! `tb_core::audit`'s; the store appends.

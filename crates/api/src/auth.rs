@@ -38,7 +38,7 @@ pub const SCOPES: &[&str] = &[
     "webhooks:manage",
     "approvals:respond",
     "audit:read",
-    // The operator console (issue #13): see everything, act (pause, replay, raise), open redacted bodies.
+    // The operator console: see everything, act (pause, replay, raise), open redacted bodies.
     "operator:read",
     "operator:write",
     "operator:bodies",

@@ -71,7 +71,7 @@ pub fn document(st: &AppState) -> Value {
             "subscriptionStates": ["active", "paused", "failed", "dead-lettered"],
             "dedup": true,
             "retryPolicy": {"maxAttempts": default_retry.max_attempts, "backoff": default_retry.backoff},
-            // Schedules are built in (every worker replica runs the scheduler, issue #11); queues
+            // Schedules are built in (every worker replica runs the scheduler); queues
             // only with a queue bus wired (`serve --nats-url`).
             "sources": sources,
             "ingestion": {

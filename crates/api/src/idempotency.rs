@@ -15,7 +15,7 @@
 //! long-poll) cannot cancel it half-way. The retry with the same key is answered 409
 //! `idempotency_in_flight` while the first one still runs, then gets the first one's answer replayed, so
 //! a dropped `POST /v1/runs` never becomes a second run and a dropped claim hands its turn to the retry
-//! (issue #9 defect 15: what must follow a commit happens where a dropped request cannot skip it).
+//! (what must follow a commit happens where a dropped request cannot skip it).
 //! Only if that task itself dies (a panic) is its claim released at once (a drop guard spawns the fenced
 //! `Store::idempotency_release`, counted by `tb_idempotency_released_total`); a crashed process leaves a
 //! claim to its 60 s lease, after which the retry runs the handler again.

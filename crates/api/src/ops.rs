@@ -25,7 +25,7 @@ pub async fn health() -> impl IntoResponse {
     Json(json!({"status": "ok"}))
 }
 
-/// Schedules with a due tick not fired within `tb_engine::scheduler::LATE_AFTER_MS` (issue #11), as the scheduler's last pass saw them:
+/// Schedules with a due tick not fired within `tb_engine::scheduler::LATE_AFTER_MS`, as the scheduler's last pass saw them:
 /// `{"late": [{"subscription", "lagMs"}]}`. A warning, never a 503: the process still serves.
 fn late_schedules(st: &AppState) -> serde_json::Value {
     let late = st
@@ -39,7 +39,7 @@ fn late_schedules(st: &AppState) -> serde_json::Value {
     json!({ "late": late })
 }
 
-/// Queue subscriptions this process does not consume right now, with why (issue #11): `{"degraded":
+/// Queue subscriptions this process does not consume right now, with why: `{"degraded":
 /// {"<id>": "<reason>"}}`. A warning, never a 503.
 fn degraded_queues(st: &AppState) -> serde_json::Value {
     let m = st

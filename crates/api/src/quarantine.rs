@@ -1,4 +1,4 @@
-//! Abuse quarantine and refusal counts for operators (issue #14): `POST
+//! Abuse quarantine and refusal counts for operators: `POST
 //! /v1/trigger-subscriptions/{id}/quarantine` `{reason}`, `POST .../release`, `GET /v1/quarantines`, and
 //! `GET /v1/trigger-subscriptions/{id}/ingress-counts?minutes=N` (what the subscription admitted and
 //! refused, per UTC minute and outcome, summed over every replica).

@@ -1,8 +1,8 @@
 //! The route table: every route is added with its [`Access`] (public, or the OpenWOP §12 scope it
 //! needs) and, for a guarded mutating route, the idempotency layer and (for an operator action) the
 //! audit layer, both as per-route layers, so the
-//! guard is decided by the route that matched, never by matching strings on the path (issue #9,
-//! defect 2). Adding a route is one line:
+//! guard is decided by the route that matched, never by matching strings on the path.
+//! Adding a route is one line:
 //!
 //! ```text
 //! routes.scoped(Method::POST, "/v1/dead-letters:replay", "webhooks:manage", handler)

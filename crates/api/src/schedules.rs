@@ -1,4 +1,4 @@
-//! `/v1/schedules` (issue #11): create, list, read, preview, pause, resume and retire cron schedules.
+//! `/v1/schedules`: create, list, read, preview, pause, resume and retire cron schedules.
 //! A schedule is a `schedule` trigger subscription: `GET /v1/trigger-subscriptions` lists it too, and
 //! its receipts, deliveries and runs are read there. Errors: 400 `validation_error` (a spec that does
 //! not compile, an unknown workflow, a bad id or count), 404 `not_found`, 409 `conflict` (id taken).

@@ -1,4 +1,4 @@
-//! `GET /v1/services` (issue #12): the registered `triggers.v2` services and their liveness.
+//! `GET /v1/services`: the registered `triggers.v2` services and their liveness.
 
 use axum::extract::State;
 use axum::Json;

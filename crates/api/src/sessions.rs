@@ -1,4 +1,4 @@
-//! Sessions over HTTP (issue #5; signals-and-connectors §5): signals, waits, prompts (user input) and
+//! Sessions over HTTP (signals-and-connectors §5): signals, waits, prompts (user input) and
 //! turns on a run, plus capability endpoints (§4). Bodies are closed JSON objects; every error is the
 //! flat envelope.
 //!
@@ -457,8 +457,8 @@ pub async fn hook(
     let Ok(Path(token)) = token else {
         return Err(ApiError::new(ErrorCode::NotFound, "no such endpoint"));
     };
-    // The token first: a made-up one costs a hash and an indexed read, never a body slot (issue #9
-    // defect 1 follow-up). Then the body, buffered under the capability pool's share of the edge's body
+    // The token first: a made-up one costs a hash and an indexed read, never a body slot.
+    // Then the body, buffered under the capability pool's share of the edge's body
     // slots and the byte budget, like trigger ingest.
     let endpoint = capability::find(&st.engine, &token).await?;
     crate::body::check_headers(&headers, &tb_core::limits::Limits::default())?;

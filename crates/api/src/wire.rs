@@ -36,7 +36,7 @@ pub fn subscription(s: &SubscriptionRecord) -> Value {
     v
 }
 
-/// Since when a subscription is in its state and how it is failing (issue #9 defect 5), kept beside the
+/// Since when a subscription is in its state and how it is failing, kept beside the
 /// OpenWOP `TriggerSubscription` object (whose schema is closed): `{stateSince, failuresSinceSuccess,
 /// lastError?, lastSuccessAt?}`.
 pub fn subscription_state_detail(s: &SubscriptionRecord) -> Value {

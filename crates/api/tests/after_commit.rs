@@ -1,5 +1,5 @@
-//! Work that must follow a commit survives the request going away (issue #9 defect 15), and the
-//! subscription-state gauge `tb_subscriptions{state}` (defect 5). One metrics recorder per process: the
+//! Work that must follow a commit survives the request going away, and the
+//! subscription-state gauge `tb_subscriptions{state}`. One metrics recorder per process: the
 //! tests here share it and run one at a time.
 
 mod support;

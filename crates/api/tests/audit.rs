@@ -1,4 +1,4 @@
-//! The audit log over HTTP (issue #13): every mutating route is either an audited operator action or
+//! The audit log over HTTP: every mutating route is either an audited operator action or
 //! named as the worker protocol; operator actions are recorded with actor, target and outcome (a
 //! refused one too), and `GET /v1/audit/verify` checks the chain.
 

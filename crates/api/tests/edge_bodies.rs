@@ -1,4 +1,4 @@
-//! Request bodies at the edge (issue #9 defect 1), in process: a body that stops arriving is 408
+//! Request bodies at the edge, in process: a body that stops arriving is 408
 //! `request_timeout` (ingest and JSON management endpoints alike) and leaves no receipt; an ingest body
 //! that does not fit the buffered-bytes budget is 503 `unavailable` with `Retry-After: 1`.
 
@@ -260,7 +260,7 @@ async fn an_ingest_body_over_the_remaining_budget_is_503_with_retry_after() {
     );
 }
 
-/// Issue #9 follow-up: `Expect: 100-continue` with a Content-Length over the subscription's
+/// `Expect: 100-continue` with a Content-Length over the subscription's
 /// `max_body_bytes` is answered 413 at once, without `100 Continue` and without reading the body.
 #[tokio::test]
 async fn expect_continue_over_the_limit_is_413_without_100_continue() {
@@ -352,7 +352,7 @@ async fn mint(http: &reqwest::Client, addr: &str, engine: &Engine) -> String {
     m.token
 }
 
-/// Slow-body follow-up of issue #9 defect 1 (fix 1): a made-up capability token is answered 404 at
+/// Slow bodies: a made-up capability token is answered 404 at
 /// once, before its body is read, so stalled bodies to made-up `/v1/hooks/...` URLs hold no body slot:
 /// a signed ingest racing them gets 202. (Before: each buffered under the shared gate first, so the
 /// signed ingest got 503 and the hooks waited for the body timeout, 408.)

@@ -1,4 +1,4 @@
-//! Issue #9 (attack review): route-declared auth, idempotency scope, announced run ids, signal paging
+//! From an attack review: route-declared auth, idempotency scope, announced run ids, signal paging
 //! and expiry, and waiters woken by the end of their run.
 
 mod support;

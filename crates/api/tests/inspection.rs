@@ -1,4 +1,4 @@
-//! The read endpoints the console is built on (issue #13): list filters by the sender's delivery id
+//! The read endpoints the console is built on: list filters by the sender's delivery id
 //! and by time, `/v1/activity`, the redacted body, and the binding policy in `/v1/bindings`.
 
 mod support;

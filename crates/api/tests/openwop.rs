@@ -1,4 +1,4 @@
-//! OpenWOP surface served so far (issue #4, partial): discovery, the RFC 0232 dead-letter read, run cancel
+//! OpenWOP surface served so far (partial): discovery, the RFC 0232 dead-letter read, run cancel
 //! and ancestry. Every response is validated against the vendored schemas in `tests/fixtures/openwop/`.
 
 mod support;

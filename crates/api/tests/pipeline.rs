@@ -580,7 +580,7 @@ async fn state_changes(s: &Server) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Issue #9 defect 4: a worker failing half the time (deterministically: fail, fail, succeed, ...,
+/// A worker failing half the time (deterministically: fail, fail, succeed, ...,
 /// so runs of two consecutive failures occur) with one attempt per delivery. Before the fix the first
 /// exhausted delivery dead-lettered the subscription and the breaker (threshold 2) flapped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -621,7 +621,7 @@ async fn a_sporadically_failing_worker_never_dead_letters_or_flaps_the_subscript
     );
 }
 
-/// Issue #9 defect 4: 100 % failure dead-letters the subscription only once failure was continuous
+/// 100 % failure dead-letters the subscription only once failure was continuous
 /// for `dead_letter_after_ms` with at least `dead_letter_min_failures` failures; an operator resume
 /// and a success recover it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -703,7 +703,7 @@ async fn continuous_failure_dead_letters_after_the_window_and_a_resume_recovers(
     assert_eq!(sub["stateDetail"]["failuresSinceSuccess"], 0);
 }
 
-/// Issue #9 defect 8: a worker slower than the lease (lease 300 ms, work 1 s) gets exactly one POST:
+/// A worker slower than the lease (lease 300 ms, work 1 s) gets exactly one POST:
 /// the lease is renewed while the attempt is in flight.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_shorter_than_the_work_is_renewed_and_the_worker_gets_one_post() {
@@ -790,7 +790,7 @@ async fn a_failed_attempts_message_is_stored_with_its_credentials_masked() {
     }
 }
 
-/// Issue #9 defect 6: a failed attempt keeps a short sanitized message (status and the first bytes of
+/// A failed attempt keeps a short sanitized message (status and the first bytes of
 /// the body, printable only, capped), shown as `attempts[].message`; connect errors read as a sentence.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_attempts_keep_a_short_sanitized_message() {

@@ -1,4 +1,4 @@
-//! Abuse quarantine (issue #14; docs/limits.md "Quarantine"): by hand and by the automatic rule, a
+//! Abuse quarantine (docs/limits.md "Quarantine"): by hand and by the automatic rule, a
 //! quarantined subscription answers 403 `subscription_quarantined` before reading the body, shows as
 //! such, is audited, and takes requests again once released.
 //!

@@ -1,4 +1,4 @@
-//! Rate limits at every level (issue #14; docs/limits.md "Rate limits"), over real HTTP with requests
+//! Rate limits at every level (docs/limits.md "Rate limits"), over real HTTP with requests
 //! that really race: each level admits exactly its limit in a minute, answers the rest 429 with
 //! `Retry-After` naming the level and the key that sets it, admits again the next minute, and a flood
 //! of refusals is a bounded number of rows.

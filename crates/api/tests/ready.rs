@@ -1,4 +1,4 @@
-//! `GET /ready` (issue #9, defect 12): public; 200 while the store's writer commits; 503 with
+//! `GET /ready`: public; 200 while the store's writer commits; 503 with
 //! `Retry-After: 1` when the writer is stopped, dead or its queue is full; dead-lettered subscriptions
 //! are warnings, not failures. A full writer queue answers API writes 503 `unavailable`.
 

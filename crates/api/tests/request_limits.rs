@@ -1,4 +1,4 @@
-//! The request limits of docs/limits.md, over HTTP (issue #14): each one ends in its 4xx with its
+//! The request limits of docs/limits.md, over HTTP: each one ends in its 4xx with its
 //! stable code and the limit's key in the message, and stores nothing (no receipt).
 
 mod support;

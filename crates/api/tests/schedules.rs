@@ -1,4 +1,4 @@
-//! `/v1/schedules` over HTTP (issue #11): create, read, preview, pause, resume, retire, and the
+//! `/v1/schedules` over HTTP: create, read, preview, pause, resume, retire, and the
 //! refusals, with the values read back.
 
 mod support;

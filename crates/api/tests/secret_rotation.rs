@@ -1,4 +1,4 @@
-//! Rotating the signing secret of a registered subscription (issue #14): `POST
+//! Rotating the signing secret of a registered subscription: `POST
 //! /v1/trigger-subscriptions/{id}/rotate-secret` gives a new secret once; the old one is accepted
 //! beside it until the overlap ends (also after a reload from the store, as another replica or a
 //! restart does), or refused at once with no overlap; the rotation is audited without a secret.

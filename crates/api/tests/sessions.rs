@@ -1,4 +1,4 @@
-//! Sessions, durable signals and waits over real HTTP (issue #5): GitHub and Azure DevOps events start
+//! Sessions, durable signals and waits over real HTTP: GitHub and Azure DevOps events start
 //! exactly one session per coalesce key and signal it afterwards; signals are buffered FIFO and
 //! consumed by waits; timers, races, user-input interruption, mailbox overflow and capability URLs.
 
@@ -1034,7 +1034,7 @@ async fn concurrent_first_events_for_one_key_create_one_session() {
     assert_eq!(s.runs_of("pr-session").await.len(), 1);
 }
 
-/// Issue #9 defect 11: ending a run (cancel, or a worker's result) wakes every long-poll on it at once:
+/// Ending a run (cancel, or a worker's result) wakes every long-poll on it at once:
 /// the wait long-poll answers its `stop` winner and `turns:claim` its 409, in well under their 20 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_and_result_wake_the_long_polls_of_their_run() {
@@ -1105,7 +1105,7 @@ async fn cancel_and_result_wake_the_long_polls_of_their_run() {
     }
 }
 
-/// Issue #9 defect 9: the mailbox list is paged newest first (`limit` clamped to 1..=500, `before` =
+/// The mailbox list is paged newest first (`limit` clamped to 1..=500, `before` =
 /// the previous page's `nextCursor`), every signal seen once; settled (consumed, dropped) signal
 /// records expire with the body retention while buffered ones stay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1216,7 +1216,7 @@ async fn the_signal_list_pages_clamps_and_settled_signals_expire() {
     );
 }
 
-/// Issue #9 follow-up: an `Idempotency-Key` on a capability URL follows the management API's rule. A
+/// An `Idempotency-Key` on a capability URL follows the management API's rule. A
 /// non-ASCII key (or two keys) used to be ignored, so the same request was accepted twice (two
 /// signals, two uses); now it is 400 `validation_error` before anything is counted or stored.
 #[tokio::test]
@@ -1305,7 +1305,7 @@ async fn a_capability_url_refuses_a_non_ascii_or_repeated_idempotency_key() {
     assert_eq!(receipts.len(), 1, "the one accepted request");
 }
 
-/// Issue #9 follow-up: a long-poll with an `Idempotency-Key` whose client goes away runs on (it cannot
+/// A long-poll with an `Idempotency-Key` whose client goes away runs on (it cannot
 /// be cancelled half-way): the turn it claims after the drop is not lost but replayed to the retry with
 /// the same key, which is answered 409 `idempotency_in_flight` only while the first one still runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1376,7 +1376,7 @@ async fn a_dropped_long_poll_runs_on_and_its_answer_is_replayed_to_the_retry() {
     assert_eq!(turn["turnId"], p["turnId"], "{turn} vs {p}");
 }
 
-/// Issue #9 follow-up: a chunked body over 1 MiB to a capability URL is refused naming the limit that
+/// A chunked body over 1 MiB to a capability URL is refused naming the limit that
 /// applies there (32 KiB), not the management API's 1 MiB.
 #[tokio::test]
 async fn a_chunked_capability_body_over_the_limit_names_the_capability_limit() {

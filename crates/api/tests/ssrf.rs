@@ -1,4 +1,4 @@
-//! The SSRF guard on the http executor (issue #14): a worker URL that names, or resolves to, a
+//! The SSRF guard on the http executor: a worker URL that names, or resolves to, a
 //! loopback address fails its attempt with `destination_forbidden` and never reaches the worker,
 //! unless its workflow says `allow_private = true`.
 

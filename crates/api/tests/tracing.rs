@@ -1,4 +1,4 @@
-//! Traces across the durable boundary (issue #14), asserted on the spans the OpenTelemetry SDK
+//! Traces across the durable boundary, asserted on the spans the OpenTelemetry SDK
 //! exports (its in-memory exporter, behind the same `tracing-opentelemetry` layer `serve` installs):
 //!
 //! - a webhook carrying a W3C `traceparent` gets a `receipt` span that is the sender's span's child;

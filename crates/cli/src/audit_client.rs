@@ -1,4 +1,4 @@
-//! `trigger-bridge audit ...` (issue #13): the audit log of operator actions, and the check of its
+//! `trigger-bridge audit ...`: the audit log of operator actions, and the check of its
 //! hash chain.
 
 use anyhow::Result;
@@ -9,7 +9,7 @@ use crate::api_client::{print_list, Api, ClientOpts};
 const ENTRIES: &str =
     "SEQ=seq AT=at ACTOR=actor ACTION=action TARGET=target OUTCOME=outcome DETAIL=detail";
 
-/// `trigger-bridge audit ...` (issue #13)
+/// `trigger-bridge audit ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum AuditCmd {
     /// List operator actions, newest first: who did what to which record, and how it ended

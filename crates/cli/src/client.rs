@@ -527,7 +527,7 @@ pub async fn subscriptions(o: &ClientOpts, c: SubscriptionsCmd) -> Result<()> {
 mod tests {
     use super::*;
 
-    /// Issue #9 defect 5: `subscriptions list` shows state, since when, failures and the last error.
+    /// `subscriptions list` shows state, since when, failures and the last error.
     #[test]
     fn subscriptions_list_shows_since_failures_and_last_error() {
         let mut v = serde_json::json!({

@@ -88,7 +88,7 @@ pub struct ServerSection {
     /// Seconds between two exports of a signed audit head checkpoint (the log line `audit checkpoint
     /// seq=.. head=.. mac=..` and the gauge `tb_audit_checkpoint_seq`; default 60, 1 to 86 400).
     pub audit_checkpoint_secs: Option<u64>,
-    // The HTTP edge: timeouts and caps of inbound connections and bodies (issue #9 defect 1); see
+    // The HTTP edge: timeouts and caps of inbound connections and bodies; see
     // [`ServerSection::edge`] for the defaults. `check-config` refuses zero values.
     /// ms a client has to send a request's headers (default 10 000); then the connection is closed.
     pub header_timeout_ms: Option<u64>,
@@ -549,7 +549,7 @@ pub struct SubscriptionSection {
     pub queue: Option<QueueSection>,
 }
 
-/// `[subscriptions.queue]` (issue #11; docs/configuration.md "Queues").
+/// `[subscriptions.queue]` (docs/configuration.md "Queues").
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QueueSection {
@@ -588,7 +588,7 @@ impl QueueSection {
     }
 }
 
-/// `[subscriptions.schedule]` (issue #11; docs/configuration.md "Schedules").
+/// `[subscriptions.schedule]` (docs/configuration.md "Schedules").
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleSection {

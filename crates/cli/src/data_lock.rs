@@ -1,4 +1,4 @@
-//! One process per data directory (issue #9 defect 13): an exclusive `flock` on `<data_dir>/lock`, held
+//! One process per data directory: an exclusive `flock` on `<data_dir>/lock`, held
 //! for the process lifetime, with the holder's pid written in the file for the refusal message.
 
 use std::io::{Read, Seek, Write};

@@ -1,4 +1,4 @@
-//! The HTTP/1.1 accept loop of `serve` (issue #9 defect 1): a header-read timeout, an idle keep-alive
+//! The HTTP/1.1 accept loop of `serve`: a header-read timeout, an idle keep-alive
 //! timeout, a cap on open connections (503 + `Retry-After` beyond it), accept errors that back off
 //! instead of spinning (EMFILE), and a graceful shutdown that waits for open connections at most
 //! `shutdown_grace` before closing them.

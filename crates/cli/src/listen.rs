@@ -1,4 +1,4 @@
-//! Listen addresses (issue #9 defect 14): a socket address (`127.0.0.1:8080`, `[::1]:8080`) or a host
+//! Listen addresses: a socket address (`127.0.0.1:8080`, `[::1]:8080`) or a host
 //! name with a port (`localhost:8093`), resolved at start.
 
 use std::net::SocketAddr;

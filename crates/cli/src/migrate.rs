@@ -1,6 +1,6 @@
 //! `trigger-bridge migrate`: create or upgrade the store's schema, then exit. The SQLite store in the
 //! data dir the server would use (`--data-dir`, else the config's `[server].data_dir`, else `./data`;
-//! issue #9 defect 14), or a PostgreSQL database (`--database-url`, else the config's
+//! docs/operations.md), or a PostgreSQL database (`--database-url`, else the config's
 //! `[server].database_url`).
 //!
 //! Copying a store from one backend to another (`migrate --from ... --to ...`) is not built; it would

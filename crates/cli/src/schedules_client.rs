@@ -1,4 +1,4 @@
-//! `trigger-bridge schedules ...` (issue #11): create, list, show, preview, pause, resume and retire
+//! `trigger-bridge schedules ...`: create, list, show, preview, pause, resume and retire
 //! cron schedules through `/v1/schedules`. Same conventions as `client.rs`: tables by default, `--json`
 //! prints the server's answer.
 

@@ -358,7 +358,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         },
     };
     let app = if role.serves_api() {
-        // The operator console (issue #13) is served beside the API, over the API's handlers.
+        // The operator console is served beside the API, over the API's handlers.
         tb_api::router(state.clone()).merge(tb_console::router(state))
     } else {
         ops_router(state)
@@ -538,7 +538,7 @@ impl Signals {
     }
 }
 
-/// Records in the audit log (issue #13) that this replica loaded its configuration: the file's
+/// Records in the audit log that this replica loaded its configuration: the file's
 /// SHA-256, so a changed file shows as a new hash between two loads. A failed append is logged; the
 /// server still starts.
 async fn audit_config_load(engine: &Engine, path: &std::path::Path, replica: &str, keys: usize) {
@@ -546,7 +546,7 @@ async fn audit_config_load(engine: &Engine, path: &std::path::Path, replica: &st
     let hash = std::fs::read(path)
         .map(|b| hex::encode(sha2::Sha256::digest(&b)))
         .unwrap_or_default();
-    // Secret rotations in force (issue #14): which subscriptions still accept a previous secret, and
+    // Secret rotations in force: which subscriptions still accept a previous secret, and
     // until when. Never the secrets.
     let rotations: serde_json::Map<String, serde_json::Value> = engine
         .catalog()

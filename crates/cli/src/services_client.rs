@@ -1,4 +1,4 @@
-//! `trigger-bridge services ...` (issue #12): the triggers.v2 services registered over NATS.
+//! `trigger-bridge services ...`: the triggers.v2 services registered over NATS.
 
 use anyhow::Result;
 
@@ -8,7 +8,7 @@ const SERVICES: &str =
     "SERVICE=name VERSION=serviceVersion LIVENESS=liveness REPLICAS=replicasLive \
     LAST_HEARTBEAT=lastHeartbeatAt ACTIONS=actions OTHER_BUILD=otherBuild HASH=manifestHash";
 
-/// `trigger-bridge services ...` (issue #12)
+/// `trigger-bridge services ...`
 #[derive(clap::Subcommand, Debug)]
 pub enum ServicesCmd {
     /// List the triggers.v2 services registered over NATS and their liveness (down after 3 missed

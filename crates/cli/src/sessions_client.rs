@@ -1,4 +1,4 @@
-//! Client commands for sessions (issue #5): `signals raise|list`, `runs waits|wait|prompt`,
+//! Client commands for sessions: `signals raise|list`, `runs waits|wait|prompt`,
 //! `capabilities mint|list|revoke`. Same conventions as `client.rs`: tables by default, `--json` prints
 //! the server's answer.
 

@@ -1,4 +1,4 @@
-//! Logging and OpenTelemetry export for `serve` (issue #14; docs/operations.md "Tracing").
+//! Logging and OpenTelemetry export for `serve` (docs/operations.md "Tracing").
 //!
 //! Log lines go to stderr as before (`RUST_LOG`, `TRIGGER_BRIDGE_LOG_FORMAT=json`). OTLP export is off
 //! unless an endpoint is named: `--otlp-endpoint` / `TRIGGER_BRIDGE_OTLP_ENDPOINT` (the collector's

@@ -562,7 +562,7 @@ fn failure_policy_keys_are_read_and_checked() {
     );
 }
 
-/// Issue #9 defect 14: a host name with a port is a valid listen address.
+/// A host name with a port is a valid listen address.
 #[test]
 fn listen_accepts_a_host_name_with_a_port() {
     let cfg = GOOD.replace(
@@ -574,7 +574,7 @@ fn listen_accepts_a_host_name_with_a_port() {
     assert!(out.contains(": ok ("), "{out}");
 }
 
-/// Issue #9 defect 1: the edge keys of `[server]` refuse values that would disable them or could never
+/// The edge keys of `[server]` refuse values that would disable them or could never
 /// fit a body.
 #[test]
 fn edge_limits_refuse_zero_and_a_budget_below_a_body_limit() {
@@ -599,7 +599,7 @@ fn edge_limits_refuse_zero_and_a_budget_below_a_body_limit() {
     assert!(out.contains("3 problem(s)"), "{out}");
 }
 
-/// Slow-body follow-up of issue #9 defect 1: `max_inflight_bodies_per_target` must be 1 ..=
+/// Slow bodies: `max_inflight_bodies_per_target` must be 1 ..=
 /// `max_inflight_bodies`, and `body_min_rate_grace_ms` 1 .. one hour.
 #[test]
 fn per_target_body_slots_and_the_rate_grace_are_checked() {
@@ -753,7 +753,7 @@ inputs = {{ at = "schedule.nominal_time" }}
     )
 }
 
-/// Issue #11: a schedule subscription is checked like the others, each problem named with its fix.
+/// A schedule subscription is checked like the others, each problem named with its fix.
 #[test]
 fn schedule_subscriptions_are_checked() {
     let ok = schedule_config(
@@ -802,7 +802,7 @@ fn schedule_subscriptions_are_checked() {
     );
 }
 
-/// Issue #11: a queue subscription is checked like the others.
+/// A queue subscription is checked like the others.
 #[test]
 fn queue_subscriptions_are_checked() {
     let cfg = |section: &str| {
@@ -859,7 +859,7 @@ fn queue_subscriptions_are_checked() {
     }
 }
 
-/// Issue #14: `[limits]` and `[subscriptions.limits]` are read, and a bad value is named with its key.
+/// `[limits]` and `[subscriptions.limits]` are read, and a bad value is named with its key.
 #[test]
 fn request_limits_are_checked_with_the_key_to_fix() {
     let with = |limits: &str, own: &str| {
@@ -905,7 +905,7 @@ fn request_limits_are_checked_with_the_key_to_fix() {
     }
 }
 
-/// Issue #14: a worker URL naming a private address needs `allow_private = true`; `[rate_limits]` and
+/// A worker URL naming a private address needs `allow_private = true`; `[rate_limits]` and
 /// `[subscriptions.quarantine]` are read and checked.
 #[test]
 fn private_worker_addresses_rate_limits_and_quarantine_are_checked() {
@@ -967,7 +967,7 @@ fn private_worker_addresses_rate_limits_and_quarantine_are_checked() {
     }
 }
 
-/// Issue #14: `[subscriptions.rotation]` takes the previous secret and an end at most 30 days away.
+/// `[subscriptions.rotation]` takes the previous secret and an end at most 30 days away.
 #[test]
 fn a_secret_rotation_is_checked_with_the_fix_named() {
     let soon = (chrono::Utc::now() + chrono::Duration::days(7)).to_rfc3339();

@@ -1,4 +1,4 @@
-//! Client argument checks that need no server (issue #9, part of 14).
+//! Client argument checks that need no server.
 
 use std::process::Command;
 

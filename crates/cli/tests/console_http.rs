@@ -1,4 +1,4 @@
-//! The console and the audit log through the real binary (issue #13): login, the cookie's
+//! The console and the audit log through the real binary: login, the cookie's
 //! attributes, a read-only key that sees no mutating control and cannot act, a form post without the
 //! CSRF token refused with nothing changed, a confirmation before a pause, every action in the audit
 //! log, and `audit list --verify` failing on a row edited in the database by hand. (The browser

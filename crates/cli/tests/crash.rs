@@ -1,4 +1,4 @@
-//! Crash under load (issue #3): the server as a child process, concurrent senders that retry until they
+//! Crash under load: the server as a child process, concurrent senders that retry until they
 //! get an answer (as real senders do), SIGKILL at random moments several times with restarts, then a
 //! drain. Asserts from the store and the API that nothing was lost or doubled, and prints the counts.
 

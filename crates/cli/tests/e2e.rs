@@ -385,7 +385,7 @@ fn a_registered_subscription_survives_a_restart_and_its_secret_is_kept_sealed() 
         s.base,
         reg["binding"]["ingestUrl"].as_str().unwrap()
     );
-    // The database holds the secret only sealed (issue #10), under the key file of the secrets
+    // The database holds the secret only sealed, under the key file of the secrets
     // directory, readable by the owner only; no secret file is written.
     let db = std::fs::read(data.path().join("trigger-bridge.db")).unwrap();
     assert!(

@@ -1,4 +1,4 @@
-//! The HTTP edge under attack (issue #9 defect 1): slow-header clients, never-ending bodies, descriptor
+//! The HTTP edge under attack: slow-header clients, never-ending bodies, descriptor
 //! exhaustion and shutdown with a stuck body, each against the real binary with small configured
 //! timeouts and caps. Every case asserts that `/health` and ingest keep answering and that the server's
 //! VmRSS stays bounded.
@@ -618,7 +618,7 @@ async fn ten_parallel_large_bodies_peak_under_1_4_times_their_size() {
     }
 }
 
-/// The attack of the slow-body follow-up of issue #9 defect 1, scaled to the test config (8 body
+/// The slow-body attack (docs/limits.md), scaled to the test config (8 body
 /// slots): 16 connections to made-up capability URLs `/v1/hooks/x{i}`, each declaring 100 000 bytes (under the 6 MiB budget together, so only the slots bind),
 /// half trickling 2.5 KB every 0.5 s and half sending one byte and then nothing. Every one is answered
 /// 404 at once (the token is looked up before the body), and signed ingests racing them all get 202.

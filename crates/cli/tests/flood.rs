@@ -1,4 +1,4 @@
-//! A flood of forged requests against the real binary (issue #14), in a test binary of its own so
+//! A flood of forged requests against the real binary, in a test binary of its own so
 //! its load does not meet the timing-sensitive edge tests of `edge.rs`.
 
 mod edge_support;
@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use edge_support::*;
 
-/// Issue #14: a flood of forged requests from 12 000 client addresses (behind a trusted proxy) costs
+/// A flood of forged requests from 12 000 client addresses (behind a trusted proxy) costs
 /// bounded memory and a bounded number of rows: every one is answered 401, none is stored, each is
 /// counted, and the counts are one row per minute and outcome, not one per request or address.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,4 +1,4 @@
-//! `serve --otlp-endpoint` (issue #14): the binary exports its spans over OTLP/HTTP (protobuf) to a
+//! `serve --otlp-endpoint`: the binary exports its spans over OTLP/HTTP (protobuf) to a
 //! collector, here an in-process one that keeps every request. A webhook carrying a `traceparent`
 //! shows up there as a `receipt` span in the sender's trace and an `attempt` span linked to it,
 //! under the resource `service.name = trigger-bridge`.

@@ -1,4 +1,4 @@
-//! `serve` and `migrate` on PostgreSQL (issue #10): the real binary on a throwaway schema of the test
+//! `serve` and `migrate` on PostgreSQL: the real binary on a throwaway schema of the test
 //! server (`TestDatabase`), webhooks signed by `trigger-bridge send`, `--role api` and `--role worker`
 //! replicas sharing one database, the replica id in the log and as the lease owner, `/ready`'s store
 //! facts, and the refusals (unreachable database, bad pool size) with the password masked.

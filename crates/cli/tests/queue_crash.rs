@@ -1,4 +1,4 @@
-//! A queue subscription under SIGKILL (issue #11): the server consumes a NATS JetStream stream and is
+//! A queue subscription under SIGKILL: the server consumes a NATS JetStream stream and is
 //! killed three times mid-stream, then restarted. A message committed but not yet acked when the
 //! process died is redelivered by JetStream and answered `duplicate` by its receipt's dedup key, so
 //! every message ends as exactly one receipt and one run. Uses its own nats-server (skips with a

@@ -189,8 +189,8 @@ fn quickstart_dead_letters_with_the_failing_test_worker_and_replay_all_after_it_
             .all(|l| l.contains("workflow=flaky") && l.contains("-> 500")),
         "{logged:?}"
     );
-    // One exhausted delivery is not continuous failure: the subscription stays active (issue #9,
-    // defect 4). With the worker down, the next event fails differently (connect) and is dead-lettered
+    // One exhausted delivery is not continuous failure: the subscription stays active.
+    // With the worker down, the next event fails differently (connect) and is dead-lettered
     // after its own three attempts.
     let sub = s.get("/v1/trigger-subscriptions/flaky");
     assert_eq!(sub["subscription"]["state"], "active", "{sub}");

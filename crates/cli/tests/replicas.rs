@@ -1,4 +1,4 @@
-//! Three replicas on one PostgreSQL database (issue #10, DESIGN §5): 5 000 signed webhooks spread over
+//! Three replicas on one PostgreSQL database (DESIGN §5): 5 000 signed webhooks spread over
 //! all three, duplicates sent to a different replica than the first copy, one replica SIGKILLed mid-run
 //! and restarted. After the drain the database must hold one receipt per dedup key, one run per
 //! (receipt, binding), every delivery terminal with gapless attempt numbers, the killed replica's leased

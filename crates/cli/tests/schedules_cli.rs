@@ -1,4 +1,4 @@
-//! `trigger-bridge schedules ...` against a running server (issue #11): a config-file schedule fires
+//! `trigger-bridge schedules ...` against a running server: a config-file schedule fires
 //! on the real clock, and one made through the CLI is previewed, paused and retired.
 
 mod common;

@@ -1,4 +1,4 @@
-//! No secret ever reaches a log line or an answer (issue #14). The real binary runs at `RUST_LOG=debug`
+//! No secret ever reaches a log line or an answer. The real binary runs at `RUST_LOG=debug`
 //! with a secret for every kind the server holds: a GitHub secret and the previous one of a rotation,
 //! a Standard Webhooks `whsec_`, a generic HMAC secret, the http executor's signing key (its worker
 //! fails, so attempts are retried and logged) and an API key. It takes valid, rotated and forged

@@ -1,4 +1,4 @@
-//! Workers over NATS across processes (issue #12): three bridge replicas on one PostgreSQL database
+//! Workers over NATS across processes: three bridge replicas on one PostgreSQL database
 //! and one nats-server, two replicas of the example service (`crates/sdk/examples/pr_triage.rs`).
 //! GitHub `pull_request.opened` webhooks spread over the bridges start nats runs; the service
 //! registers, gets its flow (register reply, then the later replicas' broadcasts), handles each

@@ -1,4 +1,4 @@
-//! Waits, signal buffers, signal dedup and winner selection survive SIGKILL at the points issue #5
+//! Waits, signal buffers, signal dedup and winner selection survive SIGKILL at the points the sessions seed
 //! names: right after a signal commit, right after a wait commit, and between a timer coming due and
 //! its resolution (the deadline passes while the server is down). Runs the real binary on the
 //! quickstart config.

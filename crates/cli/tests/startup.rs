@@ -1,4 +1,4 @@
-//! Start-up and command-line surface (issue #9 defects 13 and 14): one server per data dir, host-name
+//! Start-up and command-line surface: one server per data dir, host-name
 //! listen addresses and `--listen` over the config, `migrate` on the config's data dir, client options
 //! before the command group.
 

@@ -1,4 +1,4 @@
-//! The operator console (issue #13): `/ui` in the same binary as the API, server-rendered HTML
+//! The operator console: `/ui` in the same binary as the API, server-rendered HTML
 //! (`maud`) with progressive enhancement (htmx, vendored), live over SSE ([`live`]), behind an API-key
 //! login with CSRF tokens ([`login`]).
 //!

@@ -1,4 +1,4 @@
-//! The viewer of a console page and what its key's scopes let it do (issue #13). Found by
+//! The viewer of a console page and what its key's scopes let it do. Found by
 //! [`crate::login::guard`] and put in the request's extensions; the pages read it to hide what the
 //! viewer may not do.
 

@@ -70,10 +70,10 @@ pub enum ConnectorSpec {
         #[serde(default)]
         header_name: Option<String>,
     },
-    /// A cron schedule (issue #11): not a webhook connector; the scheduler produces its events
+    /// A cron schedule: not a webhook connector; the scheduler produces its events
     /// (`schedule.tick`), and its ingest URL answers 404.
     Schedule(crate::schedule::ScheduleSpec),
-    /// A NATS JetStream queue (issue #11): not a webhook connector; the queue consumer produces its
+    /// A NATS JetStream queue: not a webhook connector; the queue consumer produces its
     /// events (`queue.message`), and its ingest URL answers 404.
     Nats(crate::queue::QueueSpec),
 }

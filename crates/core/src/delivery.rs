@@ -89,7 +89,7 @@ impl DeliveryState {
 
 /// The state word a delivery is shown with (API and CLI): its stored state, except that an open
 /// (`pending`/`retrying`) delivery whose lease expires after `now` (ms) reads `in-flight`: a worker holds
-/// it and an attempt is under way (issue #9). Never stored or filtered on.
+/// it and an attempt is under way. Never stored or filtered on.
 pub fn shown_state(state: DeliveryState, lease_until: Option<i64>, now: i64) -> &'static str {
     match lease_until {
         Some(until) if !state.is_terminal() && until > now => "in-flight",
@@ -342,7 +342,7 @@ mod tests {
     }
 }
 
-/// Largest response-body excerpt kept in an attempt's message, in bytes (issue #9 defect 6).
+/// Largest response-body excerpt kept in an attempt's message, in bytes.
 pub const MESSAGE_BODY_BYTES: usize = 256;
 
 /// The short, sanitized message of an attempt that got an HTTP answer: `HTTP <status>` and, when the

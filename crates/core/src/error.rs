@@ -17,7 +17,7 @@ pub enum ErrorCode {
     Forbidden,
     /// 409: the subscription is paused (or otherwise not accepting work).
     SubscriptionNotActive,
-    /// 403: the subscription is quarantined (issue #14, `tb_core::quarantine`): every request is refused,
+    /// 403: the subscription is quarantined (`tb_core::quarantine`): every request is refused,
     /// before its body is read, until an operator releases it.
     SubscriptionQuarantined,
     /// 409: a state conflict (e.g. a result for a run that is already terminal).
@@ -43,7 +43,7 @@ pub enum ErrorCode {
     RateLimited,
     /// 408: the request body did not arrive in time: a gap between two chunks longer than
     /// `[server].body_timeout_ms`, or slower than `[server].body_min_rate_bytes_per_s` on average once
-    /// `[server].body_min_rate_grace_ms` has passed since the headers (issue #9 defect 1). Senders retry.
+    /// `[server].body_min_rate_grace_ms` has passed since the headers. Senders retry.
     RequestTimeout,
     /// 503: storage is unavailable or shutting down; senders should retry.
     Unavailable,

@@ -71,7 +71,7 @@ pub struct RunStarted {
 /// `run.dead_lettered` event type (RFC 0053).
 pub const RUN_DEAD_LETTERED: &str = "run.dead_lettered";
 
-/// The payload a run event is stored with (issue #10): without the fields its run row holds, which
+/// The payload a run event is stored with: without the fields its run row holds, which
 /// [`shown_payload`] puts back when the event is read, so every reader sees the payload it was built
 /// with. Dropped: `runId` of `trigger.delivery.attempted` and `run.dead_lettered` when it is this run
 /// (`run_events.run_id`); `workflowId` and `inputs` of `run.started`, which `attempt::first_events`

@@ -3,7 +3,7 @@
 //! (`POST /v1/hooks/{token}`, signals-and-connectors §4.2). A key is 1 to [`MAX_KEY_LEN`] URL-safe
 //! ASCII characters (letters, digits, `-_.~:`); anything else, and a request with two
 //! `Idempotency-Key` headers, is 400 `validation_error`: never ignored, never "first one wins"
-//! (issue #9 follow-up: a non-ASCII key on a capability URL used to be dropped, so a retry was
+//! (a non-ASCII key on a capability URL used to be dropped, so a retry was
 //! accepted twice).
 
 use crate::error::{ErrorCode, TbError};

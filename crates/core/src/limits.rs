@@ -1,4 +1,4 @@
-//! The limits of one inbound request (issue #14; signals-and-connectors §0.3: "limits on body size, JSON
+//! The limits of one inbound request (signals-and-connectors §0.3: "limits on body size, JSON
 //! nesting, string length and field count; unsupported content types and compressed bodies refused").
 //!
 //! [`Limits`] holds every per-subscription limit with its default (the `[limits]` table of the config

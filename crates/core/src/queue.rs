@@ -1,4 +1,4 @@
-//! Queue sources (issue #11): what a `queue` subscription consumes, and how a message becomes an
+//! Queue sources: what a `queue` subscription consumes, and how a message becomes an
 //! inbound event. The consumer itself (NATS JetStream, a durable pull consumer with explicit ack) is an
 //! edge module of the engine; the rules that do not need a connection live here.
 //!

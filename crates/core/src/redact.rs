@@ -1,4 +1,4 @@
-//! The redacted view of a receipt's body (issue #13): what an operator with `operator:bodies` may
+//! The redacted view of a receipt's body: what an operator with `operator:bodies` may
 //! see. Only JSON bodies are shown. At any depth:
 //! - a value under a key naming a credential or a personal contact ([`SENSITIVE`] as a part of the
 //!   key, [`SENSITIVE_WORDS`] as a whole word of it) becomes `"[redacted]"`;

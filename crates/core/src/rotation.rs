@@ -1,4 +1,4 @@
-//! Signing-secret rotation with an overlap window (issue #14; signals-and-connectors §0.3 "resolving a
+//! Signing-secret rotation with an overlap window (signals-and-connectors §0.3 "resolving a
 //! reference per request allows rotation without restart"): while a rotation is in force a request is
 //! authentic when it verifies with the current secret or, until the window ends, with the previous
 //! one. The window is bounded so a forgotten rotation cannot keep an old secret alive.

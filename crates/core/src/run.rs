@@ -157,8 +157,7 @@ pub fn finish(current: RunStatus, to: RunStatus) -> Result<&'static str, FinishR
 }
 
 /// What a run id announced in a 202 reads as while no run row exists yet, decided from the state of
-/// the `start_run` delivery that will start it (issue #9, defect 7: an announced run id always
-/// resolves).
+/// the `start_run` delivery that will start it (an announced run id always resolves).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AnnouncedRun {
     /// `pending`/`retrying` delivery (also after a replay): the run reads `pending`.

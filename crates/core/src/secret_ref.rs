@@ -1,4 +1,4 @@
-//! Secret references (issue #14; signals-and-connectors §0 "secrets in a secret store by reference"):
+//! Secret references (signals-and-connectors §0 "secrets in a secret store by reference"):
 //! the one parser of the strings that name a secret instead of holding it. The configuration file's
 //! `secret` / `previous_secret`, and the names under which the bridge finds the secrets it generated,
 //! are all references; resolving one is the job of a provider (`tb_engine::secrets`).

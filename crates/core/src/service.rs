@@ -1,4 +1,4 @@
-//! Services that speak `triggers.v2` (issue #12): their liveness, as a pure rule over the last
+//! Services that speak `triggers.v2`: their liveness, as a pure rule over the last
 //! heartbeat (wire spec §10: heartbeats every 5 s; down after 3 missed beats).
 
 use serde::Serialize;

@@ -140,7 +140,7 @@ pub enum TurnContent {
     Framed(serde_json::Value),
     /// The start turn of a new session: stored as this reference to its session configuration
     /// (`turn::config_ref`, a `session_configs` row) and rendered on read with `turn::start_content`
-    /// from the run's workflow id and inputs (issue #10: the configuration is not copied per session).
+    /// from the run's workflow id and inputs (the configuration is not copied per session).
     Start { config_ref: String },
     /// The wake turn of the signal at this `seq`: `turn::signal_content(envelope)`.
     SignalWake { signal_seq: u64 },

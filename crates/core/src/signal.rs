@@ -162,7 +162,7 @@ pub struct MailboxPolicy {
     pub overflow: Overflow,
 }
 
-/// Default mailbox bound (issue #5: 64).
+/// Default mailbox bound: 64 buffered signals per run.
 pub const DEFAULT_MAILBOX_BOUND: u32 = 64;
 
 impl Default for MailboxPolicy {

@@ -82,7 +82,7 @@ pub enum StateChangeReason {
     ProvenanceUnevaluable,
 }
 
-/// How a subscription judges failure (DESIGN §4 Subscription; issue #9 defect 4). "Continuous failure"
+/// How a subscription judges failure (DESIGN §4 Subscription). "Continuous failure"
 /// means continuous: a streak of failed attempts with no success in between, long enough in time AND in
 /// count. Svix disables an endpoint only after it failed continuously for days; the defaults follow.
 ///
@@ -213,7 +213,7 @@ pub enum SubscriptionInput {
         streak: FailureStreak,
         policy: FailurePolicy,
     },
-    /// The source itself stopped delivering (issue #11: a queue's server, stream or consumer is
+    /// The source itself stopped delivering (a queue's server, stream or consumer is
     /// gone and is being re-created).
     SourceLost,
     /// The source delivers again after [`SubscriptionInput::SourceLost`].
@@ -273,7 +273,7 @@ pub fn transition(state: SubscriptionState, input: SubscriptionInput) -> Option<
         (_, I::OperatorPause) => (S::Paused, Some(StateChangeReason::OperatorPaused)),
         (S::Active, I::OperatorResume) => return None,
         // The closed reason enum has no "resumed": an operator's hold and its release both carry
-        // `operator-paused` (issue #4: pause and resume emit state.changed with operator-paused).
+        // `operator-paused`: pause and resume emit state.changed with operator-paused.
         (_, I::OperatorResume) => (S::Active, Some(StateChangeReason::OperatorPaused)),
         (
             S::Active,

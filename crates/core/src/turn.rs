@@ -93,7 +93,7 @@ pub fn start_content(workflow_id: &str, session: &Value, inputs: &Value) -> Valu
 }
 
 /// The reference a start turn stores instead of a copy of its workflow's session configuration
-/// (issue #10): the first 16 bytes of the SHA-256 of the configuration's JSON text (`serde_json`
+///: the first 16 bytes of the SHA-256 of the configuration's JSON text (`serde_json`
 /// writes object keys sorted, so equal configurations give equal texts), as 32 lower-case hex
 /// characters. The store keeps each distinct configuration once, under this key
 /// (`session_configs`), and renders the start turn with [`start_content`] when it is read, so the

@@ -18,7 +18,7 @@ pub enum Executor {
         timeout_ms: u64,
         /// Whether `url` may reach a private, loopback, link-local or ULA address (a worker on the
         /// operator's own network). Without it such a URL, or a name that resolves to such an address,
-        /// fails the attempt with `destination_forbidden` (issue #14, SSRF guard).
+        /// fails the attempt with `destination_forbidden` (SSRF guard).
         #[serde(default)]
         allow_private: bool,
         /// Worker answers that are never retried: the delivery is dead-lettered at the first one,
@@ -37,7 +37,7 @@ pub enum Executor {
         #[serde(default)]
         mailbox: crate::signal::MailboxPolicy,
     },
-    /// An action of a `triggers.v2` service over NATS (issue #12): the delivery publishes the run's
+    /// An action of a `triggers.v2` service over NATS: the delivery publishes the run's
     /// inputs to the service's inbound subject through JetStream (`Nats-Msg-Id` = the delivery id);
     /// the PubAck marks the delivery delivered and the run `running`; the service's CompletionEvent
     /// completes or fails the run. A service that is not up fails the attempt (retried per policy).

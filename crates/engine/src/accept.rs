@@ -1,4 +1,4 @@
-//! The one source-agnostic entry of inbound work (issue #10): every source (the webhook front end, a
+//! The one source-agnostic entry of inbound work: every source (the webhook front end, a
 //! capability URL, an API run, the refusal records, and next a cron scheduler and a queue consumer)
 //! hands the engine an [`Inbound`] and calls [`accept`].
 //!
@@ -23,7 +23,7 @@ use tb_store::{DeliveryRef, IngestOutcome, NewDelivery, NewReceipt, StoreError};
 
 use crate::{clock, router, store_err, Engine};
 
-/// What the sender is told (OpenWOP trigger-bridge §8; issue #2 ingest contract).
+/// What the sender is told (OpenWOP trigger-bridge §8, the ingest contract).
 #[derive(Debug, Clone, PartialEq)]
 pub enum IngestAnswer {
     /// Committed with at least one delivery (202). `run_id` when exactly one run is started.
@@ -396,7 +396,7 @@ async fn accept_traced(
     );
     let same_body = dedup.as_ref().is_some_and(|d| d.same_body);
     // Everything that must follow the commit (counters, the worker's wake-up) runs in a spawned task
-    // with the commit itself: a caller that goes away cannot skip it (issue #9 defect 15).
+    // with the commit itself: a caller that goes away cannot skip it.
     let committed = commit_detached(engine, r, move |out, ready| match out {
         Ok(IngestOutcome::Accepted { deliveries, .. }) => match receipt_state {
             ReceiptState::Unmatched => count(counter, "unmatched"),
@@ -494,7 +494,7 @@ async fn duplicate(
 
 /// Commits `receipt` and runs `after` on the outcome inside a spawned task, so neither the commit's
 /// follow-up (counters, the worker's wake-up) nor the commit itself can be skipped by a caller that
-/// goes away (a dropped request future; issue #9 defect 15). The caller only awaits the outcome.
+/// goes away (a dropped request future). The caller only awaits the outcome.
 /// Errors: the store's, or `internal` if the task panicked.
 ///
 /// Hand-off (`crate::handoff`): worker slots are reserved for the receipt's pending deliveries first,

@@ -102,7 +102,7 @@ pub async fn mint(
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(rand::random::<[u8; 32]>())
     );
     // The HMAC key is sealed in the store, in the capability's own transaction, so every replica can
-    // verify the endpoint's requests (issue #10); its record names it `store:<capability id>`.
+    // verify the endpoint's requests; its record names it `store:<capability id>`.
     let (hmac_file, hmac_secret, sealed) = if req.hmac {
         let store = secrets.ok_or_else(|| bad("this server has no secret store for HMAC keys"))?;
         let secret = hex::encode(rand::random::<[u8; 32]>());

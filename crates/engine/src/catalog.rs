@@ -31,7 +31,7 @@ pub enum Verification {
 pub struct Registration {
     pub workflow_id: String,
     /// File name of the `whsec_` secret under the secrets directory, for registrations made before
-    /// issue #10; `None` (not serialized): the secret is sealed in the store under the subscription id.
+    /// `None` (not serialized): the secret is sealed in the store under the subscription id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_file: Option<String>,
     /// While a rotation's overlap lasts: its end (Unix ms, exclusive). The previous secret is sealed in
@@ -72,7 +72,7 @@ pub struct SubscriptionConfig {
     /// Consecutive failed attempts that trip `active -> failed` (with no success for
     /// `failure.failure_window_ms`); 0 never trips. Config default [`DEFAULT_FAILURE_THRESHOLD`].
     pub failure_threshold: u32,
-    /// Breaker window and continuous-failure rule of dead-lettering (issue #9 defect 4).
+    /// Breaker window and continuous-failure rule of dead-lettering.
     pub failure: tb_core::subscription::FailurePolicy,
     pub verification: Verification,
     /// When false every request is a new receipt (no dedup key is held).
@@ -129,7 +129,7 @@ impl SubscriptionConfig {
         }
     }
 
-    /// A `schedule` subscription (issue #11): no connector secret, no body limit to speak of, dedup on
+    /// A `schedule` subscription: no connector secret, no body limit to speak of, dedup on
     /// (each tick's key is its nominal instant), the default retry and failure policies.
     pub fn schedule(id: &str, spec: tb_core::schedule::ScheduleSpec) -> SubscriptionConfig {
         SubscriptionConfig {
@@ -140,7 +140,7 @@ impl SubscriptionConfig {
         }
     }
 
-    /// A `queue` subscription (issue #11) on NATS JetStream: dedup on (`Nats-Msg-Id`, else stream +
+    /// A `queue` subscription on NATS JetStream: dedup on (`Nats-Msg-Id`, else stream +
     /// sequence), messages up to [`tb_core::queue::DEFAULT_MAX_MESSAGE_BYTES`], the default retry and
     /// failure policies.
     pub fn queue(id: &str, spec: tb_core::queue::QueueSpec) -> SubscriptionConfig {
@@ -373,7 +373,7 @@ pub fn api_runs_config() -> SubscriptionConfig {
 mod tests {
     use super::*;
 
-    /// Issue #9 (14): `webhook` promises the config defaults; the breaker threshold was 0 (never trips).
+    /// `webhook` promises the config defaults; the breaker threshold was 0 (never trips).
     #[test]
     fn webhook_gets_the_config_defaults() {
         let s = SubscriptionConfig::webhook("gh", ConnectorSpec::Github, b"k");

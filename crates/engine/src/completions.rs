@@ -1,4 +1,4 @@
-//! CompletionEvents drive nats runs (issue #12): every replica pulls from one durable consumer on
+//! CompletionEvents drive nats runs: every replica pulls from one durable consumer on
 //! the stream `triggers-flow-events` (capturing `triggers.v2.flow.events.>`, work-queue retention),
 //! so each event is applied once and an event a replica took but did not acknowledge before it died
 //! is redelivered to another after [`ACK_WAIT`]. An event is acknowledged only after the run's end is

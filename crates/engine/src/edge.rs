@@ -1,4 +1,4 @@
-//! The checks a webhook or capability request passes before its body is read (issue #14): the
+//! The checks a webhook or capability request passes before its body is read: the
 //! subscription's quarantine (403), then the global and per-source rate limits (429). Each costs a
 //! cache read or a counter under one lock, no I/O; a refusal is counted ([`Engine::count_refusal`]),
 //! never written on its own.

@@ -1,4 +1,4 @@
-//! Local delivery effects (issue #5): a delivery whose action happens inside the store rather than at a
+//! Local delivery effects: a delivery whose action happens inside the store rather than at a
 //! remote executor: starting a session (with coalescing), raising a signal, enqueueing a prompt. The
 //! worker performs them inside the attempt's own transaction (`AttemptCommit::effect`).
 

@@ -1,4 +1,4 @@
-//! Hand-off at commit (issue #10): a receipt committed on a replica whose worker has free slots has its
+//! Hand-off at commit: a receipt committed on a replica whose worker has free slots has its
 //! `pending` deliveries written already leased to that worker in the receipt's own transaction
 //! ([`tb_store::NewReceipt::lease`]), and the worker attempts them without a lease transaction. The
 //! lease still covers a crash: a handed lease that is never completed lapses after `lease_ms`, and any

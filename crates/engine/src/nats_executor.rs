@@ -1,4 +1,4 @@
-//! The `nats` executor (issue #12): a delivery publishes its run's inputs to the service's inbound
+//! The `nats` executor: a delivery publishes its run's inputs to the service's inbound
 //! subject through JetStream, with the `X-Triggers-*` envelope headers (flow run id = run id, flow
 //! id = workflow id, idempotency key and `Nats-Msg-Id` = the delivery id, so a retried publish after
 //! a crash is de-duplicated by JetStream within its 2 min window; a W3C traceparent). The PubAck

@@ -1,4 +1,4 @@
-//! The orchestrator side of `triggers.v2` (issue #12): answers `triggers.v2.manifest.register` and
+//! The orchestrator side of `triggers.v2`: answers `triggers.v2.manifest.register` and
 //! `.fetch`, and records heartbeats, all against the store, so every replica answers from the same
 //! record (each subscribes in one queue group: one replica handles each request). A register reply
 //! carries the service's flows ([`crate::flows`]); at start every replica broadcasts the flows of the

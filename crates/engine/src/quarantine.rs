@@ -1,4 +1,4 @@
-//! Abuse quarantine (issue #14; the automatic rule is [`tb_core::quarantine`]): a quarantined
+//! Abuse quarantine (the automatic rule is [`tb_core::quarantine`]): a quarantined
 //! subscription refuses every request with 403 `subscription_quarantined` before its body is read.
 //!
 //! The quarantined set lives in the store (`subscription_quarantines`, with a change row), is cached

@@ -1,4 +1,4 @@
-//! The NATS JetStream queue source (issue #11): an edge module, not a pipeline. Each `queue`
+//! The NATS JetStream queue source: an edge module, not a pipeline. Each `queue`
 //! subscription consumes its stream through one durable pull consumer with explicit ack, shared by every
 //! replica (JetStream spreads the messages), and hands each message to [`accept`] as an [`Inbound`].
 //!

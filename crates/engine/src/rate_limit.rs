@@ -1,4 +1,4 @@
-//! Request rate limits and refusal counts (issue #14; the rules are [`tb_core::rate`]).
+//! Request rate limits and refusal counts (the rules are [`tb_core::rate`]).
 //!
 //! Each level (global, source, subscription, binding, capability endpoint) counts what it admitted in
 //! the running UTC minute. A replica adds its counts to the store's `ingress_counts` once a second

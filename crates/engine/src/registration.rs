@@ -3,7 +3,7 @@
 //! once, and shows afterwards only as a host-keyed fingerprint. The record (workflow, binding,
 //! subscription config) is a subscription row like a configured one; its `whsec_` secret is sealed
 //! ([`crate::sealing`]) and stored in the same transaction, with a `registration` change row, so every
-//! replica on the database loads it ([`crate::sync`]). Registrations made before issue #10 keep their
+//! replica on the database loads it ([`crate::sync`]). Registrations made before secrets were sealed in the store keep their
 //! secret in a file under the secrets directory (`Registration::secret_file`) and are read from it as
 //! before (not migrated).
 
@@ -26,7 +26,7 @@ use crate::sealing::{SecretKey, SECRET_KEY_ENV};
 use crate::{clock, store_err, Engine};
 
 /// Prefix of a secret name that is a sealed secret in the store (the rest is its id) rather than a
-/// file under the secrets directory (outbound webhook and capability HMAC keys made before issue #10).
+/// file under the secrets directory (outbound webhook and capability HMAC keys made before secrets were sealed in the store).
 pub const STORED: &str = "store:";
 
 /// Where host-generated secrets live: the sealing key (secrets kept in the store) and the directory
@@ -505,7 +505,7 @@ impl std::fmt::Debug for Rotated {
     }
 }
 
-/// Rotates the signing secret of registered subscription `id` (issue #14): a new `whsec_` secret is
+/// Rotates the signing secret of registered subscription `id`: a new `whsec_` secret is
 /// generated and sealed under `id`; the current one is sealed beside it and still accepted for
 /// `overlap_s` seconds (0: refused at once; at most 30 days, [`tb_core::rotation::MAX_OVERLAP_MS`]).
 /// The subscription row, both sealed secrets and the `registration` change row are one commit, so

@@ -42,7 +42,7 @@ pub async fn start_traced(
         provider_event_id: None,
         event_type: "run.requested".into(),
         // No body and no normalized fields of its own: the request is the delivery's workflow and
-        // inputs (issue #10: an idle session's bytes).
+        // inputs (an idle session's bytes).
         normalized: serde_json::json!({}),
         body: Bytes::new(),
         content_type: None,
@@ -72,7 +72,7 @@ pub async fn start_traced(
 /// Ends a run with a terminal `status` (cancel, or a worker's `POST /v1/runs/{id}/result`) and wakes
 /// every long-poll on it (waits, `turns:claim`): the store resolves the run's armed wait with winner
 /// `stop` in the same transaction, and [`Engine::session_changed`] makes the sleepers re-read at once
-/// instead of at their timeout (issue #9, defect 11). Errors: the store's (`NotFound` when the run has
+/// instead of at their timeout. Errors: the store's (`NotFound` when the run has
 /// not started, `Conflict` when it already ended).
 pub async fn finish(
     engine: &Engine,

@@ -1,4 +1,4 @@
-//! The cron scheduler (issue #11): an edge module, not a pipeline. Each pass reads the due schedules'
+//! The cron scheduler: an edge module, not a pipeline. Each pass reads the due schedules'
 //! cursors, asks `tb_core::schedule::plan` what to fire, hands every fire to [`accept`] as an
 //! [`Inbound`] with the tick's dedup key, and moves the cursor by compare-and-set.
 //!

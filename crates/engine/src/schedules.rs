@@ -1,4 +1,4 @@
-//! Schedules made through the API (issue #11): `POST /v1/schedules` creates a `schedule` subscription
+//! Schedules made through the API: `POST /v1/schedules` creates a `schedule` subscription
 //! with one binding that starts `workflowId` on every tick; `DELETE` retires it. Like a registration,
 //! the record is a subscription row (config `{"connector": {"connector": "schedule", ...spec},
 //! "registration": {"workflowId"}}`) written with a `registration` change row, so every replica loads

@@ -1,4 +1,4 @@
-//! Secrets at rest in a shared database (issue #10): host-generated secrets (registration `whsec_`
+//! Secrets at rest in a shared database: host-generated secrets (registration `whsec_`
 //! keys, outbound webhook keys) are sealed with ChaCha20-Poly1305 under one 32-byte key every replica
 //! is given (`TRIGGER_BRIDGE_SECRET_KEY`), so any replica can verify a registered webhook or sign an
 //! outbound delivery, and the database alone reveals no secret.

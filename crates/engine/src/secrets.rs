@@ -1,4 +1,4 @@
-//! Resolving secret references (issue #14): the one interface every configured secret goes through.
+//! Resolving secret references: the one interface every configured secret goes through.
 //! A [`tb_core::secret_ref::SecretRef`] names the secret; a [`SecretProvider`] turns it into bytes.
 //!
 //! Built in: `env:` ([`EnvProvider`]) and `file:` ([`FileProvider`]). `store:` names a secret the

@@ -1,4 +1,4 @@
-//! Reading the services' dead letters (issue #12): the DLQ entries kept in the stream
+//! Reading the services' dead letters: the DLQ entries kept in the stream
 //! `triggers-dlq` ([`crate::completions::DLQ_STREAM`]), newest first, for the API and CLI. Read with
 //! an ordered ephemeral consumer, bounded: at most [`MAX_SCAN`] entries are looked at per request.
 

@@ -1,4 +1,4 @@
-//! Signals, waits and turns as the API and CLI use them (issue #5; signals-and-connectors §5): request
+//! Signals, waits and turns as the API and CLI use them (signals-and-connectors §5): request
 //! validation, server-stamped signal sources, and long-polls that wake on committed changes
 //! ([`Engine::sessions`]) instead of polling the store.
 

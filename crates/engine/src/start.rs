@@ -21,7 +21,7 @@ pub struct StartRequest<'a> {
     pub trace: tb_core::trace::TraceContext,
 }
 
-/// A failed start: the attempt's result and its short, sanitized message (issue #9 defect 6): `HTTP
+/// A failed start: the attempt's result and its short, sanitized message: `HTTP
 /// <status>[: <first bytes of the body, printable only, <= 256 bytes>]`, or a plain sentence for
 /// connect / timeout / request errors. Never a header value, a URL or a secret.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,7 @@
 //! receipts older than `body_retention`, dead letters older than `dead_letter_retention` (RFC 0232
 //! purge), expired idempotency records and settled signal records (with the body retention), in batches through the store's writer. Each pass walks the
 //! rows by the store's key cursor ([`SweepCursor`]) to the end, so rows that stay (unsettled receipts,
-//! bodies already deleted) never stop it early (issue #9, defect 10).
+//! bodies already deleted) never stop it early.
 
 use std::sync::Arc;
 use std::time::Duration;

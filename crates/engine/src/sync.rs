@@ -1,4 +1,4 @@
-//! Configuration across replicas (issue #10, DESIGN §9): every replica on one database polls the
+//! Configuration across replicas (DESIGN §9): every replica on one database polls the
 //! store's change log ([`tb_store::Store::changes_since`]) every [`POLL_INTERVAL`] and refreshes exactly
 //! the caches a change names, so a pause, a binding revocation, a registration or an outbound webhook
 //! made through one replica takes effect on the others within one interval plus one read (< 1 s).

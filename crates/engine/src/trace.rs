@@ -1,4 +1,4 @@
-//! Traces across the durable boundary (issue #14; architecture §10 "Tracing").
+//! Traces across the durable boundary (architecture §10 "Tracing").
 //!
 //! Two kinds of span, each its own OpenTelemetry root, never one span that lives as long as a
 //! delivery's retries:

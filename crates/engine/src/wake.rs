@@ -1,4 +1,4 @@
-//! Wake-ups from other replicas (issue #10, DESIGN §9 change stream): turns the store's cross-replica
+//! Wake-ups from other replicas (DESIGN §9 change stream): turns the store's cross-replica
 //! hints ([`tb_store::Store::wake_hints`]; PostgreSQL `LISTEN`) into this engine's in-process wake-ups,
 //! so an idle delivery worker leases a delivery another replica committed, and a long-poll (a wait, a
 //! turn claim) or the timer loop reads again after a session change made through another replica,

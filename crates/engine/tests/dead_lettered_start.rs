@@ -1,4 +1,4 @@
-//! A dead-lettered subscription is not silent after a restart (issue #9 defect 5): `Engine::start`
+//! A dead-lettered subscription is not silent after a restart: `Engine::start`
 //! warns once per dead-lettered subscription, naming it and since when, and the engine lists it.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! The triggers.v2 orchestrator side (issue #12, first part) against a private nats-server:
+//! The triggers.v2 orchestrator side (first part) against a private nats-server:
 //! register (accepted, refused on a bad hash or a reserved name), fetch, heartbeats and liveness.
 //! Skips with a printed reason without `/usr/sbin/nats-server`, unless `CI` is set.
 

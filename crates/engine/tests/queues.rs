@@ -1,4 +1,4 @@
-//! NATS JetStream queue subscriptions against the real nats-server (issue #11). Each test starts its
+//! NATS JetStream queue subscriptions against the real nats-server. Each test starts its
 //! own nats-server (`/usr/sbin/nats-server`, JetStream on, a private port and store dir) so it can stop
 //! and restart it; without the binary a test skips with a printed reason, unless `CI` is set (then it
 //! fails). Every wait is bounded.

@@ -1,4 +1,4 @@
-//! Several replicas on one PostgreSQL database (issue #10): two engines, each with its own store
+//! Several replicas on one PostgreSQL database: two engines, each with its own store
 //! handle (its own connection pool) on one throwaway schema, each running its own sync task on a
 //! multi-thread runtime. A change made through A must take effect on B within 1 s: measured from the
 //! moment A's call returned (committed) to B's first answer that shows it, with a bounded wait.
@@ -618,7 +618,7 @@ async fn an_hmac_capability_minted_through_a_verifies_requests_on_b() {
     let _ = stop.send(true);
 }
 
-/// Issue #14: a subscription's rate limit holds over both replicas together (each learns the other's
+/// A subscription's rate limit holds over both replicas together (each learns the other's
 /// admissions from the shared `ingress_counts` at its flush), and a quarantine made through A is in
 /// force on B within 1 s, and so is its release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

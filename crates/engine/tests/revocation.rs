@@ -1,4 +1,4 @@
-//! A revoked binding stops routing at once (issue #5): the next request matches nothing, and a delivery
+//! A revoked binding stops routing at once: the next request matches nothing, and a delivery
 //! already queued for it is refused when the worker reaches it (`binding_revoked`, receipt
 //! `disabled`). Restoring it routes again. Drives the engine directly so the worker step is explicit.
 

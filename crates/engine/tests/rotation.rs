@@ -1,4 +1,4 @@
-//! Signing-secret rotation with an overlap window (issue #14), for GitHub, Standard Webhooks and the
+//! Signing-secret rotation with an overlap window, for GitHub, Standard Webhooks and the
 //! generic HMAC connector: while the window lasts a request signed with the previous secret is
 //! accepted beside the current one; after it, only the current one; a third secret never.
 

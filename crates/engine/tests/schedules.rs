@@ -1,4 +1,4 @@
-//! Cron schedules through the engine (issue #11), with an injected clock: no test waits for a real
+//! Cron schedules through the engine, with an injected clock: no test waits for a real
 //! minute. Ticks go through `accept` like any source; each test reads back receipts and deliveries.
 
 use std::collections::{BTreeMap, HashMap};

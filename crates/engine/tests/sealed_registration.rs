@@ -1,7 +1,7 @@
-//! Registration secrets at rest on a single host (SQLite, issue #10): a registration's `whsec_` secret
+//! Registration secrets at rest on a single host (SQLite): a registration's `whsec_` secret
 //! is sealed in the store under the key file `secrets/secret.key` (mode 0600, made once), reloaded on
 //! start with the same key, refused (logged, not served) under another key; a registration made
-//! before issue #10, whose secret is a file, still loads from its file.
+//! before secrets were sealed in the store, whose secret is a file, still loads from its file.
 
 use std::sync::Arc;
 

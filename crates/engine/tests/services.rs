@@ -1,4 +1,4 @@
-//! Workers over NATS (issue #12): the nats executor, the orchestrator and the SDK end to end against
+//! Workers over NATS: the nats executor, the orchestrator and the SDK end to end against
 //! a private nats-server, in one process: a run is published to a service, handled, and ended by its
 //! CompletionEvent; a failing handler is retried with back-off and dead-lettered; headers are read
 //! in any case; the Durable Timer triplet never reaches a handler; a service that is down fails the

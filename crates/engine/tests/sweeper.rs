@@ -1,4 +1,4 @@
-//! Retention sweeps walk every batch (issue #9, defect 10): a pass with a batch of 10 over 35 settled
+//! Retention sweeps walk every batch: a pass with a batch of 10 over 35 settled
 //! receipts, some of whose bodies are already gone, removes every due body and keeps the bodies of
 //! unsettled receipts; old dead letters go the same way, across batches.
 

@@ -292,7 +292,7 @@ fn body_rules_non_utf8_non_json_and_encoding() {
     .is_ok());
 }
 
-/// Issue #14: 10 000 signature candidates are refused by the header's size cap before one MAC is
+/// 10 000 signature candidates are refused by the header's size cap before one MAC is
 /// compared, and 33 short ones (under 8 KiB) by the entry cap; 32 with the right one last still verify.
 #[test]
 fn ten_thousand_signature_candidates_are_refused_before_any_comparison() {

@@ -1,4 +1,4 @@
-//! Write a `triggers.v2` service in Rust (issue #12; guide: `docs/write-a-service.md`, wire
+//! Write a `triggers.v2` service in Rust (guide: `docs/write-a-service.md`, wire
 //! reference: `docs/wire.md`).
 //!
 //! A [`Service`] declares typed [`Action`]s (input and result types with `serde` + `schemars`, a

@@ -340,7 +340,7 @@ pub trait Store: Send + Sync + 'static {
     async fn list_webhooks(&self) -> StoreResult<Vec<WebhookRecord>>;
     /// One event of run `run_id` by its id, its payload as built. Errors: `NotFound`.
     async fn get_run_event(&self, run_id: &str, event_id: &str) -> StoreResult<RunEventRecord>;
-    // --- sessions: signals, waits, turns (issue #5) ------------------------------------------------
+    // --- sessions: signals, waits, turns ------------------------------------------------
     /// Raises a signal on a run (signals-and-connectors §5.2): duplicate `signalId`s are recorded and
     /// suppressed, a full mailbox follows its policy, and the armed wait may consume it at once.
     /// Errors: `NotFound`; `Rejected(target_terminal | signal_buffer_full)`.
@@ -439,7 +439,7 @@ pub trait Store: Send + Sync + 'static {
     /// Adds `(receipt id, duplicate count, last duplicate time ms)` to receipts' duplicate counters.
     async fn add_duplicates(&self, counts: Vec<(String, u64, i64)>) -> StoredResult;
 
-    // --- configuration across replicas (issue #10, DESIGN §9) ------------------------------------
+    // --- configuration across replicas (DESIGN §9) ------------------------------------
     /// The configuration changes with `id > after_id`, ascending, at most `limit` (a primary-key
     /// range read). Every change another replica must see (operator pause / resume, binding revoke /
     /// restore, registration, outbound webhook create / delete, capability revoke) appends one row in
@@ -528,15 +528,15 @@ pub trait Store: Send + Sync + 'static {
     /// Waits for all queued writes to commit, then stops accepting writes (graceful shutdown).
     async fn close(&self);
 
-    /// Creates a subscription registered through the API with a caller-chosen id (issue #11
-    /// schedules), with its `registration` change row; `None` when the id is taken (ids are never
+    /// Creates a subscription registered through the API with a caller-chosen id (a
+    /// schedule's), with its `registration` change row; `None` when the id is taken (ids are never
     /// reused). Racing creates on one id give one winner.
     async fn register_new_subscription(
         &self,
         def: SubscriptionDef,
         now: i64,
     ) -> StoreResult<Option<SubscriptionRecord>>;
-    /// Stores (or replaces) a `triggers.v2` service's manifest (issue #12), keeping its heartbeat
+    /// Stores (or replaces) a `triggers.v2` service's manifest, keeping its heartbeat
     /// state.
     async fn register_service(
         &self,
@@ -559,7 +559,7 @@ pub trait Store: Send + Sync + 'static {
         shutting_down: bool,
         now: i64,
     ) -> StoreResult<bool>;
-    // --- ingress counts and quarantine (issue #14) ------------------------------------------------
+    // --- ingress counts and quarantine ------------------------------------------------
     /// Adds each count's `n` to its row (a missing row starts at 0) in one transaction and returns the
     /// rows' new totals, in order: the sum over every replica. With `prune_before`, rows of earlier
     /// minutes are deleted in the same transaction.
@@ -580,7 +580,7 @@ pub trait Store: Send + Sync + 'static {
     async fn release_subscription(&self, id: &str, now: i64) -> StoreResult<bool>;
     /// Every quarantined subscription, by id.
     async fn quarantines(&self) -> StoreResult<Vec<QuarantineRecord>>;
-    /// Activity from `since` (ms) on, for the console's overview (issue #13).
+    /// Activity from `since` (ms) on, for the console's overview.
     async fn activity(&self, since: i64) -> StoreResult<Activity>;
     /// Appends an entry to the audit log after its head, hashed under `key` (the audit key; unkeyed
     /// without one) as [`tb_core::audit::append`] decides: after a break entry when rows lie past the
@@ -595,7 +595,7 @@ pub trait Store: Send + Sync + 'static {
     /// The audit log's head as recorded beside it (`(0, GENESIS)` when empty) and the largest `seq`
     /// stored, in one snapshot.
     async fn audit_head(&self) -> StoreResult<AuditHead>;
-    /// Stores a console login (issue #13), removing expired ones.
+    /// Stores a console login, removing expired ones.
     async fn create_console_login(&self, login: ConsoleLogin) -> StoredResult;
     /// The unexpired console login whose token hashes to `token_sha256` at `now` (ms).
     async fn console_login(
@@ -607,7 +607,7 @@ pub trait Store: Send + Sync + 'static {
     async fn delete_console_login(&self, token_sha256: &str) -> StoreResult<bool>;
     /// Ends every console login whose key (`name:sha256-hex`) is not in `keep`; returns how many.
     async fn prune_console_logins(&self, keep: Vec<String>) -> StoreResult<u64>;
-    /// Every schedule cursor (issue #11), ordered by subscription id.
+    /// Every schedule cursor, ordered by subscription id.
     async fn schedule_cursors(&self) -> StoreResult<Vec<ScheduleCursorRecord>>;
     /// One schedule's cursor, `None` before its first pass.
     async fn schedule_cursor(&self, id: &str) -> StoreResult<Option<ScheduleCursorRecord>>;

@@ -93,7 +93,7 @@ pub struct NewReceipt {
     /// The W3C `traceparent` of the span that received it, written on each of its deliveries
     /// ([`DeliveryRecord::trace_context`]); `None` when nothing traced it.
     pub trace_context: Option<String>,
-    /// Hand-off at commit (issue #10): lease up to `limit` of the `pending` deliveries to the local
+    /// Hand-off at commit: lease up to `limit` of the `pending` deliveries to the local
     /// worker in the same transaction, returned in [`IngestOutcome::Accepted::leased`]. `None` (role
     /// `api`, no worker, or no free slot) writes them unleased and due at once, as before.
     pub lease: Option<LeaseRequest>,
@@ -196,8 +196,8 @@ pub struct DeliveryRecord {
     pub params: Option<Value>,
     /// When its effect was consumed (run started; signal or prompt taken by a wait or acked turn).
     pub consumed_at: Option<i64>,
-    /// The W3C `traceparent` of the ingress span that committed its receipt (`deliveries.trace_context`,
-    /// issue #14): each attempt's span links to it. `None` for outbound webhook deliveries and for
+    /// The W3C `traceparent` of the ingress span that committed its receipt (`deliveries.trace_context`):
+    /// each attempt's span links to it. `None` for outbound webhook deliveries and for
     /// deliveries written before it was kept.
     pub trace_context: Option<String>,
 }
@@ -439,7 +439,7 @@ pub struct SweepCounts {
     pub signals: u64,
 }
 
-/// Where a retention pass resumes (issue #9, defect 10). A pass starts from `SweepCursor::default()` and
+/// Where a retention pass resumes. A pass starts from `SweepCursor::default()` and
 /// passes each [`SweepPage::next`] back to [`crate::Store::sweep`] until it is `None`. Bodies and dead
 /// letters are walked in key order (receipt id, delivery id), so every row is examined once per pass
 /// whether or not it is deleted: rows that stay (unsettled receipts, bodies already gone) never stall it.
@@ -483,7 +483,7 @@ pub struct WebhookRecord {
     pub created_at: i64,
 }
 
-/// A schedule subscription's cursor as stored (`schedule_cursors`, issue #11).
+/// A schedule subscription's cursor as stored (`schedule_cursors`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScheduleCursorRecord {
     pub subscription_id: String,
@@ -495,7 +495,7 @@ pub struct ScheduleCursorRecord {
     pub updated_at: i64,
 }
 
-/// A registered `triggers.v2` service (`services`, issue #12).
+/// A registered `triggers.v2` service (`services`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServiceRecord {
     pub name: String,
@@ -528,7 +528,7 @@ pub struct ReplicaRecord {
     pub shutting_down: bool,
 }
 
-/// A query of the audit log (issue #13). Empty filters match everything.
+/// A query of the audit log. Empty filters match everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditQuery {
     /// Oldest first, after this `seq` (exclusive); the default order.
@@ -569,7 +569,7 @@ pub struct AuditHead {
     pub below_one: i64,
 }
 
-/// A console login (issue #13): the cookie's token is kept only as its SHA-256 (hex).
+/// A console login: the cookie's token is kept only as its SHA-256 (hex).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsoleLogin {
     /// SHA-256 of the cookie's token, lowercase hex.
@@ -586,7 +586,7 @@ pub struct ConsoleLogin {
     pub expires_at: i64,
 }
 
-/// Activity of a time window, for the console's overview (issue #13): counts per subscription and
+/// Activity of a time window, for the console's overview: counts per subscription and
 /// minute, and the state of the queue now.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Activity {
@@ -603,7 +603,7 @@ pub struct Activity {
     pub next_deadline: Option<i64>,
 }
 
-/// One row of `ingress_counts` (issue #14): requests with one outcome at one level in one UTC minute,
+/// One row of `ingress_counts`: requests with one outcome at one level in one UTC minute,
 /// summed over every replica.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -634,7 +634,7 @@ pub struct IngressCountQuery {
     pub limit: u32,
 }
 
-/// A quarantined subscription (issue #14): it refuses every request with 403
+/// A quarantined subscription: it refuses every request with 403
 /// `subscription_quarantined` until an operator releases it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

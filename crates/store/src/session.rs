@@ -1,4 +1,4 @@
-//! Records of sessions, signals, waits, turns and capability endpoints (issue #5; DESIGN §4 Wait,
+//! Records of sessions, signals, waits, turns and capability endpoints (DESIGN §4 Wait,
 //! §5.8). Times are Unix milliseconds.
 
 use serde::Serialize;

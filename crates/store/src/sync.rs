@@ -1,4 +1,4 @@
-//! Model of the configuration change log (issue #10, DESIGN §9): what one replica committed that the
+//! Model of the configuration change log (DESIGN §9): what one replica committed that the
 //! others must see. Written by the store in the same transaction as the change; read by the engine's
 //! sync task (`tb_engine::sync`).
 
@@ -17,7 +17,7 @@ pub enum ChangeKind {
     /// A capability endpoint was revoked; `record_id` is the capability (looked up in the store on
     /// every request, so no replica caches it: recorded for audit and completeness).
     Capability,
-    /// A subscription was quarantined or released (issue #14); `record_id` is the subscription.
+    /// A subscription was quarantined or released; `record_id` is the subscription.
     Quarantine,
 }
 
@@ -63,7 +63,7 @@ pub struct ConfigChange {
     pub at: i64,
 }
 
-/// A cross-replica wake-up channel (issue #10, DESIGN §9 change stream): what kind of committed change
+/// A cross-replica wake-up channel (DESIGN §9 change stream): what kind of committed change
 /// a hint is about, so a replica wakes the right sleepers instead of waiting for its next poll.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Wake {

@@ -1,4 +1,4 @@
-//! The audit log on both backends (issue #13): appends from many tasks at once get `seq` 1..N with no
+//! The audit log on both backends: appends from many tasks at once get `seq` 1..N with no
 //! gap and one chain; UPDATE and DELETE are refused by the database; a row edited by hand (with the
 //! guard dropped, as a database owner could) is found by the verifier at that row. A row planted past
 //! the head does not stop appends (a recorded break); an entry forged without the audit key, and the

@@ -1,4 +1,4 @@
-//! Batched commits (issue #10, `crate::sql::batch`): concurrent receipt and attempt commits on one
+//! Batched commits (`crate::sql::batch`): concurrent receipt and attempt commits on one
 //! store, started together behind a barrier on a multi-thread runtime. On PostgreSQL they share
 //! transactions (one multi-row statement per table); each caller must still get its own answer: one
 //! receipt per dedup key (a duplicate in the same batch included), one attempt per lease, a stale token

@@ -651,7 +651,7 @@ async fn timer_loops_on_three_handles_step_each_due_run_once() {
     }
 }
 
-/// Rotations of one registered subscription's secret racing through four handles (issue #14): each
+/// Rotations of one registered subscription's secret racing through four handles: each
 /// expects the secret it read, so exactly one commits and the rest are refused `Conflict`, writing
 /// nothing; the stored secret and the previous one are the winner's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,4 +1,4 @@
-//! The configuration change log (issue #10, DESIGN §9): each change another replica must see appends
+//! The configuration change log (DESIGN §9): each change another replica must see appends
 //! one row in its own transaction, a no-op appends none, and ids become visible in increasing order
 //! with no gap even when several store handles append at once (a poller that read id N never sees
 //! N-1 appear later). Runs against SQLite and, when reachable, PostgreSQL.

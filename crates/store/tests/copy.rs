@@ -177,7 +177,7 @@ struct Filled {
 async fn fill(dir: &Path) -> Filled {
     let s = SqliteStore::open_dir(dir).expect("open sqlite");
     s.upsert_subscription(def("gh"), 1_000).await.unwrap();
-    // A schedule's cursor (issue #11), moved once so its version is 2.
+    // A schedule's cursor, moved once so its version is 2.
     let cursor = tb_core::schedule::plan::Cursor {
         last_nominal_ms: 60_000,
         missed_total: 3,
@@ -192,7 +192,7 @@ async fn fill(dir: &Path) -> Filled {
         .put_schedule_cursor("nightly", cursor, Some(1), 1_001)
         .await
         .unwrap());
-    // A triggers.v2 service with a heartbeat (issue #12).
+    // A triggers.v2 service with a heartbeat.
     s.register_service("svc", "1.0", json!({"service": "svc"}), "sha256:00", 1_000)
         .await
         .unwrap();
@@ -200,7 +200,7 @@ async fn fill(dir: &Path) -> Filled {
         .service_heartbeat("svc", "2026-12-01T00:00:00Z", "sha256:00", false, 1_001)
         .await
         .unwrap());
-    // Audit entries and a console login (issue #13).
+    // Audit entries and a console login.
     for i in 0..3 {
         let e = tb_core::audit::NewEntry {
             at: 1_000 + i,
@@ -379,7 +379,7 @@ async fn fill(dir: &Path) -> Filled {
     s.revoke_binding("b-old", Some("ops".into()), 5_300)
         .await
         .unwrap();
-    // Ingress counts and a quarantine (issue #14).
+    // Ingress counts and a quarantine.
     let totals = s
         .add_ingress_counts(
             vec![trigger_bridge_store::IngressCount {

@@ -1,4 +1,4 @@
-//! `ingress_counts` and `subscription_quarantines` on both backends (issue #14): concurrent adds from
+//! `ingress_counts` and `subscription_quarantines` on both backends: concurrent adds from
 //! several "replicas" lose no count and each gets the running total back; the reads filter and order
 //! as documented; pruning removes only older minutes; a quarantine is kept once and released once,
 //! each with its configuration change row. Runs against SQLite and, when reachable, PostgreSQL.

@@ -1,4 +1,4 @@
-//! What an idle session stores (issue #10), on every backend: the rows an API start and one armed
+//! What an idle session stores, on every backend: the rows an API start and one armed
 //! wait leave, and the bytes of their text and blob values, against a budget. The pages these rows
 //! take (with their indexes) are measured by `bench/sessions_disk.py`; this test fails as soon as a
 //! row comes back (a body copy, a subscription event of the pseudo-subscription), a value is copied

@@ -1,4 +1,4 @@
-//! The SQLite writer thread under failure (issue #9, defect 12): a panicking job, a full queue, a dead
+//! The SQLite writer thread under failure: a panicking job, a full queue, a dead
 //! writer, a locked database and a full disk each give the caller a typed error in bounded time, and the
 //! store goes on where it can.
 

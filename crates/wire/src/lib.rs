@@ -1,4 +1,4 @@
-//! The `triggers.v2` NATS wire protocol (issue #12; contract: `docs/wire.md`, after the project's
+//! The `triggers.v2` NATS wire protocol (contract: `docs/wire.md`, after the project's
 //! wire spec). Pure: no I/O. Both ends use it: the SDK a service links, and the orchestrator side of
 //! the server.
 //!

@@ -1,4 +1,4 @@
-//! Request bodies at the HTTP edge (issue #9 defect 1): a read deadline on every request body, and for
+//! Request bodies at the HTTP edge: a read deadline on every request body, and for
 //! ingest bodies a cap on bodies being buffered at once plus a global budget of buffered bytes.
 //!
 //! - [`BodyRules`] + [`TimedBody`]: every request body must keep arriving: a gap between two chunks

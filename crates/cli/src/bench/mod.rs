@@ -1,4 +1,4 @@
-//! `trigger-bridge bench`: load generator and benchmarks (issue #3). Speed goals are measured here,
+//! `trigger-bridge bench`: load generator and benchmarks. Speed goals are measured here,
 //! never asserted in tests. Every command shows progress on stderr and ends with ONE summary line on
 //! stdout that a script can parse, e.g. `ingest: 12345 req/s, p50 1.2 ms, p90 2.0 ms, p99 8.4 ms, max
 //! 20.1 ms, errors 0`.

@@ -1,4 +1,4 @@
-//! `bench services` (issue #12): actions through the nats executor end to end, in one process on a
+//! `bench services`: actions through the nats executor end to end, in one process on a
 //! scratch SQLite store: signed GitHub `pull_request.opened` webhooks go through the real ingest
 //! pipeline (signature, routing, commit), the worker publishes each run to a `triggers.v2` service
 //! (the SDK, in this process) through JetStream, its handler answers, its CompletionEvent comes back

@@ -1,4 +1,4 @@
-//! Source benchmarks (issue #11), in process on a scratch SQLite store:
+//! Source benchmarks, in process on a scratch SQLite store:
 //!
 //! * `bench schedules`: N schedules firing every minute; each simulated minute is one scheduler pass
 //!   (the clock is injected, so nothing waits for real minutes). Per pass: ticks committed per second,

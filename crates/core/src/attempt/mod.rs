@@ -383,7 +383,7 @@ pub fn after_attempt(
         .is_some_and(|r| r.events.iter().any(|e| e.event_id == report.event_id));
     if snapshot.subscription.is_none() && logged {
         // A pseudo-subscription (`api`) has no subscription row and no reader of its events: the
-        // attempt's event is kept once, in the log of the run it starts (issue #10).
+        // attempt's event is kept once, in the log of the run it starts.
         events.clear();
     }
 

@@ -1,4 +1,4 @@
-//! Cron schedules (issue #11): what a `schedule` subscription fires, and when.
+//! Cron schedules: what a `schedule` subscription fires, and when.
 //!
 //! A [`ScheduleSpec`] is data (config file, API, store); [`Schedule::new`] compiles it once. The cron
 //! arithmetic, time zones and daylight-saving rules are the pinned `croner` crate's (with `chrono-tz`),

@@ -1,4 +1,4 @@
-//! One scheduler pass over one schedule, as a pure function (issue #11): from the schedule's durable
+//! One scheduler pass over one schedule, as a pure function: from the schedule's durable
 //! cursor (the last nominal instant it handled) and "now", which ticks fire, which are counted as
 //! missed or skipped, and where the cursor goes.
 //!

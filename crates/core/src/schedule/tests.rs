@@ -1,4 +1,4 @@
-//! DST regression vectors (issue #11) and the pass planner's rules. Every instant is asserted in UTC.
+//! DST regression vectors and the pass planner's rules. Every instant is asserted in UTC.
 //! 2026 transitions: Europe/Berlin springs forward 2026-03-29 02:00 CET -> 03:00 CEST and falls back
 //! 2026-10-25 03:00 CEST -> 02:00 CET; America/New_York springs forward 2026-03-08 02:00 EST -> 03:00 EDT
 //! and falls back 2026-11-01 02:00 EDT -> 01:00 EST.

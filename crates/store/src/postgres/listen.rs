@@ -1,4 +1,4 @@
-//! Prompt hints on PostgreSQL (issue #10, DESIGN §9 change stream). One listener thread per store keeps
+//! Prompt hints on PostgreSQL (DESIGN §9 change stream). One listener thread per store keeps
 //! one extra connection in `LISTEN` on three channels and bumps one counter per channel:
 //!
 //! - [`CHANNEL`] (configuration): every configuration change transaction runs

@@ -1,4 +1,4 @@
-//! The sending side of the cross-replica wake-ups (issue #10, DESIGN §9 change stream; the receiving
+//! The sending side of the cross-replica wake-ups (DESIGN §9 change stream; the receiving
 //! side is [`super::listen`]). After a commit, [`crate::sql::SqlStore`] announces what kind of change
 //! it was ([`Wake`]); this module turns announcements into `NOTIFY`s:
 //!

@@ -1,4 +1,4 @@
-//! Several attempt commits in one transaction, with one multi-row statement per table (issue #10: the
+//! Several attempt commits in one transaction, with one multi-row statement per table (the
 //! PostgreSQL end-to-end path spent its time in per-statement work, ~11 statements per attempt). The
 //! rule is the single attempt's (`tb_core::attempt::after_attempt`); only the loading and the writing
 //! are shared between the batch's items. Nothing is decided here.

@@ -1,4 +1,4 @@
-//! The audit log and console logins (issue #13). Appends lock the one `audit_head` row (PostgreSQL
+//! The audit log and console logins. Appends lock the one `audit_head` row (PostgreSQL
 //! `FOR UPDATE`; SQLite's one writer) so concurrent appenders take turns and every `seq` follows the one
 //! before; the chain itself, its key and what to do with rows planted past the head are
 //! `tb_core::audit`'s.

@@ -1,4 +1,4 @@
-//! Folds concurrent commits of one kind into one transaction (issue #10). Callers hand an item to a
+//! Folds concurrent commits of one kind into one transaction. Callers hand an item to a
 //! `Batcher` and await its answer; a driver task takes the first waiting item, then every item queued
 //! behind it (up to [`Batching::max_items`]), and runs them as ONE backend write through a batch
 //! function (`crate::sql::attempt_batch::commit_attempts`), at most [`Batching::in_flight`] batches at

@@ -1,4 +1,4 @@
-//! The configuration another replica must see (issue #10, DESIGN §9 "Configuration across replicas"):
+//! The configuration another replica must see (DESIGN §9 "Configuration across replicas"):
 //! the change log `config_changes`, appended in the SAME transaction as each change, and the sealed
 //! secrets of registrations and outbound webhooks.
 //!

@@ -1,4 +1,4 @@
-//! Several receipt commits in one transaction, with one multi-row statement per table (issue #10),
+//! Several receipt commits in one transaction, with one multi-row statement per table,
 //! through the same plan as one receipt ([`write::ReceiptPlan`]). Nothing is decided here: a taken
 //! dedup key is found by the receipts' insert, as for one receipt.
 //!

@@ -1,4 +1,4 @@
-//! Schedule cursors (issue #11): one row per schedule subscription, moved by compare-and-set on
+//! Schedule cursors: one row per schedule subscription, moved by compare-and-set on
 //! `version`. The scheduler (`tb_engine::scheduler`) plans from a row and writes the planned cursor only
 //! if nobody moved it meanwhile; the rules are `tb_core::schedule::plan`'s.
 

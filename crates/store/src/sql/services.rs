@@ -1,4 +1,4 @@
-//! Registered `triggers.v2` services (issue #12): manifests and heartbeats, one row per service
+//! Registered `triggers.v2` services: manifests and heartbeats, one row per service
 //! (the last heartbeat of any replica) and one per replica (`service_replicas`, keyed by the
 //! replica's `started_at`).
 

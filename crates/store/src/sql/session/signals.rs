@@ -13,7 +13,7 @@ use tb_core::signal::{self, IncomingSignal, RaiseStatus, Raised};
 /// (same `signalId`, different signal).
 ///
 /// Every raise, whatever its path (API, webhook delivery, capability URL), comes through here, so this
-/// is where `tb_signals_total{outcome, source}` is counted (issue #9; labels from
+/// is where `tb_signals_total{outcome, source}` is counted (labels from
 /// `tb_core::signal::outcome_label`).
 pub(crate) fn raise_signal(
     c: &dyn Db,

@@ -20,7 +20,7 @@ pub(super) const TURN_FROM: &str = "turns t \
      LEFT JOIN session_configs sc ON t.config_ref IS NOT NULL AND sc.hash = t.config_ref \
      LEFT JOIN runs r ON t.config_ref IS NOT NULL AND r.id = t.run_id";
 
-/// A turn as its reader sees it. A start turn stored by reference (issue #10) is rendered here with
+/// A turn as its reader sees it. A start turn stored by reference is rendered here with
 /// `tb_core::turn::start_content(run's workflow id, configuration, run's inputs)`, the very content
 /// that was stored in full before; other turns (and start turns written before) are their stored JSON.
 pub(super) fn turn_row(r: &Row) -> StoreResult<TurnRecord> {
@@ -162,7 +162,7 @@ pub(crate) fn ack_turn(
 /// and its first events exist (`write::insert_run`), at the counters they left. `config` is the
 /// workflow's session configuration: kept once per distinct value in `session_configs` under
 /// `tb_core::turn::config_ref` (`ON CONFLICT DO NOTHING`: equal texts, equal key), and referenced by
-/// the start turn instead of copied into it (issue #10).
+/// the start turn instead of copied into it.
 pub(crate) fn start_session(
     c: &dyn Db,
     run_id: &str,
