@@ -6,6 +6,7 @@
 //! The SQLite backend group-commits all writes through one writer thread; the PostgreSQL backend will claim
 //! work with `FOR UPDATE SKIP LOCKED`. One behaviour suite (`tests/behaviour.rs`) runs against every backend.
 
+mod after_commit;
 pub mod copy;
 pub mod model;
 pub mod postgres;

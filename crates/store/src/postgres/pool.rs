@@ -37,6 +37,7 @@ use tokio_postgres::Client;
 use super::config::connect_async;
 use super::db::{PgDb, StatementCache};
 use super::error::{classify, connection_lost};
+use crate::after_commit;
 use crate::sql::Db;
 use crate::{StoreError, StoreResult};
 
@@ -97,6 +98,10 @@ struct TypedJob<T, F> {
     access: Access,
     f: F,
     out: Option<T>,
+    /// What the last run recorded for metrics, and whether that run's closure failed: emitted by
+    /// [`Job::finish`] by the job's fate (`crate::after_commit`).
+    facts: Vec<after_commit::Fact>,
+    refused: bool,
     reply: oneshot::Sender<StoreResult<T>>,
 }
 
@@ -111,6 +116,7 @@ where
 
     fn run(&mut self, db: &dyn Db) -> StoreResult<()> {
         let f = &mut self.f;
+        after_commit::start();
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(db))).unwrap_or_else(|p| {
             let what = p
                 .downcast_ref::<&str>()
@@ -123,11 +129,25 @@ where
                 "job panicked and was rolled back: {what}"
             )))
         });
+        self.facts = after_commit::take();
+        self.refused = r.is_err();
         r.map(|v| self.out = Some(v))
     }
 
     fn finish(self: Box<Self>, r: StoreResult<()>) {
-        let TypedJob { out, reply, .. } = *self;
+        let TypedJob {
+            out,
+            reply,
+            facts,
+            refused,
+            ..
+        } = *self;
+        let fate = match (&r, refused) {
+            (Ok(()), _) => after_commit::Fate::Committed,
+            (Err(_), true) => after_commit::Fate::Refused,
+            (Err(_), false) => after_commit::Fate::Lost,
+        };
+        after_commit::emit(facts, fate);
         let r = r.and_then(|()| out.ok_or_else(|| StoreError::Database("job did not run".into())));
         let _ = reply.send(r);
     }
@@ -345,6 +365,8 @@ impl PgPool {
             access,
             f,
             out: None,
+            facts: Vec::new(),
+            refused: false,
             reply,
         }))?;
         rx.await.map_err(|_| {

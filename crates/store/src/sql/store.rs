@@ -23,7 +23,9 @@ use crate::{Store, StoreError, StoreResult, StoredResult};
 pub trait Backend: Send + Sync + 'static {
     /// Runs `f` in a write transaction and answers after COMMIT returned (durably). `f` may run more than
     /// once when the backend retries a transaction that lost a race ([`StoreError::Retryable`]), so it
-    /// must not have effects outside the transaction. An `Err` from `f` rolls its writes back.
+    /// must not have effects outside the transaction: what a metric counts is recorded with
+    /// `crate::after_commit::record`, and the backend emits the last run's facts when it answers. An
+    /// `Err` from `f` rolls its writes back.
     async fn write<T, F>(&self, f: F) -> StoreResult<T>
     where
         T: Send + 'static,

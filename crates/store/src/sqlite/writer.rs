@@ -30,6 +30,7 @@ use rusqlite::Connection;
 
 use super::classify;
 use super::durable::Durability;
+use crate::after_commit;
 use crate::sql::Db;
 use tokio::sync::{mpsc, oneshot};
 
@@ -70,6 +71,8 @@ trait Job: Send {
 struct TypedJob<T, F> {
     f: F,
     out: Option<StoreResult<T>>,
+    /// What the run recorded for metrics, emitted by [`Job::finish`] (`crate::after_commit`).
+    facts: Vec<after_commit::Fact>,
     reply: oneshot::Sender<StoreResult<T>>,
 }
 
@@ -81,6 +84,7 @@ where
     fn run(&mut self, conn: &Connection) -> Result<(), StoreError> {
         // A panicking job must not take the writer (and with it the whole store) down: its caller gets
         // an error and its savepoint is rolled back.
+        after_commit::start();
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| (self.f)(conn))).unwrap_or_else(|p| {
             let what = p
                 .downcast_ref::<&str>()
@@ -93,17 +97,23 @@ where
                 "write job panicked and was rolled back: {what}"
             )))
         });
+        self.facts = after_commit::take();
         let status = r.as_ref().map(|_| ()).map_err(StoreError::clone);
         self.out = Some(r);
         status
     }
 
     fn finish(self: Box<Self>, committed: Result<(), StoreError>) {
-        let r = match (committed, self.out) {
-            (Ok(()), Some(out)) => out,
-            (Err(e), _) => Err(e),
-            (Ok(()), None) => Err(StoreError::Database("job did not run".into())),
+        let (r, fate) = match (committed, self.out) {
+            (Ok(()), Some(Ok(v))) => (Ok(v), after_commit::Fate::Committed),
+            (Ok(()), Some(Err(e))) => (Err(e), after_commit::Fate::Refused),
+            (Err(e), _) => (Err(e), after_commit::Fate::Lost),
+            (Ok(()), None) => (
+                Err(StoreError::Database("job did not run".into())),
+                after_commit::Fate::Lost,
+            ),
         };
+        after_commit::emit(self.facts, fate);
         let _ = self.reply.send(r);
     }
 }
@@ -238,6 +248,7 @@ impl Writer {
         self.enqueue(Box::new(TypedJob {
             f,
             out: None,
+            facts: Vec::new(),
             reply,
         }))?;
         rx.await

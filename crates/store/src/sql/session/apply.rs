@@ -201,9 +201,10 @@ fn apply_op(
                     WinnerKind::Signal => "signal",
                     WinnerKind::Timer => "timer",
                 };
-                metrics::counter!("tb_wait_resolutions_total", "winner" => kind).increment(1);
-                metrics::histogram!("tb_wait_duration_seconds", "winner" => kind)
-                    .record(*waited_ms as f64 / 1000.0);
+                crate::after_commit::record(crate::after_commit::Fact::WaitResolved {
+                    winner: kind,
+                    waited_ms: *waited_ms,
+                });
             }
         }
         Op::InterruptWait { id, turn_id } => {

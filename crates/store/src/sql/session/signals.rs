@@ -45,8 +45,10 @@ fn raise_counted(
 ) -> StoreResult<(RaiseOutcome, bool)> {
     let out = raise(c, run_id, s, now);
     let outcome = signal::outcome_label(out.as_ref().map(|(r, ..)| r).map_err(|e| e.code()));
-    metrics::counter!("tb_signals_total", "outcome" => outcome, "source" => s.source.kind.as_str())
-        .increment(1);
+    crate::after_commit::record(crate::after_commit::Fact::Signal {
+        outcome,
+        source: s.source.kind.as_str(),
+    });
     let (raised, answer, applied) = out?;
     let consumed = raised.settles_delivery()
         || s.delivery_id
