@@ -74,9 +74,10 @@ pub const NOT_AUDITED: &[(&str, &str)] = &[
 /// larger one (or one of unknown size) is passed on untouched and recorded with its status only.
 const MAX_READ: usize = 64 * 1024;
 
-/// The outcome of an answer: `ok` for 2xx, else the envelope's `error` code (or `http_<status>`).
+/// The outcome of an answer: `ok` for 2xx and 3xx (an action answered with a redirect, the console's
+/// login and logout, was done), else the envelope's `error` code (or `http_<status>`).
 fn outcome(status: StatusCode, body: &Value) -> String {
-    if status.is_success() {
+    if status.is_success() || status.is_redirection() {
         return "ok".into();
     }
     body["error"]

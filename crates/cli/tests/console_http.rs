@@ -300,6 +300,9 @@ fn login_scopes_csrf_confirmation_and_a_verified_audit_log() {
     );
     assert_eq!(rows.last().unwrap().1, "config.load");
     assert_eq!(v["entries"][1]["detail"]["via"], "console");
+    // Login and logout are recorded with the status they were answered with: a 303 to the console.
+    assert_eq!(v["entries"][0]["detail"]["status"], 303);
+    assert_eq!(v["entries"][3]["detail"]["status"], 303);
     let (code, out, err) = audit(&s.base, &["--verify"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("audit log verified: 6 entries"), "{out}");

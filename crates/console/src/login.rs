@@ -524,7 +524,7 @@ pub async fn login(
         &key.name,
         "console.login",
         String::new(),
-        StatusCode::OK,
+        StatusCode::SEE_OTHER,
         &serde_json::Value::Null,
         None,
     )
@@ -553,7 +553,7 @@ pub async fn logout(
         &op.name,
         "console.logout",
         String::new(),
-        StatusCode::OK,
+        StatusCode::SEE_OTHER,
         &serde_json::Value::Null,
         None,
     )

@@ -83,22 +83,38 @@ async fn js(nats: &Nats) -> jetstream::Context {
     jetstream::new(async_nats::connect(nats.url()).await.unwrap())
 }
 
-/// Publishes `body` on `subject` with `header: id` (when given) and waits for the stream's ack.
+/// Publishes `body` on `subject` with `header: id` (when given) and waits for the stream's ack. A
+/// stream the engine has just created can answer its info before it takes messages (nats-server
+/// 2.9): a publish refused with `StreamNotFound` (so nothing was stored) is retried for up to 10 s;
+/// any other error fails the test at once.
 async fn publish(
     js: &jetstream::Context,
     subject: &str,
     header: Option<(&str, &str)>,
     body: &[u8],
 ) {
-    let mut h = async_nats::HeaderMap::new();
-    if let Some((k, v)) = header {
-        h.insert(k, v);
+    use async_nats::jetstream::context::PublishErrorKind;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut h = async_nats::HeaderMap::new();
+        if let Some((k, v)) = header {
+            h.insert(k, v);
+        }
+        let sent = js
+            .publish_with_headers(subject.to_string(), h, body.to_vec().into())
+            .await;
+        let acked = match sent {
+            Ok(ack) => ack.await,
+            Err(e) => Err(e),
+        };
+        match acked {
+            Ok(_) => return,
+            Err(e) if e.kind() == PublishErrorKind::StreamNotFound && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("publish on {subject}: {e}"),
+        }
     }
-    js.publish_with_headers(subject.to_string(), h, body.to_vec().into())
-        .await
-        .unwrap()
-        .await
-        .unwrap();
 }
 
 async fn receipts(store: &dyn Store) -> Vec<tb_store::ReceiptRecord> {
