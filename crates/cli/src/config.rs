@@ -276,6 +276,18 @@ impl ServerSection {
         self.writer_queue_capacity
             .unwrap_or(tb_store::sqlite::writer::DEFAULT_QUEUE_CAPACITY)
     }
+
+    /// `body_retention_days`, else [`DEFAULT_BODY_RETENTION_DAYS`].
+    pub fn body_retention(&self) -> u32 {
+        self.body_retention_days
+            .unwrap_or(DEFAULT_BODY_RETENTION_DAYS)
+    }
+
+    /// `dead_letter_retention_days`, else [`DEFAULT_DEAD_LETTER_RETENTION_DAYS`].
+    pub fn dead_letter_retention(&self) -> u32 {
+        self.dead_letter_retention_days
+            .unwrap_or(DEFAULT_DEAD_LETTER_RETENTION_DAYS)
+    }
 }
 
 /// `[subscriptions.hmac]`: settings of the generic `hmac` connector.

@@ -321,22 +321,14 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
         ),
         stop_rx.clone(),
     ));
-    let day = std::time::Duration::from_secs(86_400);
     let sweeper = role.runs_worker().then(|| {
         tokio::spawn(tb_engine::sweeper::run(
             engine.clone(),
-            tb_engine::sweeper::SweeperConfig {
-                interval: std::time::Duration::from_secs(60),
-                body_retention: day
-                    * server
-                        .body_retention_days
-                        .unwrap_or(crate::config::DEFAULT_BODY_RETENTION_DAYS),
-                dead_letter_retention: day
-                    * server
-                        .dead_letter_retention_days
-                        .unwrap_or(crate::config::DEFAULT_DEAD_LETTER_RETENTION_DAYS),
-                batch: tb_engine::sweeper::BATCH,
-            },
+            tb_engine::sweeper::SweeperConfig::in_days(
+                server.body_retention(),
+                server.dead_letter_retention(),
+                std::time::Duration::from_secs(60),
+            ),
             stop_rx.clone(),
         ))
     });
@@ -351,9 +343,7 @@ pub async fn run(args: ServeArgs, replica: String) -> anyhow::Result<()> {
                 .host_id
                 .clone()
                 .unwrap_or_else(|| "trigger-bridge".into()),
-            dead_letter_retention_days: server
-                .dead_letter_retention_days
-                .unwrap_or(crate::config::DEFAULT_DEAD_LETTER_RETENTION_DAYS),
+            dead_letter_retention_days: server.dead_letter_retention(),
             ..Default::default()
         },
     };

@@ -15,7 +15,6 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::config::{DEFAULT_BODY_RETENTION_DAYS, DEFAULT_DEAD_LETTER_RETENTION_DAYS};
 use crate::migrate::configured_server;
 use crate::store_open::{self, Choice};
 
@@ -23,7 +22,6 @@ use crate::store_open::{self, Choice};
 const QUEUE: usize = 16;
 /// PostgreSQL connections the pass opens.
 const PG_CONNECTIONS: usize = 1;
-const DAY: Duration = Duration::from_secs(86_400);
 
 /// `sweep` flags.
 #[derive(clap::Args, Debug)]
@@ -50,11 +48,6 @@ pub struct SweepArgs {
     pub dead_letter_retention_days: Option<u32>,
 }
 
-/// The retention of one pass, in days: the flag, else the config's, else the server's default.
-fn days(flag: Option<u32>, configured: Option<u32>, default: u32) -> u32 {
-    flag.or(configured).unwrap_or(default)
-}
-
 /// Runs one pass and prints what it removed (`--json`: one object with `bodies`, `dead_letters`,
 /// `idempotency`, `signals` and `elapsed_ms`). Errors: the config cannot be read, the store cannot be
 /// opened (a SQLite data dir in use by a server is refused, naming its pid), or a step of the pass
@@ -64,49 +57,35 @@ pub async fn run(args: SweepArgs, json: bool) -> anyhow::Result<i32> {
         Some(c) => configured_server(c)?,
         None => Default::default(),
     };
-    let body_days = days(
-        args.body_retention_days,
-        server.body_retention_days,
-        DEFAULT_BODY_RETENTION_DAYS,
-    );
-    let dead_letter_days = days(
-        args.dead_letter_retention_days,
-        server.dead_letter_retention_days,
-        DEFAULT_DEAD_LETTER_RETENTION_DAYS,
-    );
-    let choice = match args
-        .database_url
+    let body_days = args
+        .body_retention_days
+        .unwrap_or_else(|| server.body_retention());
+    let dead_letter_days = args
+        .dead_letter_retention_days
+        .unwrap_or_else(|| server.dead_letter_retention());
+    // The store `serve` would open: a database URL wins over the data dir.
+    let data_dir = args
+        .data_dir
         .clone()
-        .or(server.database_url.clone())
-        .filter(|u| !u.is_empty())
-    {
-        Some(url) => Choice::Postgres {
-            url,
-            pool_size: PG_CONNECTIONS,
-        },
-        None => {
-            let dir = args
-                .data_dir
-                .clone()
-                .or(server.data_dir.clone())
-                .unwrap_or_else(|| PathBuf::from("./data"));
-            let db = dir.join(tb_store::sqlite::DB_FILE);
-            if !db.is_file() {
-                anyhow::bail!(
-                    "no store to sweep: {} does not exist (pass the server's --data-dir, or --database-url)",
-                    db.display()
-                );
-            }
-            Choice::Sqlite { dir }
+        .or(server.data_dir.clone())
+        .unwrap_or_else(|| PathBuf::from("./data"));
+    let choice = Choice::pick(
+        args.database_url.clone().or(server.database_url.clone()),
+        Some(PG_CONNECTIONS),
+        &data_dir,
+    );
+    if let Choice::Sqlite { dir } = &choice {
+        let db = dir.join(tb_store::sqlite::DB_FILE);
+        if !db.is_file() {
+            anyhow::bail!(
+                "no store to sweep: {} does not exist (pass the server's --data-dir, or --database-url)",
+                db.display()
+            );
         }
-    };
+    }
     let opened = store_open::open(&choice, QUEUE).await?;
-    let cfg = tb_engine::sweeper::SweeperConfig {
-        interval: Duration::ZERO,
-        body_retention: DAY * body_days,
-        dead_letter_retention: DAY * dead_letter_days,
-        batch: tb_engine::sweeper::BATCH,
-    };
+    let cfg =
+        tb_engine::sweeper::SweeperConfig::in_days(body_days, dead_letter_days, Duration::ZERO);
     let started = Instant::now();
     let counts =
         tb_engine::sweeper::sweep_once(&*opened.store, tb_engine::clock::now_ms(), &cfg).await?;
@@ -124,16 +103,4 @@ pub async fn run(args: SweepArgs, json: bool) -> anyhow::Result<i32> {
         );
     }
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::days;
-
-    #[test]
-    fn the_flag_wins_over_the_config_which_wins_over_the_default() {
-        assert_eq!(days(Some(0), Some(3), 7), 0);
-        assert_eq!(days(None, Some(3), 7), 3);
-        assert_eq!(days(None, None, 7), 7);
-    }
 }

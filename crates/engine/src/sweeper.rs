@@ -27,6 +27,19 @@ pub struct SweeperConfig {
     pub batch: u32,
 }
 
+impl SweeperConfig {
+    /// Retentions given in whole days (as configured), a pass every `interval`, [`BATCH`] rows per step.
+    pub fn in_days(body_days: u32, dead_letter_days: u32, interval: Duration) -> SweeperConfig {
+        const DAY: Duration = Duration::from_secs(86_400);
+        SweeperConfig {
+            interval,
+            body_retention: DAY * body_days,
+            dead_letter_retention: DAY * dead_letter_days,
+            batch: BATCH,
+        }
+    }
+}
+
 /// One full retention pass at `now` (ms): batch after batch (at most `cfg.batch` rows per kind each, one
 /// transaction each), following the store's cursor until every body, dead letter, expired idempotency
 /// record and settled signal record was examined, and returns the totals. The walk ends because the cursor only moves forward.
