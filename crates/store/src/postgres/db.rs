@@ -216,6 +216,11 @@ fn bind<'p>(params: &'p [Param<'_>]) -> Vec<&'p (dyn ToSql + Sync)> {
     params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
 }
 
+/// [`bind`] of each statement's parameters.
+fn binds<'p>(statements: &'p [(&str, &[Param<'_>])]) -> Vec<Vec<&'p (dyn ToSql + Sync)>> {
+    statements.iter().map(|(_, params)| bind(params)).collect()
+}
+
 /// Polls `a` then `b` (always in that order) until both are done. A `tokio-postgres` request is
 /// queued to the connection on its future's first poll, so `a`'s request goes out before `b`'s and
 /// both in one write.
@@ -292,31 +297,15 @@ impl Db for PgDb<'_> {
     /// the transaction is aborted and the later ones fail with `25P02`, so the error returned is the
     /// first one in order. In autocommit each statement commits on its own.
     fn exec_many(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<u64>> {
-        let prepared = self.prepare_all(statements)?;
-        let binds: Vec<Vec<&(dyn ToSql + Sync)>> =
-            statements.iter().map(|(_, params)| bind(params)).collect();
-        let sent = prepared
-            .iter()
-            .zip(&binds)
-            .map(|(st, b)| self.client.execute(st, b))
-            .collect::<Vec<_>>();
-        let answers = self.block(all_in_order(sent))?;
-        self.answers(statements, answers)
+        let (prepared, binds) = (self.prepare_all(statements)?, binds(statements));
+        self.pipelined(statements, &prepared, &binds, |c, st, b| c.execute(st, b))
     }
 
     /// As [`Db::exec_many`] here, for queries: every query is sent before any answer is read (one
     /// round trip).
     fn query_many(&self, statements: &[(&str, &[Param<'_>])]) -> StoreResult<Vec<Vec<Row>>> {
-        let prepared = self.prepare_all(statements)?;
-        let binds: Vec<Vec<&(dyn ToSql + Sync)>> =
-            statements.iter().map(|(_, params)| bind(params)).collect();
-        let sent = prepared
-            .iter()
-            .zip(&binds)
-            .map(|(st, b)| self.client.query(st, b))
-            .collect::<Vec<_>>();
-        let answers = self.block(all_in_order(sent))?;
-        self.answers(statements, answers)?
+        let (prepared, binds) = (self.prepare_all(statements)?, binds(statements));
+        self.pipelined(statements, &prepared, &binds, |c, st, b| c.query(st, b))?
             .iter()
             .map(|rows| rows.iter().map(row).collect())
             .collect()
@@ -332,13 +321,25 @@ impl PgDb<'_> {
             .collect()
     }
 
-    /// The answers of a pipeline, typed; the first error in order is returned.
-    fn answers<T>(
-        &self,
+    /// Sends each prepared statement with its parameters through `send` (one driver request each),
+    /// then reads every answer: one round trip. The answers in order; the first error in order is
+    /// returned, typed as [`Db::exec`]'s.
+    fn pipelined<'a, T, Fut>(
+        &'a self,
         statements: &[(&str, &[Param<'_>])],
-        answers: Vec<Result<T, tokio_postgres::Error>>,
-    ) -> StoreResult<Vec<T>> {
-        answers
+        prepared: &'a [Statement],
+        binds: &'a [Vec<&'a (dyn ToSql + Sync)>],
+        send: impl Fn(&'a Client, &'a Statement, &'a [&'a (dyn ToSql + Sync)]) -> Fut,
+    ) -> StoreResult<Vec<T>>
+    where
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let sent = prepared
+            .iter()
+            .zip(binds)
+            .map(|(st, b)| send(self.client, st, b))
+            .collect::<Vec<_>>();
+        self.block(all_in_order(sent))?
             .into_iter()
             .zip(statements)
             .map(|(a, (sql, _))| a.map_err(|e| self.failed(sql, &e)))
